@@ -1,0 +1,558 @@
+"""The metric catalog: the one place a metric is named.
+
+Every other part of rlpulse (the exporter, the key maps, the generated docs, rules and dashboards)
+refers to metrics through this table. Identity labels (``run_id``, ``rank``) are added by the
+exporter to every ``rl_``/``rlpulse_`` series and are not listed per metric.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+MetricType = Literal["counter", "gauge", "histogram", "info"]
+Layer = Literal["system", "rl", "task", "meta", "self"]
+
+IDENTITY_LABELS: tuple[str, ...] = ("run_id", "rank")
+GPU_LABELS: tuple[str, ...] = ("gpu", "uuid", "model")
+OVERFLOW_VALUE = "__overflow__"
+
+LATENCY_BUCKETS: tuple[float, ...] = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    600.0,
+)
+TOKEN_BUCKETS: tuple[float, ...] = tuple(float(2**i) for i in range(3, 16))  # 8 … 32768
+PHASE_BUCKETS: tuple[float, ...] = (
+    0.01,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    120.0,
+    300.0,
+    900.0,
+    1800.0,
+)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """One metric family as Prometheus exposes it.
+
+    ``name`` is the sample name a PromQL query uses (counters end in ``_total``, the info
+    series in ``_info``); ``labels`` are the metric's own labels beyond the identity labels.
+    """
+
+    name: str
+    type: MetricType
+    unit: str
+    help: str
+    layer: Layer
+    labels: tuple[str, ...] = ()
+    buckets: tuple[float, ...] = ()
+
+    @property
+    def family(self) -> str:
+        """The family name in the exposition (the name without ``_total``/``_info``)."""
+        for suffix in ("_total", "_info"):
+            if self.type in ("counter", "info") and self.name.endswith(suffix):
+                return self.name[: -len(suffix)]
+        return self.name
+
+
+def _m(
+    name: str,
+    type_: MetricType,
+    unit: str,
+    layer: Layer,
+    help_: str,
+    labels: tuple[str, ...] = (),
+    buckets: tuple[float, ...] = (),
+) -> Metric:
+    return Metric(name, type_, unit, help_, layer, labels, buckets)
+
+
+_GPU = GPU_LABELS
+
+CATALOG: tuple[Metric, ...] = (
+    # ---- system: GPUs (read from NVML at scrape time) -------------------------------------------
+    _m(
+        "rl_gpu_utilization_ratio",
+        "gauge",
+        "ratio",
+        "system",
+        "GPU busy fraction (NVML utilization.gpu / 100).",
+        _GPU,
+    ),
+    _m(
+        "rl_gpu_memory_utilization_ratio",
+        "gauge",
+        "ratio",
+        "system",
+        "GPU memory-controller busy fraction.",
+        _GPU,
+    ),
+    _m(
+        "rl_gpu_memory_used_bytes",
+        "gauge",
+        "bytes",
+        "system",
+        "GPU framebuffer memory in use.",
+        _GPU,
+    ),
+    _m(
+        "rl_gpu_memory_total_bytes",
+        "gauge",
+        "bytes",
+        "system",
+        "GPU framebuffer memory installed.",
+        _GPU,
+    ),
+    _m("rl_gpu_power_watts", "gauge", "watts", "system", "GPU board power draw.", _GPU),
+    _m("rl_gpu_power_limit_watts", "gauge", "watts", "system", "GPU enforced power limit.", _GPU),
+    _m("rl_gpu_temperature_celsius", "gauge", "celsius", "system", "GPU core temperature.", _GPU),
+    _m(
+        "rl_gpu_sm_clock_hertz",
+        "gauge",
+        "hertz",
+        "system",
+        "GPU streaming-multiprocessor clock.",
+        _GPU,
+    ),
+    _m(
+        "rl_gpu_throttled",
+        "gauge",
+        "",
+        "system",
+        "1 while the GPU clocks are held down by a thermal, power or hardware slowdown, else 0.",
+        (*_GPU, "reason"),
+    ),
+    _m(
+        "rl_gpu_ecc_errors_total",
+        "counter",
+        "",
+        "system",
+        "Volatile ECC memory errors since the driver loaded, by type (corrected|uncorrected).",
+        (*_GPU, "error_type"),
+    ),
+    _m(
+        "rl_gpu_process_memory_bytes",
+        "gauge",
+        "bytes",
+        "system",
+        "GPU memory used by this trainer process.",
+        _GPU,
+    ),
+    # ---- system: host and process ---------------------------------------------------------------
+    _m(
+        "rl_host_cpu_utilization_ratio",
+        "gauge",
+        "ratio",
+        "system",
+        "Host CPU busy fraction, all cores.",
+    ),
+    _m(
+        "rl_host_memory_used_bytes",
+        "gauge",
+        "bytes",
+        "system",
+        "Host memory in use (total - available).",
+    ),
+    _m("rl_host_memory_total_bytes", "gauge", "bytes", "system", "Host memory installed."),
+    _m(
+        "rl_process_cpu_utilization_ratio",
+        "gauge",
+        "ratio",
+        "system",
+        "Trainer process CPU use, in cores (1.0 = one core busy).",
+    ),
+    _m(
+        "rl_process_resident_memory_bytes",
+        "gauge",
+        "bytes",
+        "system",
+        "Trainer process resident set size.",
+    ),
+    # ---- system: throughput and timing ----------------------------------------------------------
+    _m("rl_env_steps_total", "counter", "", "system", "Environment steps taken (all envs)."),
+    _m("rl_samples_total", "counter", "", "system", "Rollouts / samples generated."),
+    _m(
+        "rl_prompt_tokens_total",
+        "counter",
+        "tokens",
+        "system",
+        "Prompt tokens processed by rollouts.",
+    ),
+    _m(
+        "rl_completion_tokens_total",
+        "counter",
+        "tokens",
+        "system",
+        "Completion tokens generated by rollouts.",
+    ),
+    _m(
+        "rl_train_steps_total",
+        "counter",
+        "",
+        "system",
+        "Optimizer steps taken (follows the trainer's global step).",
+    ),
+    _m("rl_episodes_total", "counter", "", "system", "Episodes finished."),
+    _m(
+        "rl_rollout_duration_seconds",
+        "histogram",
+        "seconds",
+        "system",
+        "Latency of one rollout (one generation or one episode).",
+        buckets=LATENCY_BUCKETS,
+    ),
+    _m(
+        "rl_phase_duration_seconds",
+        "histogram",
+        "seconds",
+        "system",
+        "Wall time of one training phase (rollout, reward, ref, update, sync, eval, checkpoint …).",
+        ("phase",),
+        PHASE_BUCKETS,
+    ),
+    _m(
+        "rl_grader_duration_seconds",
+        "histogram",
+        "seconds",
+        "system",
+        "Latency of one grader / reward-model call.",
+        buckets=LATENCY_BUCKETS,
+    ),
+    _m("rl_grader_calls_total", "counter", "", "system", "Grader / reward-model calls."),
+    _m(
+        "rl_grader_errors_total",
+        "counter",
+        "",
+        "system",
+        "Grader / reward-model calls that failed.",
+    ),
+    _m(
+        "rl_tool_calls_total",
+        "counter",
+        "",
+        "system",
+        "Tool calls made by the policy (agentic RL).",
+        ("tool",),
+    ),
+    _m("rl_tool_errors_total", "counter", "", "system", "Tool calls that failed.", ("tool",)),
+    _m("rl_step", "gauge", "", "system", "The trainer's current global step."),
+    _m(
+        "rl_last_step_timestamp_seconds",
+        "gauge",
+        "seconds",
+        "system",
+        "Unix time of the last log() call that carried metrics (liveness).",
+    ),
+    # ---- RL: reward -----------------------------------------------------------------------------
+    _m("rl_reward_mean", "gauge", "", "rl", "Mean total reward of the last batch."),
+    _m(
+        "rl_reward_std",
+        "gauge",
+        "",
+        "rl",
+        "Standard deviation of the total reward in the last batch.",
+    ),
+    _m("rl_reward_min", "gauge", "", "rl", "Minimum total reward in the last batch."),
+    _m("rl_reward_max", "gauge", "", "rl", "Maximum total reward in the last batch."),
+    _m(
+        "rl_reward_component_mean",
+        "gauge",
+        "",
+        "rl",
+        "Mean of one reward component in the last batch.",
+        ("component",),
+    ),
+    _m(
+        "rl_reward_component_std",
+        "gauge",
+        "",
+        "rl",
+        "Standard deviation of one reward component.",
+        ("component",),
+    ),
+    _m(
+        "rl_zero_std_groups_ratio",
+        "gauge",
+        "ratio",
+        "rl",
+        "Fraction of prompt groups whose rewards all agree (no learning signal).",
+    ),
+    # ---- RL: divergence, entropy, advantages ----------------------------------------------------
+    _m(
+        "rl_kl_reference",
+        "gauge",
+        "",
+        "rl",
+        "KL divergence of the policy to the frozen reference policy.",
+    ),
+    _m("rl_kl_coefficient", "gauge", "", "rl", "Weight of the KL penalty (beta)."),
+    _m(
+        "rl_approx_kl",
+        "gauge",
+        "",
+        "rl",
+        "Approximate KL between the policy before and after the update step.",
+    ),
+    _m("rl_entropy", "gauge", "", "rl", "Mean policy (token) entropy, in nats."),
+    _m("rl_advantage_mean", "gauge", "", "rl", "Mean advantage in the last batch."),
+    _m("rl_advantage_std", "gauge", "", "rl", "Standard deviation of the advantages."),
+    _m("rl_advantage_min", "gauge", "", "rl", "Minimum advantage."),
+    _m("rl_advantage_max", "gauge", "", "rl", "Maximum advantage."),
+    _m("rl_return_mean", "gauge", "", "rl", "Mean discounted return / value target."),
+    _m("rl_value_mean", "gauge", "", "rl", "Mean value-function prediction."),
+    _m(
+        "rl_clip_fraction_ratio",
+        "gauge",
+        "ratio",
+        "rl",
+        "Fraction of tokens/samples whose probability ratio was clipped (bound: any|low|high).",
+        ("bound",),
+    ),
+    _m(
+        "rl_value_clip_fraction_ratio",
+        "gauge",
+        "ratio",
+        "rl",
+        "Fraction of value predictions clipped.",
+    ),
+    # ---- RL: losses and optimisation ------------------------------------------------------------
+    _m("rl_loss", "gauge", "", "rl", "Total training loss."),
+    _m("rl_policy_loss", "gauge", "", "rl", "Policy-gradient (actor) loss."),
+    _m("rl_value_loss", "gauge", "", "rl", "Value-function (critic) loss."),
+    _m(
+        "rl_explained_variance",
+        "gauge",
+        "",
+        "rl",
+        "Explained variance of the value function (1 is perfect, < 0 is worse than a constant).",
+    ),
+    _m(
+        "rl_grad_norm",
+        "gauge",
+        "",
+        "rl",
+        "Gradient norm before clipping (network: policy|critic).",
+        ("network",),
+    ),
+    _m(
+        "rl_learning_rate",
+        "gauge",
+        "",
+        "rl",
+        "Current learning rate (network: policy|critic).",
+        ("network",),
+    ),
+    # ---- RL: train/inference mismatch -----------------------------------------------------------
+    _m(
+        "rl_importance_ratio_mean",
+        "gauge",
+        "",
+        "rl",
+        "Mean importance ratio between trainer and rollout-engine probabilities.",
+    ),
+    _m("rl_importance_ratio_min", "gauge", "", "rl", "Minimum importance ratio."),
+    _m("rl_importance_ratio_max", "gauge", "", "rl", "Maximum importance ratio."),
+    _m(
+        "rl_logprob_mismatch",
+        "gauge",
+        "",
+        "rl",
+        "Mean absolute difference between trainer and rollout-engine token probabilities (or log-probs).",
+    ),
+    _m(
+        "rl_nonfinite_values_total",
+        "counter",
+        "",
+        "rl",
+        "NaN or ±Inf values received, by the catalog metric they were logged to.",
+        ("metric",),
+    ),
+    # ---- task -----------------------------------------------------------------------------------
+    _m(
+        "rl_eval_score",
+        "gauge",
+        "",
+        "task",
+        "Score on a benchmark (split: train|eval|adversarial, kept apart).",
+        ("benchmark", "split"),
+    ),
+    _m(
+        "rl_response_length_tokens",
+        "histogram",
+        "tokens",
+        "task",
+        "Length of one response (completion), in tokens.",
+        buckets=TOKEN_BUCKETS,
+    ),
+    _m(
+        "rl_response_length_mean_tokens",
+        "gauge",
+        "tokens",
+        "task",
+        "Mean response length in the last batch.",
+    ),
+    _m(
+        "rl_response_length_max_tokens",
+        "gauge",
+        "tokens",
+        "task",
+        "Maximum response length in the last batch.",
+    ),
+    _m(
+        "rl_response_length_min_tokens",
+        "gauge",
+        "tokens",
+        "task",
+        "Minimum response length in the last batch.",
+    ),
+    _m(
+        "rl_truncation_ratio",
+        "gauge",
+        "ratio",
+        "task",
+        "Fraction of responses cut at the length limit.",
+    ),
+    _m(
+        "rl_format_compliance_ratio",
+        "gauge",
+        "ratio",
+        "task",
+        "Fraction of responses in the required format.",
+    ),
+    _m(
+        "rl_success_ratio",
+        "gauge",
+        "ratio",
+        "task",
+        "Fraction of rollouts/episodes judged successful.",
+    ),
+    _m(
+        "rl_episode_return",
+        "gauge",
+        "",
+        "task",
+        "Mean undiscounted return of recent episodes (classic RL).",
+    ),
+    _m(
+        "rl_episode_length_steps",
+        "gauge",
+        "",
+        "task",
+        "Mean length of recent episodes, in env steps.",
+    ),
+    # ---- run metadata ---------------------------------------------------------------------------
+    _m(
+        "rl_run_info",
+        "info",
+        "",
+        "meta",
+        "Run metadata; the value is always 1.",
+        (
+            "model",
+            "framework",
+            "framework_version",
+            "benchmark",
+            "grader_version",
+            "git_sha",
+            "rlpulse_version",
+            "host",
+        ),
+    ),
+    _m("rl_hyperparameter", "gauge", "", "meta", "A numeric hyperparameter of the run.", ("name",)),
+    _m(
+        "rl_unmapped_metric",
+        "gauge",
+        "",
+        "meta",
+        "A logged numeric key that no key map knows, kept under its original name (bounded).",
+        ("key",),
+    ),
+    # ---- the exporter's own health --------------------------------------------------------------
+    _m(
+        "rlpulse_dropped_values_total",
+        "counter",
+        "",
+        "self",
+        "Values not recorded, by reason (non_numeric, none, bool, non_scalar, negative_increment, …).",
+        ("reason",),
+    ),
+    _m(
+        "rlpulse_label_overflow_total",
+        "counter",
+        "",
+        "self",
+        "Values whose label hit the cardinality cap and were folded into __overflow__.",
+        ("label",),
+    ),
+    _m(
+        "rlpulse_collector_up",
+        "gauge",
+        "",
+        "self",
+        "1 if the collector's last reading succeeded.",
+        ("collector",),
+    ),
+    _m(
+        "rlpulse_collector_duration_seconds",
+        "gauge",
+        "seconds",
+        "self",
+        "Time the collector's last reading took.",
+        ("collector",),
+    ),
+    _m(
+        "rlpulse_collector_errors_total",
+        "counter",
+        "",
+        "self",
+        "Collector readings that failed or timed out.",
+        ("collector",),
+    ),
+)
+
+BY_NAME: dict[str, Metric] = {m.name: m for m in CATALOG}
+
+
+def get(name: str) -> Metric:
+    """The catalog entry called ``name``; a clear error for an unknown name."""
+    try:
+        return BY_NAME[name]
+    except KeyError:
+        raise KeyError(f"{name!r} is not a metric in the rlpulse catalog") from None
+
+
+def series_names(metric: Metric) -> tuple[str, ...]:
+    """The sample names a metric exposes (histograms expose _bucket/_sum/_count)."""
+    if metric.type == "histogram":
+        return tuple(metric.name + s for s in ("_bucket", "_sum", "_count"))
+    return (metric.name,)
+
+
+def all_series_names() -> frozenset[str]:
+    """Every sample name the exporter can emit: what a PromQL reference check compares against."""
+    return frozenset(s for m in CATALOG for s in series_names(m))

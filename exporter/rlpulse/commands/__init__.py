@@ -1,0 +1,1 @@
+"""Subcommands of the ``rlpulse`` CLI, one module each (see ``rlpulse.cli.COMMANDS``)."""

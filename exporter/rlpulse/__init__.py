@@ -1,3 +1,112 @@
-"""rlpulse: observability for reinforcement-learning training on Prometheus, Grafana, Alertmanager."""
+"""rlpulse: RL-training observability on Prometheus, Grafana and Alertmanager.
+
+The module-level functions drive one process-wide exporter started by :func:`start`; before
+``start()`` (or after ``close()``) they do nothing, so library code can call them freely.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager, nullcontext
+from typing import Any
 
 __version__ = "0.1.0"
+
+from rlpulse.exporter import Exporter, PortInUseError
+
+__all__ = [
+    "Exporter",
+    "PortInUseError",
+    "close",
+    "count",
+    "get_exporter",
+    "log",
+    "observe",
+    "observe_episodes",
+    "observe_rollouts",
+    "phase",
+    "set",
+    "start",
+]
+
+_lock = threading.Lock()
+_current: Exporter | None = None
+logging.getLogger("rlpulse").addHandler(logging.NullHandler())
+
+
+def start(port: int | None = None, **kwargs: Any) -> Exporter:
+    """Start (once) the process-wide exporter and serve ``/metrics``; see ``Exporter``.
+
+    Calling it again returns the running exporter unchanged.
+    """
+    global _current
+    with _lock:
+        if _current is None:
+            _current = Exporter(port, **kwargs).start()
+        return _current
+
+
+def get_exporter() -> Exporter | None:
+    """The running process-wide exporter, if any."""
+    return _current
+
+
+def close() -> None:
+    """Stop the process-wide exporter and free its port."""
+    global _current
+    with _lock:
+        if _current is not None:
+            _current.close()
+            _current = None
+
+
+def log(metrics: Mapping[str, Any], step: int | None = None) -> None:
+    """Record the trainer's metrics dict (TRL, verl, SB3, CleanRL, OpenRLHF keys)."""
+    exp = _current
+    if exp is not None:
+        exp.log(metrics, step)
+
+
+def phase(name: str) -> AbstractContextManager[Any]:
+    """Time a training phase: ``with rlpulse.phase("rollout"): ...``."""
+    exp = _current
+    return exp.phase(name) if exp is not None else nullcontext()
+
+
+def observe_rollouts(**batch: Any) -> None:
+    """Record one batch of rollouts; see ``Exporter.observe_rollouts``."""
+    exp = _current
+    if exp is not None:
+        exp.observe_rollouts(**batch)
+
+
+def observe_episodes(returns: Any, lengths: Any, success: Any = None) -> None:
+    """Record finished episodes (classic RL)."""
+    exp = _current
+    if exp is not None:
+        exp.observe_episodes(returns, lengths, success)
+
+
+def count(name: str, amount: float = 1.0, /, **labels: Any) -> None:
+    """Add to a catalog counter, e.g. ``count("rl_env_steps_total", 64)``."""
+    exp = _current
+    if exp is not None:
+        exp.count(name, amount, **labels)
+
+
+def set(name: str, value: Any, /, **labels: Any) -> None:
+    """Set a catalog gauge, e.g. ``set("rl_eval_score", 0.7, benchmark="gsm8k", split="eval")``."""
+    exp = _current
+    if exp is not None:
+        exp.set(name, value, **labels)
+
+
+def observe(
+    name: str, values: Any, /, *, exemplars: Sequence[Any] | None = None, **labels: Any
+) -> None:
+    """Add a batch of values to a catalog histogram."""
+    exp = _current
+    if exp is not None:
+        exp.observe(name, values, exemplars=exemplars, **labels)

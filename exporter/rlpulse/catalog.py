@@ -382,7 +382,7 @@ CATALOG: tuple[Metric, ...] = (
         "gauge",
         "",
         "rl",
-        "Mean absolute difference between trainer and rollout-engine token probabilities (or log-probs).",
+        "Mean absolute gap between trainer and rollout-engine token probabilities.",
     ),
     _m(
         "rl_nonfinite_values_total",
@@ -498,7 +498,7 @@ CATALOG: tuple[Metric, ...] = (
         "counter",
         "",
         "self",
-        "Values not recorded, by reason (non_numeric, none, bool, non_scalar, negative_increment, …).",
+        "Values not recorded, by reason (non_numeric, none, bool, negative_increment …).",
         ("reason",),
     ),
     _m(
@@ -508,6 +508,14 @@ CATALOG: tuple[Metric, ...] = (
         "self",
         "Values whose label hit the cardinality cap and were folded into __overflow__.",
         ("label",),
+    ),
+    _m(
+        "rlpulse_collector_enabled",
+        "gauge",
+        "",
+        "self",
+        "1 if the collector runs here; 0 if disabled (e.g. no NVML or no GPU on this machine).",
+        ("collector",),
     ),
     _m(
         "rlpulse_collector_up",

@@ -1,0 +1,1 @@
+"""Scrape-time collectors: GPU (NVML) and host/process (psutil) readings."""

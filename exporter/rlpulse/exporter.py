@@ -1,0 +1,728 @@
+"""The in-process exporter: run identity, the hot-path API, and the HTTP endpoint.
+
+``log()`` and the batch calls only write plain numbers into a ``Store``; ``_Collector`` turns the
+store (plus GPU/host readings) into Prometheus families when Prometheus scrapes.
+"""
+
+from __future__ import annotations
+
+import errno
+import logging
+import math
+import os
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from prometheus_client import CollectorRegistry
+from prometheus_client.exposition import start_http_server
+from prometheus_client.metrics_core import (
+    CounterMetricFamily,
+    GaugeMetricFamily,
+    HistogramMetricFamily,
+    InfoMetricFamily,
+)
+from prometheus_client.metrics_core import (
+    Metric as Family,
+)
+from prometheus_client.samples import Exemplar as PromExemplar
+
+from rlpulse import __version__, catalog
+from rlpulse.catalog import IDENTITY_LABELS, Metric
+from rlpulse.collectors.base import CachedReader
+from rlpulse.collectors.gpu import GpuReader
+from rlpulse.collectors.host import HostReader
+from rlpulse.store import Series, Store
+
+log = logging.getLogger("rlpulse")
+
+DEFAULT_PORT = 9400
+# Labels whose values come from user data and are bounded by ``label_cap``.
+USER_LABELS = frozenset({"component", "benchmark", "tool", "phase", "name", "key", "split"})
+METADATA_KEYS = (
+    "model",
+    "framework",
+    "framework_version",
+    "benchmark",
+    "grader_version",
+    "git_sha",
+    "host",
+)
+METADATA_ALIASES = {"grader": "grader_version", "version": "framework_version", "sha": "git_sha"}
+EPISODE_WINDOW = 100
+
+_OVERFLOW = object()  # a key past the unmapped-key cap
+
+
+class PortInUseError(OSError):
+    """The exporter's port is taken; the message names the port and the fix."""
+
+
+class _Binding:
+    """How a logged key that is not a plain gauge write is applied."""
+
+    __slots__ = ("counter", "scale", "series")
+
+    def __init__(self, series: Series, scale: float) -> None:
+        self.series = series
+        self.scale = scale
+        self.counter = series.metric.type == "counter"
+
+
+def _env_int(name: str) -> int | None:
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return None
+    try:
+        return int(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def _git_sha() -> str:
+    try:
+        out = subprocess.run(
+            ["git", "rev-parse", "--short=12", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=2,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return out.stdout.strip() if out.returncode == 0 else ""
+
+
+class Exporter:
+    """One process's exporter. See ``rlpulse.start`` for the arguments."""
+
+    def __init__(
+        self,
+        port: int | None = None,
+        *,
+        run_id: str | None = None,
+        rank: int | None = None,
+        local_rank: int | None = None,
+        addr: str | None = None,
+        config: Mapping[str, Any] | None = None,
+        metadata: Mapping[str, Any] | None = None,
+        strict: bool = False,
+        gpu: bool = True,
+        host: bool = True,
+        certfile: str | None = None,
+        keyfile: str | None = None,
+        label_cap: int = 64,
+        unmapped_cap: int = 256,
+        nvml: Any = None,
+        collector_timeout: float = 0.5,
+        collector_ttl: float = 1.0,
+    ) -> None:
+        self.strict = strict
+        self.rank = rank if rank is not None else (_env_int("RANK") or 0)
+        self.local_rank = local_rank if local_rank is not None else (_env_int("LOCAL_RANK") or 0)
+        base = port if port is not None else (_env_int("RLPULSE_PORT") or DEFAULT_PORT)
+        self.port = base + self.local_rank if base else 0
+        self.addr = addr or os.environ.get("RLPULSE_ADDR") or "0.0.0.0"
+        self.run_id = run_id or os.environ.get("RLPULSE_RUN_ID") or f"run-{uuid.uuid4().hex[:8]}"
+        self.certfile = certfile or os.environ.get("RLPULSE_CERTFILE") or None
+        self.keyfile = keyfile or os.environ.get("RLPULSE_KEYFILE") or None
+        self.unmapped_cap = unmapped_cap
+        self.store = Store(label_cap=label_cap)
+        self.dropped: dict[str, int] = {}
+        self._warned: set[tuple[str, str]] = set()
+        self._framework: str | None = None
+        self._info: dict[str, str] = {}
+        self._server: Any = None
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+        self._episodes: tuple[deque[float], deque[float]] = (
+            deque(maxlen=EPISODE_WINDOW),
+            deque(maxlen=EPISODE_WINDOW),
+        )
+        self._readers: list[CachedReader] = []
+        if gpu:
+            self._readers.append(
+                CachedReader("gpu", GpuReader(nvml), collector_ttl, collector_timeout)
+            )
+        if host:
+            self._readers.append(
+                CachedReader("host", HostReader(), collector_ttl, collector_timeout)
+            )
+        # fast path: logged key -> value slot of a plain gauge; everything else in _bindings
+        self._slots: dict[str, int] = {}
+        self._bindings: dict[str, _Binding | object] = {}
+        self._unmapped = 0
+        self._step = self.store.get("rl_step")
+        self._train_steps = self.store.get("rl_train_steps_total")
+        self._last_ts = self.store.get("rl_last_step_timestamp_seconds")
+        self.store.values[self._last_ts.slot] = time.time()  # a run that never logs looks stalled
+        self._set_metadata(metadata or {})
+        self._set_config(config or {})
+        self.registry = CollectorRegistry(auto_describe=False)
+        self.registry.register(_Collector(self))
+
+    # ---- lifecycle ------------------------------------------------------------------------
+    @property
+    def url(self) -> str:
+        """The metrics URL (with the real port once started)."""
+        scheme = "https" if self.certfile else "http"
+        host = "127.0.0.1" if self.addr in ("0.0.0.0", "") else self.addr
+        return f"{scheme}://{host}:{self.port}/metrics"
+
+    @property
+    def serving(self) -> bool:
+        """Whether the HTTP endpoint is up."""
+        return self._server is not None
+
+    def start(self) -> Exporter:
+        """Serve ``/metrics``; a no-op when already serving."""
+        with self._lock:
+            if self._server is not None:
+                return self
+            try:
+                self._server, self._thread = start_http_server(
+                    self.port,
+                    addr=self.addr,
+                    registry=self.registry,
+                    certfile=self.certfile,
+                    keyfile=self.keyfile,
+                )
+            except OSError as exc:
+                if exc.errno == errno.EADDRINUSE:
+                    raise PortInUseError(
+                        exc.errno,
+                        f"rlpulse: port {self.port} on {self.addr} is already in use (another "
+                        f"trainer or exporter?). Pass port=..., set RLPULSE_PORT, or use port=0 "
+                        f"for a free port.",
+                    ) from None
+                raise
+            self.port = self._server.server_address[1]
+            log.info("rlpulse: serving %s (run_id=%s rank=%s)", self.url, self.run_id, self.rank)
+        return self
+
+    def close(self) -> None:
+        """Stop serving and free the port. Recording calls stay harmless afterwards."""
+        with self._lock:
+            if self._server is not None:
+                self._server.shutdown()
+                self._server.server_close()
+                self._server = None
+            for reader in self._readers:
+                reader.close()
+
+    # ---- bad input ------------------------------------------------------------------------
+    def _drop(self, reason: str, key: str, value: Any) -> None:
+        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+        if self.strict:
+            raise ValueError(f"rlpulse: {key!r}: {reason} ({value!r:.200})")
+        if (key, reason) not in self._warned:
+            self._warned.add((key, reason))
+            log.warning("rlpulse: dropped %r for %r: %s (logged once per key)", value, key, reason)
+
+    def _coerce(self, key: str, value: Any) -> float | None:
+        """A number from a logged value, or None after counting why it was dropped."""
+        if value is None:
+            self._drop("none", key, value)
+            return None
+        if isinstance(value, bool | np.bool_):
+            self._drop("bool", key, value)
+            return None
+        if isinstance(value, str | bytes):
+            self._drop("non_numeric", key, value)
+            return None
+        if getattr(value, "ndim", 0) != 0 or getattr(value, "size", 1) != 1:
+            self._drop("non_scalar", key, value)
+            return None
+        try:
+            return float(value)
+        except (TypeError, ValueError, OverflowError, RuntimeError):
+            self._drop("non_numeric", key, value)
+            return None
+
+    def _count_nonfinite(self, series: Series, n: int = 1) -> None:
+        nf = self.store.get("rl_nonfinite_values_total", metric=series.metric.name)
+        with self.store.lock:
+            self.store.values[nf.slot] += n
+        if self.strict:
+            raise ValueError(f"rlpulse: {series.metric.name}: non-finite value")
+
+    # ---- log(): the hot path ----------------------------------------------------------------
+    def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+        """Record a trainer's metrics dict (framework keys are mapped onto the catalog)."""
+        slots = self._slots
+        values = self.store.values
+        try:
+            for k, v in metrics.items():
+                i = slots.get(k)
+                t = type(v)
+                if i is not None and (t is float or t is int):
+                    values[i] = v
+                    if v - v:  # NaN or ±Inf
+                        self._count_nonfinite(self.store.by_slot[i])
+                else:
+                    self._log_slow(k, v)
+            if step is not None:
+                self._log_step(step)
+            values[self._last_ts.slot] = time.time()
+        except Exception as exc:
+            if self.strict:
+                raise
+            self._drop("bad_call", "log", exc)
+
+    def _log_step(self, step: Any) -> None:
+        value = self._coerce("step", step)
+        if value is None or not math.isfinite(value):
+            if value is not None:
+                self._drop("non_finite_step", "step", step)
+            return
+        values = self.store.values
+        values[self._step.slot] = value
+        if value > values[self._train_steps.slot]:
+            values[self._train_steps.slot] = value
+
+    def _log_slow(self, key: Any, value: Any) -> None:
+        if not isinstance(key, str):
+            self._drop("bad_key", repr(key), value)
+            return
+        binding = self._bindings.get(key)
+        if binding is _OVERFLOW:
+            self._overflow(key, value)
+            return
+        v = self._coerce(key, value)
+        if v is None:
+            return
+        if binding is None:
+            slot = self._slots.get(key)
+            binding = (
+                _Binding(self.store.by_slot[slot], 1.0) if slot is not None else self._bind_key(key)
+            )
+            if binding is _OVERFLOW:
+                self._overflow(key, value)
+                return
+        assert isinstance(binding, _Binding)
+        series = binding.series
+        v *= binding.scale
+        if not math.isfinite(v):
+            if binding.counter:
+                self._drop("non_finite_counter", key, value)
+                return
+            self.store.values[series.slot] = v
+            self._count_nonfinite(series)
+            return
+        if binding.counter:
+            current = self.store.values[series.slot]
+            if v < current:
+                self._drop("negative_increment", key, value)
+                return
+        self.store.values[series.slot] = v
+
+    def _overflow(self, key: str, value: Any) -> None:
+        self.store.overflowed["key"] = self.store.overflowed.get("key", 0) + 1
+        self._drop("unmapped_key_cap", key, value)
+
+    def _bind_key(self, key: str) -> _Binding | object:
+        """Resolve a key on first sight; plain gauges go to the fast-path table."""
+        target = self._resolve(key)
+        if target is None:
+            if self._unmapped >= self.unmapped_cap:
+                self._bindings[key] = _OVERFLOW
+                return _OVERFLOW
+            self._unmapped += 1
+            metric, labels, scale = catalog.get("rl_unmapped_metric"), {"key": key}, 1.0
+        else:
+            metric, labels, scale = target
+        if metric.type not in ("gauge", "counter"):
+            raise ValueError(f"key {key!r} maps to {metric.name}, a {metric.type}")
+        series = self.store.bind(metric, labels, capped=USER_LABELS)
+        binding = _Binding(series, scale)
+        if metric.type == "gauge" and scale == 1.0:
+            self._slots[key] = series.slot  # later float/int writes take the fast path
+        else:
+            self._bindings[key] = binding
+        return binding
+
+    def _resolve(self, key: str) -> tuple[Metric, dict[str, str], float] | None:
+        entry = catalog.BY_NAME.get(key)
+        if entry is not None and not entry.labels and entry.type in ("gauge", "counter"):
+            return entry, {}, 1.0
+        from rlpulse import keys  # type: ignore[attr-defined]  # keys.py lands separately
+
+        target = keys.resolve(key, self._framework)
+        if target is None:
+            return None
+        return catalog.get(target.metric), dict(target.labels), target.scale
+
+    # ---- direct catalog access --------------------------------------------------------------
+    def _series(self, name: str, kind: str, labels: Mapping[str, Any]) -> Series | None:
+        try:
+            metric = catalog.get(name)
+            if metric.type != kind:
+                raise ValueError(f"{name} is a {metric.type}, not a {kind}")
+            return self.store.bind(
+                metric, {k: str(v) for k, v in labels.items()}, capped=USER_LABELS
+            )
+        except (KeyError, ValueError) as exc:
+            self._drop("bad_metric", name, exc)
+            return None
+
+    def count(self, name: str, amount: float = 1.0, /, **labels: Any) -> None:
+        """Add ``amount`` (≥ 0) to a catalog counter."""
+        series = self._series(name, "counter", labels)
+        if series is None:
+            return
+        v = self._coerce(name, amount)
+        if v is None:
+            return
+        if not (v >= 0 and math.isfinite(v)):
+            self._drop("negative_increment", name, amount)
+            return
+        with self.store.lock:
+            self.store.values[series.slot] += v
+
+    def set(self, name: str, value: Any, /, **labels: Any) -> None:
+        """Set a catalog gauge."""
+        series = self._series(name, "gauge", labels)
+        if series is None:
+            return
+        v = self._coerce(name, value)
+        if v is None:
+            return
+        self.store.values[series.slot] = v
+        if not math.isfinite(v):
+            self._count_nonfinite(series)
+
+    def observe(
+        self, name: str, values: Any, /, *, exemplars: Sequence[Any] | None = None, **labels: Any
+    ) -> None:
+        """Add a batch of values (or one value) to a catalog histogram."""
+        series = self._series(name, "histogram", labels)
+        if series is not None:
+            self._observe(series, values, exemplars)
+
+    def _array(self, key: str, values: Any) -> np.ndarray | None:
+        try:
+            arr = np.asarray(values, dtype=float).ravel()
+        except (TypeError, ValueError):
+            self._drop("non_numeric", key, values)
+            return None
+        return arr
+
+    def _observe(self, series: Series, values: Any, ids: Sequence[Any] | None) -> None:
+        arr = self._array(series.metric.name, values)
+        if arr is None:
+            return
+        finite = np.isfinite(arr)
+        if not finite.all():
+            bad = int(arr.size - finite.sum())
+            arr = arr[finite]
+            if ids is not None:
+                ids = [i for i, ok in zip(ids, finite.tolist(), strict=False) if ok]
+            self._count_nonfinite(series, bad)
+        if ids is not None and len(ids) != arr.size:
+            self._drop("shape_mismatch", f"{series.metric.name} exemplars", len(ids))
+            ids = None
+        assert series.hist is not None
+        series.hist.observe_many(arr, ids)
+
+    def phase(self, name: str) -> _Phase:
+        """A context manager timing one phase into rl_phase_duration_seconds{phase}."""
+        return _Phase(self, name)
+
+    # ---- batch APIs -------------------------------------------------------------------------
+    def observe_rollouts(
+        self,
+        *,
+        latency_seconds: Any = None,
+        response_tokens: Any = None,
+        prompt_tokens: Any = None,
+        rewards: Any = None,
+        components: Mapping[str, Any] | None = None,
+        truncated: Any = None,
+        format_ok: Any = None,
+        success: Any = None,
+        group_size: int | None = None,
+        rollout_ids: Sequence[Any] | None = None,
+    ) -> None:
+        """Record one batch of rollouts: per-sample arrays (or lists) of equal length."""
+        try:
+            self._observe_rollouts(
+                latency_seconds,
+                response_tokens,
+                prompt_tokens,
+                rewards,
+                components or {},
+                truncated,
+                format_ok,
+                success,
+                group_size,
+                rollout_ids,
+            )
+        except Exception as exc:
+            if self.strict:
+                raise
+            self._drop("bad_call", "observe_rollouts", exc)
+
+    def _observe_rollouts(
+        self,
+        latency: Any,
+        tokens: Any,
+        prompt: Any,
+        rewards: Any,
+        components: Mapping[str, Any],
+        truncated: Any,
+        format_ok: Any,
+        success: Any,
+        group_size: int | None,
+        ids: Sequence[Any] | None,
+    ) -> None:
+        arrays: dict[str, np.ndarray] = {}
+        named = {
+            "latency_seconds": latency,
+            "response_tokens": tokens,
+            "prompt_tokens": prompt,
+            "rewards": rewards,
+            "truncated": truncated,
+            "format_ok": format_ok,
+            "success": success,
+        } | {f"components[{k}]": v for k, v in components.items()}
+        for key, raw in named.items():
+            if raw is not None:
+                arr = self._array(key, raw)
+                if arr is not None:
+                    arrays[key] = arr
+        sizes = {k: a.size for k, a in arrays.items()}
+        if ids is not None:
+            sizes["rollout_ids"] = len(ids)
+        if len(set(sizes.values())) > 1:
+            self._drop("shape_mismatch", "observe_rollouts", sizes)
+            return
+        if not sizes:
+            return
+        n = next(iter(sizes.values()))
+        self.count("rl_samples_total", n)
+        get = self.store.get
+        if "latency_seconds" in arrays:
+            self._observe(get("rl_rollout_duration_seconds"), arrays["latency_seconds"], ids)
+        if "response_tokens" in arrays:
+            t = arrays["response_tokens"]
+            self._observe(get("rl_response_length_tokens"), t, ids)
+            self._stats(
+                t,
+                mean="rl_response_length_mean_tokens",
+                max_="rl_response_length_max_tokens",
+                min_="rl_response_length_min_tokens",
+            )
+            self.count("rl_completion_tokens_total", float(np.nansum(t)))
+        if "prompt_tokens" in arrays:
+            self.count("rl_prompt_tokens_total", float(np.nansum(arrays["prompt_tokens"])))
+        if "rewards" in arrays:
+            r = arrays["rewards"]
+            self._stats(
+                r,
+                mean="rl_reward_mean",
+                std="rl_reward_std",
+                max_="rl_reward_max",
+                min_="rl_reward_min",
+            )
+            if group_size and group_size > 1 and r.size % group_size == 0:
+                groups = r.reshape(-1, group_size)
+                zero = np.ptp(groups, axis=1) == 0
+                self.set("rl_zero_std_groups_ratio", float(zero.mean()))
+        for name in components:
+            arr = arrays.get(f"components[{name}]")
+            if arr is not None:
+                self.set("rl_reward_component_mean", float(arr.mean()), component=name)
+                self.set("rl_reward_component_std", float(arr.std()), component=name)
+        for key, metric in (
+            ("truncated", "rl_truncation_ratio"),
+            ("format_ok", "rl_format_compliance_ratio"),
+            ("success", "rl_success_ratio"),
+        ):
+            if key in arrays:
+                self.set(metric, float(arrays[key].mean()))
+
+    def _stats(
+        self,
+        arr: np.ndarray,
+        *,
+        mean: str,
+        max_: str,
+        min_: str,
+        std: str | None = None,
+    ) -> None:
+        if arr.size == 0:
+            return
+        self.set(mean, float(arr.mean()))
+        self.set(max_, float(arr.max()))
+        self.set(min_, float(arr.min()))
+        if std is not None:
+            self.set(std, float(arr.std()))
+
+    def observe_episodes(self, returns: Any, lengths: Any, success: Any = None) -> None:
+        """Record finished episodes (classic RL); gauges show the mean of the last 100."""
+        try:
+            r = self._array("returns", returns)
+            n_steps = self._array("lengths", lengths)
+            if r is None or n_steps is None:
+                return
+            if r.size != n_steps.size:
+                self._drop("shape_mismatch", "observe_episodes", (r.size, n_steps.size))
+                return
+            rets, lens = self._episodes
+            rets.extend(r.tolist())
+            lens.extend(n_steps.tolist())
+            self.count("rl_episodes_total", r.size)
+            if rets:
+                self.set("rl_episode_return", sum(rets) / len(rets))
+                self.set("rl_episode_length_steps", sum(lens) / len(lens))
+            if success is not None:
+                s = self._array("success", success)
+                if s is not None and s.size:
+                    self.set("rl_success_ratio", float(s.mean()))
+        except Exception as exc:
+            if self.strict:
+                raise
+            self._drop("bad_call", "observe_episodes", exc)
+
+    # ---- metadata -----------------------------------------------------------------------------
+    def _set_metadata(self, metadata: Mapping[str, Any]) -> None:
+        if not isinstance(metadata, Mapping):
+            self._drop("bad_metadata", "metadata", metadata)
+            metadata = {}
+        info = dict.fromkeys(METADATA_KEYS, "")
+        info["host"] = socket.gethostname()
+        for raw_key, value in metadata.items():
+            key = METADATA_ALIASES.get(raw_key, raw_key)
+            if key not in info:
+                self._drop("bad_metadata", str(raw_key), value)
+                continue
+            info[key] = "" if value is None else str(value)[:256]
+        if not info["git_sha"]:
+            info["git_sha"] = _git_sha()
+        info["rlpulse_version"] = __version__
+        self._framework = info["framework"].lower() or None
+        self._info = info
+
+    def _set_config(self, config: Mapping[str, Any], prefix: str = "") -> None:
+        if not isinstance(config, Mapping):
+            self._drop("bad_config", prefix or "config", config)
+            return
+        for key, value in config.items():
+            name = f"{prefix}{key}"
+            if isinstance(value, Mapping):
+                self._set_config(value, f"{name}.")
+            elif isinstance(value, bool | np.bool_):
+                self.set("rl_hyperparameter", float(value), name=name)
+            elif isinstance(value, int | float | np.number):
+                self.set("rl_hyperparameter", value, name=name)
+            # strings, lists and None are settings, not numbers: left to rl_run_info/the config
+
+    # ---- scrape side ----------------------------------------------------------------------------
+    def readings(self) -> Iterator[CachedReader]:
+        """The scrape-time collectors (GPU, host)."""
+        return iter(self._readers)
+
+
+class _Phase:
+    __slots__ = ("_exp", "_name", "_t0")
+
+    def __init__(self, exp: Exporter, name: str) -> None:
+        self._exp = exp
+        self._name = name
+        self._t0 = 0.0
+
+    def __enter__(self) -> _Phase:
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        elapsed = time.perf_counter() - self._t0
+        series = self._exp._series("rl_phase_duration_seconds", "histogram", {"phase": self._name})
+        if series is not None and series.hist is not None:
+            series.hist.observe_one(elapsed)
+
+
+def _family(metric: Metric, labelnames: list[str]) -> Any:
+    doc = metric.help
+    if metric.type == "gauge":
+        return GaugeMetricFamily(metric.name, doc, labels=labelnames)
+    if metric.type == "counter":
+        return CounterMetricFamily(metric.family, doc, labels=labelnames)
+    if metric.type == "histogram":
+        return HistogramMetricFamily(metric.name, doc, labels=labelnames)
+    return InfoMetricFamily(metric.family, doc, labels=labelnames)
+
+
+class _Collector:
+    """Renders the exporter's store and scrape-time readings as Prometheus families."""
+
+    def __init__(self, exp: Exporter) -> None:
+        self._exp = exp
+
+    def collect(self) -> Iterator[Family]:
+        exp = self._exp
+        ident = [exp.run_id, str(exp.rank)]
+        names = list(IDENTITY_LABELS)
+        families: dict[str, Any] = {}
+
+        def family(metric: Metric) -> Any:
+            fam = families.get(metric.name)
+            if fam is None:
+                fam = families[metric.name] = _family(metric, names + list(metric.labels))
+            return fam
+
+        info = catalog.get("rl_run_info")
+        family(info).add_metric(ident, {k: exp._info[k] for k in info.labels})
+        values = exp.store.values
+        for series in list(exp.store.series):
+            metric = series.metric
+            labels = ident + list(series.labels)
+            if series.hist is not None:
+                cumulative, total, exemplars = series.hist.snapshot()
+                bounds = [*(_le(b) for b in metric.buckets), "+Inf"]
+                buckets = [
+                    (le, c, PromExemplar({"rollout_id": e.rollout_id}, e.value, e.timestamp))
+                    if e is not None
+                    else (le, c)
+                    for le, c, e in zip(bounds, cumulative, exemplars, strict=True)
+                ]
+                family(metric).add_metric(labels, buckets, total)
+                continue
+            family(metric).add_metric(labels, values[series.slot])
+        self._self_metrics(family, ident)
+        yield from families.values()
+
+    def _self_metrics(self, family: Any, ident: list[str]) -> None:
+        exp = self._exp
+        for reason, n in sorted(exp.dropped.items()):
+            family(catalog.get("rlpulse_dropped_values_total")).add_metric([*ident, reason], n)
+        for label, n in sorted(exp.store.overflowed.items()):
+            family(catalog.get("rlpulse_label_overflow_total")).add_metric([*ident, label], n)
+        for reader in exp.readings():
+            reading = reader.get()
+            st = reader.state
+            family(catalog.get("rlpulse_collector_enabled")).add_metric(
+                [*ident, st.name], float(st.enabled)
+            )
+            if not st.enabled:
+                continue
+            family(catalog.get("rlpulse_collector_up")).add_metric([*ident, st.name], float(st.up))
+            family(catalog.get("rlpulse_collector_duration_seconds")).add_metric(
+                [*ident, st.name], st.duration
+            )
+            family(catalog.get("rlpulse_collector_errors_total")).add_metric(
+                [*ident, st.name], st.errors
+            )
+            for name, labels, value in reading:
+                metric = catalog.get(name)
+                family(metric).add_metric(ident + [labels[n] for n in metric.labels], value)
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))

@@ -1,0 +1,149 @@
+"""Plain in-memory storage for metric values, read by the exporter's collector at scrape time.
+
+The training thread only writes Python floats into lists and numpy arrays; turning them into
+Prometheus samples (label rendering, families) happens in the HTTP thread. Each series is a
+*slot*: an index into ``Store.values`` (gauges and counters) or a ``Histogram`` object.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rlpulse import catalog
+from rlpulse.catalog import OVERFLOW_VALUE, Metric
+
+
+@dataclass
+class Exemplar:
+    """The rollout id last seen in a histogram bucket, with its value and time."""
+
+    rollout_id: str
+    value: float
+    timestamp: float
+
+
+class Histogram:
+    """A Prometheus histogram fed in batches: numpy bucket counts, sum and count."""
+
+    def __init__(self, buckets: Sequence[float]) -> None:
+        self.bounds = np.asarray(buckets, dtype=float)
+        self.counts = np.zeros(len(self.bounds) + 1, dtype=np.int64)  # last slot: +Inf
+        self.sum = 0.0
+        self.exemplars: list[Exemplar | None] = [None] * (len(self.bounds) + 1)
+        self._lock = threading.Lock()
+
+    def observe_one(self, value: float) -> None:
+        """Add one finite value."""
+        idx = int(np.searchsorted(self.bounds, value, side="left"))
+        with self._lock:
+            self.counts[idx] += 1
+            self.sum += value
+
+    def observe_many(self, values: np.ndarray, ids: Sequence[Any] | None = None) -> None:
+        """Add a 1-d array of finite values; ``ids`` (same length) become bucket exemplars."""
+        if values.size == 0:
+            return
+        idx = np.searchsorted(self.bounds, values, side="left")
+        hits = np.bincount(idx, minlength=len(self.counts))
+        total = float(values.sum())
+        with self._lock:
+            self.counts += hits
+            self.sum += total
+            if ids is not None:
+                now = time.time()
+                # the last sample that fell in each bucket is that bucket's exemplar
+                rev = idx[::-1]
+                buckets, first = np.unique(rev, return_index=True)
+                for b, j in zip(buckets.tolist(), first.tolist(), strict=True):
+                    pos = len(idx) - 1 - j
+                    self.exemplars[b] = Exemplar(str(ids[pos])[:64], float(values[pos]), now)
+
+    def snapshot(self) -> tuple[list[int], float, list[Exemplar | None]]:
+        """Cumulative bucket counts (+Inf last), the sum and the exemplars, consistently."""
+        with self._lock:
+            cumulative = np.cumsum(self.counts).tolist()
+            return cumulative, self.sum, list(self.exemplars)
+
+
+@dataclass
+class Series:
+    """One bound series: its metric, its own label values (catalog order) and its storage."""
+
+    metric: Metric
+    labels: tuple[str, ...]
+    slot: int = -1  # index into Store.values for gauges and counters
+    hist: Histogram | None = None
+
+
+@dataclass
+class Store:
+    """Every series the exporter knows, with bounded user-supplied label values.
+
+    A series is created when it is first written, so a gauge never shows a value nobody set.
+    """
+
+    label_cap: int
+    values: list[float] = field(default_factory=list)
+    series: list[Series] = field(default_factory=list)
+    by_slot: list[Series] = field(default_factory=list)
+    by_key: dict[tuple[str, tuple[str, ...]], Series] = field(default_factory=dict)
+    _distinct: dict[tuple[str, str], set[str]] = field(default_factory=dict)
+    overflowed: dict[str, int] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def bind(self, metric: Metric, labels: dict[str, str], *, capped: Iterable[str] = ()) -> Series:
+        """The series of ``metric`` with ``labels``, created on first use.
+
+        Label names listed in ``capped`` carry user data: past ``label_cap`` distinct values
+        per metric they fold into ``__overflow__`` (counted in ``overflowed``).
+        """
+        if set(labels) != set(metric.labels):
+            raise ValueError(
+                f"{metric.name} takes labels {list(metric.labels)}, got {sorted(labels)}"
+            )
+        values = tuple(str(labels[name]) for name in metric.labels)
+        key = (metric.name, values)
+        found = self.by_key.get(key)
+        if found is not None:
+            return found
+        with self.lock:
+            capped_set = set(capped)
+            if capped_set:
+                values = tuple(
+                    self._cap(metric.name, n, v) if n in capped_set else v
+                    for n, v in zip(metric.labels, values, strict=True)
+                )
+                key = (metric.name, values)
+                found = self.by_key.get(key)
+                if found is not None:
+                    return found
+            series = Series(metric, values)
+            if metric.type == "histogram":
+                series.hist = Histogram(metric.buckets)
+            else:
+                series.slot = len(self.values)
+                self.values.append(0.0)
+                self.by_slot.append(series)
+            self.series.append(series)
+            self.by_key[key] = series
+            return series
+
+    def _cap(self, metric: str, label: str, value: str) -> str:
+        seen = self._distinct.setdefault((metric, label), set())
+        if value in seen:
+            return value
+        if len(seen) >= self.label_cap:
+            self.overflowed[label] = self.overflowed.get(label, 0) + 1
+            return OVERFLOW_VALUE
+        seen.add(value)
+        return value
+
+    def get(self, name: str, **labels: str) -> Series:
+        """Bind a catalog metric by name (labels must match the catalog entry)."""
+        return self.bind(catalog.get(name), labels)

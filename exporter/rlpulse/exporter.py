@@ -56,6 +56,7 @@ METADATA_KEYS = (
 )
 METADATA_ALIASES = {"grader": "grader_version", "version": "framework_version", "sha": "git_sha"}
 EPISODE_WINDOW = 100
+MAX_PENDING = 4096  # log() snapshots held for the scrape thread before the trainer applies them
 
 _OVERFLOW = object()  # a key past the unmapped-key cap
 
@@ -158,6 +159,8 @@ class Exporter:
         self._slots: dict[str, int] = {}
         self._bindings: dict[str, _Binding | object] = {}
         self._unmapped = 0
+        self._pending: deque[tuple[dict[str, Any], Any, float]] = deque()
+        self._apply_lock = threading.RLock()
         self._step = self.store.get("rl_step")
         self._train_steps = self.store.get("rl_train_steps_total")
         self._last_ts = self.store.get("rl_last_step_timestamp_seconds")
@@ -254,7 +257,30 @@ class Exporter:
 
     # ---- log(): the hot path ----------------------------------------------------------------
     def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
-        """Record a trainer's metrics dict (framework keys are mapped onto the catalog)."""
+        """Record a trainer's metrics dict (framework keys are mapped onto the catalog).
+
+        The training thread only snapshots the dict; mapping, checks and counting happen when
+        the store is next read (a scrape), or here once ``MAX_PENDING`` snapshots wait, or at
+        once with ``strict=True`` so bad values raise in the caller.
+        """
+        try:
+            self._pending.append((dict(metrics), step, time.time()))
+        except Exception as exc:
+            if self.strict:
+                raise
+            self._drop("bad_call", "log", exc)
+            return
+        if self.strict or len(self._pending) > MAX_PENDING:
+            self.flush()
+
+    def flush(self) -> None:
+        """Apply every pending ``log()`` snapshot to the store, in order."""
+        pending = self._pending
+        with self._apply_lock:
+            while pending:
+                self._apply(*pending.popleft())
+
+    def _apply(self, metrics: dict[str, Any], step: Any, stamp: float) -> None:
         slots = self._slots
         values = self.store.values
         try:
@@ -269,7 +295,7 @@ class Exporter:
                     self._log_slow(k, v)
             if step is not None:
                 self._log_step(step)
-            values[self._last_ts.slot] = time.time()
+            values[self._last_ts.slot] = stamp
         except Exception as exc:
             if self.strict:
                 raise
@@ -667,6 +693,7 @@ class _Collector:
 
     def collect(self) -> Iterator[Family]:
         exp = self._exp
+        exp.flush()
         ident = [exp.run_id, str(exp.rank)]
         names = list(IDENTITY_LABELS)
         families: dict[str, Any] = {}

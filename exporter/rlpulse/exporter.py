@@ -239,7 +239,7 @@ class Exporter:
         if isinstance(value, str | bytes):
             self._drop("non_numeric", key, value)
             return None
-        if getattr(value, "ndim", 0) != 0 or getattr(value, "size", 1) != 1:
+        if isinstance(value, list | tuple) or getattr(value, "ndim", 0) != 0:
             self._drop("non_scalar", key, value)
             return None
         try:

@@ -7,7 +7,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
-from rlpulse.collectors.base import CollectorDisabled, Reading
+from rlpulse.collectors.base import CollectorDisabled, Reading, log
 
 # NVML clock-event (throttle) reason bits, grouped into the reasons rlpulse reports.
 THROTTLE_REASONS: dict[str, int] = {
@@ -32,6 +32,7 @@ class GpuReader:
         self._nvml = nvml
         self._pid = pid if pid is not None else os.getpid()
         self._ready = False
+        self._lost: set[int] = set()
 
     def _init(self) -> Any:
         if self._nvml is None:
@@ -55,7 +56,16 @@ class GpuReader:
         nv = self._nvml if self._ready else self._init()
         out: Reading = []
         for index in range(nv.nvmlDeviceGetCount()):
-            out.extend(self._device(nv, index))
+            try:
+                out.extend(self._device(nv, index))
+            except Exception as exc:  # one lost board must not hide the others
+                if index not in self._lost:
+                    log.warning(
+                        "rlpulse: GPU %d unreadable, its series are left out: %s", index, exc
+                    )
+                self._lost.add(index)
+            else:
+                self._lost.discard(index)
         return out
 
     def _device(self, nv: Any, index: int) -> Reading:

@@ -1,0 +1,57 @@
+"""Shared test helpers: scraping an exporter over real HTTP and parsing the exposition."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+
+import pytest
+from prometheus_client.parser import text_string_to_metric_families
+
+from rlpulse.exporter import Exporter
+
+
+def scrape(url: str, accept: str | None = None) -> str:
+    """GET ``url`` and return the body as text."""
+    req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return resp.read().decode()
+
+
+def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+    """{(sample name, labels): value} of a text-format scrape."""
+    out = {}
+    for fam in text_string_to_metric_families(text):
+        for s in fam.samples:
+            out[(s.name, frozenset(s.labels.items()))] = s.value
+    return out
+
+
+def value(text: str, name: str, /, **labels: str) -> float:
+    """The one sample called ``name`` whose labels include ``labels``."""
+    hits = [
+        v
+        for (n, lbls), v in samples(text).items()
+        if n == name and set(labels.items()) <= set(lbls)
+    ]
+    assert len(hits) == 1, f"{name}{labels}: {len(hits)} samples"
+    return hits[0]
+
+
+def promtool_check_metrics(text: str) -> subprocess.CompletedProcess[str]:
+    """Run the real ``promtool check metrics`` on a scrape."""
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is required (apt-get install prometheus)"
+    return subprocess.run(
+        [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
+    )
+
+
+@pytest.fixture
+def exporter() -> Iterator[Exporter]:
+    """A started exporter on a free port, without hardware collectors."""
+    exp = Exporter(port=0, run_id="test-run", gpu=False, host=False).start()
+    yield exp
+    exp.close()

@@ -1,0 +1,229 @@
+"""The in-process exporter over real HTTP: exposition, identity, lifecycle and the hot path."""
+
+from __future__ import annotations
+
+import math
+import socket
+import ssl
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rlpulse
+from rlpulse import catalog
+from rlpulse.exporter import Exporter, PortInUseError
+from tests.conftest import promtool_check_metrics, samples, scrape, value
+
+
+def test_scrape_passes_promtool_and_covers_three_layers(exporter: Exporter) -> None:
+    exporter.log({"rl_entropy": 1.5, "rl_truncation_ratio": 0.1, "rl_kl_reference": 0.02}, step=3)
+    exporter.observe_rollouts(
+        latency_seconds=[0.2, 0.4],
+        response_tokens=[100, 300],
+        rewards=[1.0, 0.0],
+        components={"format": [1.0, 1.0]},
+    )
+    with exporter.phase("rollout"):
+        pass
+    text = scrape(exporter.url)
+    check = promtool_check_metrics(text)
+    assert check.returncode == 0, check.stdout + check.stderr
+    assert value(text, "rl_entropy", run_id="test-run", rank="0") == 1.5
+    assert value(text, "rl_step") == 3
+    assert value(text, "rl_rollout_duration_seconds_count") == 2
+    assert value(text, "rl_reward_component_mean", component="format") == 1.0
+    assert value(text, "rl_phase_duration_seconds_count", phase="rollout") == 1
+    layers = {catalog.get(n).layer for (n, _) in samples(text) if n in catalog.BY_NAME}
+    assert {"system", "rl", "task", "meta"} <= layers
+
+
+def test_every_series_carries_identity_labels(exporter: Exporter) -> None:
+    exporter.log({"rl_entropy": 1.0, "something/custom": 2.0})
+    for (_name, labels), _v in samples(scrape(exporter.url)).items():
+        assert {"run_id", "rank"} <= {k for k, _ in labels}
+
+
+def test_run_info_and_hyperparameters() -> None:
+    exp = Exporter(
+        port=0,
+        run_id="meta",
+        gpu=False,
+        host=False,
+        metadata={"model": "qwen2.5-1.5b", "framework": "trl", "grader": "v3", "git_sha": "abc"},
+        config={"lr": 1e-6, "ppo": {"clip": 0.2, "epochs": 4}, "use_kl": True, "name": "x"},
+    ).start()
+    try:
+        text = scrape(exp.url)
+        assert value(text, "rl_run_info", model="qwen2.5-1.5b", grader_version="v3") == 1
+        assert value(text, "rl_run_info", rlpulse_version=rlpulse.__version__, git_sha="abc") == 1
+        assert value(text, "rl_hyperparameter", name="ppo.clip") == 0.2
+        assert value(text, "rl_hyperparameter", name="use_kl") == 1.0
+        assert not [k for k in samples(text) if ("name", "name") in k[1]]
+    finally:
+        exp.close()
+
+
+def test_openmetrics_scrape_carries_rollout_exemplars(exporter: Exporter) -> None:
+    exporter.observe_rollouts(
+        latency_seconds=[0.05, 3.0], response_tokens=[12, 900], rollout_ids=["r-1", "r-2"]
+    )
+    text = scrape(exporter.url, accept="application/openmetrics-text; version=1.0.0")
+    lines = [ln for ln in text.splitlines() if ' # {rollout_id="' in ln]
+    assert any(ln.startswith("rl_rollout_duration_seconds_bucket") and "r-2" in ln for ln in lines)
+    assert any(ln.startswith("rl_response_length_tokens_bucket") and "r-1" in ln for ln in lines)
+    assert text.rstrip().endswith("# EOF")
+
+
+def test_histogram_batch_matches_per_sample_semantics(exporter: Exporter) -> None:
+    bounds = catalog.get("rl_rollout_duration_seconds").buckets
+    data = [0.005, 0.0051, 1.0, 2.5, 700.0, *bounds]  # values on a bound fall in that bucket
+    exporter.observe("rl_rollout_duration_seconds", data)
+    text = scrape(exporter.url)
+    for le in bounds:
+        expected = sum(1 for x in data if x <= le)
+        got = value(text, "rl_rollout_duration_seconds_bucket", le=repr(float(le)))
+        assert got == expected, le
+    assert value(text, "rl_rollout_duration_seconds_bucket", le="+Inf") == len(data)
+    assert math.isclose(value(text, "rl_rollout_duration_seconds_sum"), sum(data))
+
+
+def test_zero_std_groups_and_ratios(exporter: Exporter) -> None:
+    exporter.observe_rollouts(
+        rewards=[1, 1, 1, 1, 0, 1, 0, 0],
+        group_size=4,
+        truncated=[1, 0, 0, 0, 0, 0, 0, 0],
+        format_ok=[1, 1, 1, 1, 1, 1, 0, 0],
+        prompt_tokens=[10] * 8,
+    )
+    text = scrape(exporter.url)
+    assert value(text, "rl_zero_std_groups_ratio") == 0.5
+    assert value(text, "rl_truncation_ratio") == 0.125
+    assert value(text, "rl_format_compliance_ratio") == 0.75
+    assert value(text, "rl_prompt_tokens_total") == 80
+    assert value(text, "rl_samples_total") == 8
+
+
+def test_episodes_keep_a_rolling_mean(exporter: Exporter) -> None:
+    for i in range(150):
+        exporter.observe_episodes([float(i)], [10], success=[i % 2])
+    text = scrape(exporter.url)
+    assert value(text, "rl_episodes_total") == 150
+    assert value(text, "rl_episode_return") == pytest.approx(sum(range(50, 150)) / 100)
+
+
+def test_log_before_start_and_after_close_is_harmless() -> None:
+    rlpulse.close()
+    rlpulse.log({"rl_entropy": 1.0}, step=1)
+    rlpulse.observe_rollouts(rewards=[1.0])
+    with rlpulse.phase("update"):
+        pass
+
+
+def test_start_is_idempotent_and_close_frees_the_port() -> None:
+    exp = rlpulse.start(port=0, run_id="idem", gpu=False, host=False)
+    try:
+        assert rlpulse.start(port=0) is exp
+        port = exp.port
+        assert scrape(exp.url)
+    finally:
+        rlpulse.close()
+    again = Exporter(port=port, run_id="again", gpu=False, host=False).start()
+    try:
+        assert "again" in scrape(again.url)
+    finally:
+        again.close()
+
+
+def test_port_in_use_is_a_clear_error() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        exp = Exporter(port=port, addr="127.0.0.1", gpu=False, host=False)
+        with pytest.raises(PortInUseError, match=rf"port {port} .*RLPULSE_PORT.*port=0"):
+            exp.start()
+
+
+def test_rank_and_port_come_from_the_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        base = s.getsockname()[1]
+    monkeypatch.setenv("RANK", "5")
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    monkeypatch.setenv("RLPULSE_PORT", str(base - 1))
+    monkeypatch.setenv("RLPULSE_RUN_ID", "from-env")
+    exp = Exporter(gpu=False, host=False, addr="127.0.0.1").start()
+    try:
+        assert exp.port == base
+        text = scrape(exp.url)
+        assert value(text, "rl_run_info", run_id="from-env", rank="5") == 1
+    finally:
+        exp.close()
+
+
+def test_bad_environment_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LOCAL_RANK", "zero")
+    with pytest.raises(ValueError, match="LOCAL_RANK='zero'"):
+        Exporter(port=0, gpu=False, host=False)
+
+
+def test_tls_passthrough(tmp_path: Path) -> None:
+    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        + ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+        + ["-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    exp = Exporter(
+        port=0, addr="127.0.0.1", gpu=False, host=False, certfile=str(cert), keyfile=str(key)
+    ).start()
+    try:
+        assert exp.url.startswith("https://")
+        ctx = ssl.create_default_context(cafile=str(cert))
+        with urllib.request.urlopen(exp.url, context=ctx, timeout=10) as resp:
+            assert b"rl_run_info" in resp.read()
+    finally:
+        exp.close()
+
+
+def test_known_keys_take_the_fast_path_after_first_sight(exporter: Exporter) -> None:
+    exporter.log({"rl_entropy": 1.0, "rl_approx_kl": 0.01})
+    exporter.flush()
+    assert {"rl_entropy", "rl_approx_kl"} <= set(exporter._slots)
+    before = len(exporter.store.series)
+    for step in range(100):
+        exporter.log({"rl_entropy": 1.0 - step / 1000, "rl_approx_kl": 0.01}, step=step)
+    exporter.flush()
+    assert len(exporter.store.series) == before
+
+
+def test_pending_snapshots_are_bounded_without_a_scraper() -> None:
+    exp = Exporter(port=0, gpu=False, host=False)  # never started, never scraped
+    from rlpulse.exporter import MAX_PENDING
+
+    for step in range(MAX_PENDING * 3):
+        exp.log({"rl_entropy": float(step)}, step=step)
+    assert len(exp._pending) <= MAX_PENDING
+    exp.flush()
+    assert exp.store.values[exp.store.get("rl_entropy").slot] == MAX_PENDING * 3 - 1
+
+
+def test_numpy_and_int_values_are_recorded(exporter: Exporter) -> None:
+    exporter.log(
+        {
+            "rl_entropy": np.float32(0.25),
+            "rl_grad_norm_total": 3,
+            "rl_loss": np.array(2.0),
+            "rl_policy_loss": np.int64(-1),
+        }
+    )
+    text = scrape(exporter.url)
+    assert value(text, "rl_entropy") == 0.25
+    assert value(text, "rl_loss") == 2.0
+    assert value(text, "rl_policy_loss") == -1
+    assert value(text, "rl_unmapped_metric", key="rl_grad_norm_total") == 3

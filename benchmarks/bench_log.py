@@ -18,6 +18,7 @@ from collections.abc import Callable
 
 import numpy as np
 import prometheus_client as pc
+
 from rlpulse import catalog
 from rlpulse.exporter import Exporter
 

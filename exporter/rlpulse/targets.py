@@ -1,0 +1,117 @@
+"""Prometheus ``file_sd`` target files for a multi-node job, from a host list or the launcher.
+
+Each node runs one exporter per local rank on ``base_port + local_rank``; the target groups carry
+a ``node`` label so recording rules can pre-aggregate per node.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+_RANGE = re.compile(r"^(?P<prefix>[^\[\]]*)\[(?P<body>[^\]]+)\](?P<suffix>.*)$")
+
+
+def expand_hostlist(spec: str) -> list[str]:
+    """Expand a Slurm-style host list: ``gpu[01-03,07],login1`` → gpu01 gpu02 gpu03 gpu07 login1."""
+    hosts: list[str] = []
+    for part in _split_top(spec):
+        m = _RANGE.match(part)
+        if not m:
+            hosts.append(part)
+            continue
+        for item in m["body"].split(","):
+            lo, _, hi = item.partition("-")
+            if not lo.isdigit() or (hi and not hi.isdigit()):
+                raise ValueError(f"host list {spec!r}: bad range {item!r}")
+            width = len(lo)
+            for n in range(int(lo), int(hi or lo) + 1):
+                hosts.extend(expand_hostlist(f"{m['prefix']}{n:0{width}d}{m['suffix']}"))
+    return hosts
+
+
+def _split_top(spec: str) -> list[str]:
+    """Split on commas outside brackets."""
+    parts, depth, cur = [], 0, ""
+    for ch in spec:
+        if ch == "," and depth == 0:
+            parts.append(cur)
+            cur = ""
+            continue
+        depth += {"[": 1, "]": -1}.get(ch, 0)
+        cur += ch
+    parts.append(cur)
+    return [p.strip() for p in parts if p.strip()]
+
+
+@dataclass(frozen=True)
+class Node:
+    """One host and how many exporter processes (local ranks) it runs."""
+
+    host: str
+    ranks: int
+
+
+def read_hostfile(path: Path, default_ranks: int) -> list[Node]:
+    """DeepSpeed/MPI-style hostfile: ``host [slots=N]`` per line, ``#`` comments."""
+    nodes = []
+    for lineno, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        host, *rest = line.split()
+        ranks = default_ranks
+        for field in rest:
+            key, _, val = field.partition("=")
+            if key not in ("slots", "max_slots") or not val.isdigit():
+                raise ValueError(f"{path}:{lineno}: cannot read {field!r} (expected slots=N)")
+            if key == "slots":
+                ranks = int(val)
+        nodes.append(Node(host, ranks))
+    return nodes
+
+
+def nodes_from_env(env: Mapping[str, str], default_ranks: int) -> list[Node]:
+    """Hosts from Slurm (``SLURM_JOB_NODELIST``) and ranks per node from the launcher."""
+    spec = env.get("SLURM_JOB_NODELIST") or env.get("SLURM_NODELIST")
+    if not spec:
+        raise ValueError(
+            "no host list: pass --hosts or --hostfile, or run inside a Slurm job "
+            "(SLURM_JOB_NODELIST)"
+        )
+    ranks = default_ranks
+    for key in ("LOCAL_WORLD_SIZE", "SLURM_NTASKS_PER_NODE", "SLURM_GPUS_ON_NODE"):
+        raw = env.get(key, "")
+        if raw:
+            head = raw.split("(")[0].split(",")[0]
+            if not head.isdigit():
+                raise ValueError(f"{key}={raw!r} is not a number of ranks")
+            ranks = int(head)
+            break
+    return [Node(h, ranks) for h in expand_hostlist(spec)]
+
+
+def file_sd(
+    nodes: Sequence[Node], base_port: int, labels: Mapping[str, str] | None = None
+) -> list[dict[str, object]]:
+    """The ``file_sd`` document: one target group per node."""
+    if not 0 < base_port < 65536:
+        raise ValueError(f"base port {base_port} is not a TCP port")
+    groups: list[dict[str, object]] = []
+    for node in nodes:
+        if node.ranks < 1 or base_port + node.ranks - 1 > 65535:
+            raise ValueError(f"{node.host}: {node.ranks} ranks from port {base_port} do not fit")
+        targets = [f"{node.host}:{base_port + r}" for r in range(node.ranks)]
+        groups.append({"targets": targets, "labels": {**(labels or {}), "node": node.host}})
+    return groups
+
+
+def write(path: Path, groups: list[dict[str, object]]) -> None:
+    """Write atomically, so Prometheus never reads a half-written file."""
+    tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
+    tmp.write_text(json.dumps(groups, indent=2) + "\n")
+    tmp.replace(path)

@@ -1,0 +1,80 @@
+"""JSON Lines logs: one JSON object per line (``jsonl``), and verl's ``file`` logger backend
+(``verl-jsonl``: ``{"step": N, "data": {key: value, ...}}`` per line, appended by
+``verl.utils.tracking.FileLogger``). Both stream line by line."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterator
+from datetime import datetime
+from pathlib import Path
+
+from rlpulse.logs.base import LogFormatError, Record, as_step, flatten, number
+
+STEP_KEYS = ("step", "global_step", "_step", "train/global_step", "iteration", "timestep")
+TIME_KEYS = ("timestamp", "_timestamp", "wall_time", "walltime")
+
+
+def objects(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
+    """(line number, object) for each non-blank line; a clear error for anything else."""
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        for lineno, line in enumerate(fh, 1):
+            if not line.strip():
+                continue
+            try:
+                obj = json.loads(line)
+            except json.JSONDecodeError as exc:
+                problem = f"not valid JSON ({exc.msg} at column {exc.colno})"
+                if not line.endswith("\n"):
+                    problem = f"truncated last line: {problem}"
+                raise LogFormatError(path, f"line {lineno}", problem) from None
+            if not isinstance(obj, dict):
+                raise LogFormatError(
+                    path, f"line {lineno}", f"expected a JSON object, got {type(obj).__name__}"
+                )
+            yield lineno, obj
+
+
+def _timestamp(value: object) -> float | None:
+    if isinstance(value, str):
+        try:
+            return datetime.fromisoformat(value).timestamp()
+        except ValueError:
+            return None
+    v = number(value)
+    return v if v is not None and math.isfinite(v) else None
+
+
+def read_jsonl(path: Path) -> Iterator[Record]:
+    """Rows of a generic JSONL metrics log. The step is the first of ``STEP_KEYS`` present
+    (else the previous step + 1); nested objects flatten to ``a/b`` keys."""
+    step = -1
+    for lineno, obj in objects(path):
+        values = flatten(obj)
+        raw = next((obj[k] for k in STEP_KEYS if k in obj), None)
+        if raw is None:
+            step += 1
+        else:
+            parsed = as_step(raw)
+            if parsed is None:
+                raise LogFormatError(path, f"line {lineno}", f"step {raw!r} is not an integer")
+            step = parsed
+        ts = next((_timestamp(obj[k]) for k in TIME_KEYS if k in obj), None)
+        for k in (*STEP_KEYS, *TIME_KEYS):
+            values.pop(k, None)
+        yield Record(step, ts, values, f"line {lineno}")
+
+
+def read_verl_jsonl(path: Path) -> Iterator[Record]:
+    """Rows of verl's ``file`` logger: ``{"step": N, "data": {...}}`` per line."""
+    for lineno, obj in objects(path):
+        step, data = as_step(obj.get("step")), obj.get("data")
+        if step is None or not isinstance(data, dict):
+            raise LogFormatError(
+                path,
+                f"line {lineno}",
+                'expected {"step": <int>, "data": {...}} (verl file logger), '
+                f"got keys {sorted(obj)[:6]}",
+            )
+        yield Record(step, None, flatten(data), f"line {lineno}")

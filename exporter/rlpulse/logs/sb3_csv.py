@@ -1,0 +1,97 @@
+"""Stable-Baselines3 CSV logs, streamed row by row.
+
+* ``monitor.csv`` (SB3 ``Monitor`` / baselines ``bench``): a ``#{"t_start": …}`` JSON line, then
+  ``r,l,t`` (+ info keywords) per finished episode. Records are episodes: step = environment
+  steps so far, timestamp = ``t_start + t``.
+* ``progress.csv`` (SB3 / OpenAI-baselines ``CSVOutputFormat``): a header of logger keys, one row
+  per dump; empty cells are keys absent from that dump. Step = the total-timesteps column when
+  there is one, else the row index; timestamp = the elapsed-time column when there is one.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import TextIO
+
+from rlpulse.logs.base import LogFormatError, Record, as_step, number
+
+STEP_COLUMNS = ("time/total_timesteps", "total_timesteps", "misc/total_timesteps", "TimestepsSoFar")
+TIME_COLUMNS = ("time/time_elapsed", "time_elapsed", "TimeElapsed", "misc/time_elapsed")
+_BOOLS = {"True": 1.0, "False": 0.0, "true": 1.0, "false": 0.0}
+
+
+def read_sb3_csv(path: Path) -> Iterator[Record]:
+    """Episodes of a Monitor file or rows of a progress file, whichever ``path`` is."""
+    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+        first = fh.readline()
+        if first.startswith("#"):
+            yield from _monitor(path, fh, first)
+        else:
+            yield from _progress(path, fh, first)
+
+
+def _rows(
+    path: Path, fh: TextIO, header: list[str], offset: int
+) -> Iterator[tuple[int, list[str]]]:
+    reader = csv.reader(fh)
+    for row in reader:
+        lineno = reader.line_num + offset
+        if not row:
+            continue
+        if len(row) != len(header):
+            raise LogFormatError(
+                path,
+                f"line {lineno}",
+                f"{len(row)} fields where the header has {len(header)} (truncated or malformed)",
+            )
+        yield lineno, row
+
+
+def _monitor(path: Path, fh: TextIO, first: str) -> Iterator[Record]:
+    try:
+        meta = json.loads(first[1:])
+        t_start = float(meta.get("t_start", 0.0))
+    except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
+        raise LogFormatError(
+            path, "line 1", "monitor header is not '#{\"t_start\": …}' JSON"
+        ) from None
+    header = next(csv.reader([fh.readline()]), [])
+    if not {"r", "l"} <= set(header):
+        raise LogFormatError(path, "line 2", f"monitor columns {header} lack 'r' and 'l'")
+    steps = 0
+    for lineno, row in _rows(path, fh, header, 2):
+        values: dict[str, float] = {}
+        for name, cell in zip(header, row, strict=True):
+            v = _BOOLS.get(cell, number(cell))
+            if v is not None:
+                values[name] = v
+        if "r" not in values or "l" not in values:
+            raise LogFormatError(path, f"line {lineno}", f"episode row {row} has no numeric r, l")
+        steps += int(values["l"])
+        t = values.pop("t", None)
+        yield Record(steps, None if t is None else t_start + t, values, f"line {lineno}", "episode")
+
+
+def _progress(path: Path, fh: TextIO, first: str) -> Iterator[Record]:
+    header = next(csv.reader([first]), [])
+    if not header:
+        raise LogFormatError(path, "line 1", "empty CSV header")
+    step_col = next((c for c in STEP_COLUMNS if c in header), None)
+    time_col = next((c for c in TIME_COLUMNS if c in header), None)
+    for index, (lineno, row) in enumerate(_rows(path, fh, header, 1)):
+        values = {}
+        for name, cell in zip(header, row, strict=True):
+            v = number(cell)
+            if v is not None:
+                values[name] = v
+        step = index
+        if step_col is not None and step_col in values:
+            parsed = as_step(values[step_col])
+            if parsed is None:
+                raise LogFormatError(path, f"line {lineno}", f"{step_col} is not an integer")
+            step = parsed
+        ts = values.get(time_col) if time_col else None
+        yield Record(step, ts, values, f"line {lineno}")

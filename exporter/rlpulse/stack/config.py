@@ -1,0 +1,812 @@
+"""The one typed configuration of the generated stack: thresholds, windows, intervals, receivers.
+
+Every number a generated rule, route or scrape config uses lives here with a documented default
+(like a monitoring mixin's ``_config``). ``load(path)`` overrides the defaults from YAML and names
+the offending key for a bad one; ``fast()`` compresses every interval and window so a test or
+demo sees alerts within seconds (``rlpulse generate --fast``, ``rlpulse stack up --fast``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, NewType, get_args, get_origin, get_type_hints
+
+import yaml
+
+from rlpulse import catalog
+from rlpulse.collectors.gpu import THROTTLE_REASONS
+
+Duration = NewType("Duration", str)
+"""A Prometheus duration such as ``90s``, ``5m`` or ``1h30m``."""
+
+_UNITS: dict[str, float] = {
+    "ms": 0.001,
+    "s": 1.0,
+    "m": 60.0,
+    "h": 3600.0,
+    "d": 86400.0,
+    "w": 604800.0,
+    "y": 31536000.0,
+}
+_DURATION_RE = re.compile(r"^(?:\d+(?:ms|s|m|h|d|w|y))+$")
+_PART_RE = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
+
+
+class ConfigError(ValueError):
+    """A bad key or value in a configuration file; the message names it."""
+
+
+def seconds(duration: str) -> float:
+    """The length of a Prometheus duration string, in seconds."""
+    if not _DURATION_RE.match(duration):
+        raise ValueError(f"{duration!r} is not a Prometheus duration (e.g. 30s, 5m, 1h)")
+    return sum(int(n) * _UNITS[u] for n, u in _PART_RE.findall(duration))
+
+
+def duration(secs: float) -> Duration:
+    """The shortest Prometheus duration string for ``secs`` (whole milliseconds)."""
+    ms = round(secs * 1000)
+    if ms <= 0:
+        return Duration("0s")
+    parts = []
+    for unit in ("d", "h", "m", "s", "ms"):
+        size = round(_UNITS[unit] * 1000)
+        if ms >= size:
+            parts.append(f"{ms // size}{unit}")
+            ms %= size
+    return Duration("".join(parts))
+
+
+def _doc(text: str, choices: frozenset[str] | None = None) -> dict[str, Any]:
+    """Field metadata: the sentence docs/configuration.md shows, and the strings a user may set."""
+    return {"doc": text, "choices": choices}
+
+
+def doc(f: dataclasses.Field[Any]) -> str:
+    """The documentation sentence of a config field."""
+    return str(f.metadata.get("doc", ""))
+
+
+# ---- Prometheus and Alertmanager plumbing ----------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Scrape:
+    """How Prometheus finds and reads trainer exporters (prometheus.yml)."""
+
+    job_name: str = field(
+        default="rlpulse", metadata=_doc("Scrape job of the trainer exporters; alerts select it.")
+    )
+    interval: Duration = field(default=Duration("15s"), metadata=_doc("Scrape interval."))
+    timeout: Duration = field(
+        default=Duration("10s"), metadata=_doc("Scrape timeout (at most the interval).")
+    )
+    evaluation_interval: Duration = field(
+        default=Duration("15s"), metadata=_doc("Rule evaluation interval.")
+    )
+    scheme: Literal["http", "https"] = field(
+        default="http", metadata=_doc("Scheme of the exporter endpoints.")
+    )
+    static_targets: tuple[str, ...] = field(
+        default=("127.0.0.1:9400",),
+        metadata=_doc("host:port exporters always scraped (rlpulse's default port)."),
+    )
+    file_sd: tuple[str, ...] = field(
+        default=("targets/*.json",),
+        metadata=_doc(
+            "file_sd target files (globs, relative to prometheus.yml) a launcher writes per run."
+        ),
+    )
+    alertmanagers: tuple[str, ...] = field(
+        default=("127.0.0.1:9093",), metadata=_doc("Alertmanager host:port list.")
+    )
+
+
+@dataclass(frozen=True)
+class Routing:
+    """Alertmanager grouping and repeat timings."""
+
+    group_wait: Duration = field(
+        default=Duration("30s"), metadata=_doc("Wait before the first notification of a group.")
+    )
+    group_interval: Duration = field(
+        default=Duration("5m"), metadata=_doc("Wait before notifying changes in a group.")
+    )
+    repeat_interval: Duration = field(
+        default=Duration("4h"), metadata=_doc("Re-notify a still-firing alert after this.")
+    )
+
+
+@dataclass(frozen=True)
+class PagerDuty:
+    """The critical receiver: PagerDuty Events API v2."""
+
+    url: str = field(
+        default="https://events.pagerduty.com/v2/enqueue", metadata=_doc("Events API v2 endpoint.")
+    )
+    routing_key_file: str = field(
+        default="/etc/alertmanager/secrets/pagerduty_routing_key",
+        metadata=_doc(
+            "File holding the integration's routing key (never put the key itself in a config)."
+        ),
+    )
+    send_resolved: bool = field(
+        default=True, metadata=_doc("Send a resolve event when the alert clears.")
+    )
+
+
+@dataclass(frozen=True)
+class Slack:
+    """A warning receiver: Slack incoming webhook."""
+
+    api_url_file: str = field(
+        default="/etc/alertmanager/secrets/slack_api_url",
+        metadata=_doc("File holding the Slack webhook URL."),
+    )
+    channel: str = field(default="#rl-training", metadata=_doc("Channel to post to."))
+    send_resolved: bool = field(default=True, metadata=_doc("Post when the alert clears."))
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """A warning receiver: a generic webhook (Alertmanager's JSON payload)."""
+
+    url: str = field(
+        default="http://127.0.0.1:9095/alerts", metadata=_doc("Endpoint that receives the alerts.")
+    )
+    send_resolved: bool = field(default=True, metadata=_doc("Send resolved alerts too."))
+
+
+@dataclass(frozen=True)
+class Receivers:
+    """Where each severity goes: critical pages PagerDuty; warning goes to Slack or a webhook."""
+
+    warning: Literal["slack", "webhook"] = field(
+        default="slack", metadata=_doc("Receiver of severity=warning.")
+    )
+    info: Literal["none", "slack", "webhook"] = field(
+        default="none",
+        metadata=_doc(
+            "Receiver of severity=info ('none': only visible in Alertmanager and Grafana)."
+        ),
+    )
+    pagerduty: PagerDuty = field(default_factory=PagerDuty, metadata=_doc("PagerDuty settings."))
+    slack: Slack = field(default_factory=Slack, metadata=_doc("Slack settings."))
+    webhook: Webhook = field(default_factory=Webhook, metadata=_doc("Webhook settings."))
+
+
+@dataclass(frozen=True)
+class Links:
+    """URLs put into alert annotations and notifications."""
+
+    grafana_url: str = field(
+        default="http://localhost:3000", metadata=_doc("Grafana base URL for dashboard links.")
+    )
+    training_dashboard_uid: str = field(
+        default="rlpulse-training", metadata=_doc("uid of the RL training dashboard.")
+    )
+    system_dashboard_uid: str = field(
+        default="rlpulse-system", metadata=_doc("uid of the RL system dashboard.")
+    )
+    comparison_dashboard_uid: str = field(
+        default="rlpulse-comparison", metadata=_doc("uid of the run comparison one.")
+    )
+    runbook_url: str = field(
+        default="https://github.com/rlpulse/rlpulse/blob/main/docs/runbooks.md",
+        metadata=_doc("Base URL of docs/runbooks.md; each alert links to its #anchor."),
+    )
+
+
+@dataclass(frozen=True)
+class Selectors:
+    """Label matchers added to every rl_/rlpulse_ series a rule selects."""
+
+    metrics: str = field(
+        default="", metadata=_doc('Extra matchers, e.g. cluster="a" (empty: none).')
+    )
+
+
+@dataclass(frozen=True)
+class Windows:
+    """Shared PromQL windows."""
+
+    rate: Duration = field(
+        default=Duration("5m"), metadata=_doc("rate() and histogram-quantile window.")
+    )
+    recent: Duration = field(
+        default=Duration("10m"), metadata=_doc("Smoothing window for a series' current level.")
+    )
+    zscore: Duration = field(
+        default=Duration("1h"), metadata=_doc("Earlier window a z-score or drift compares against.")
+    )
+    baseline: Duration = field(
+        default=Duration("6h"), metadata=_doc("Lookback for a run's own peak/floor baseline.")
+    )
+    resolution: Duration = field(
+        default=Duration("1m"), metadata=_doc("Step of the subqueries behind baselines.")
+    )
+
+
+# ---- alerts -------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class AlertConfig:
+    """Settings every alert has."""
+
+    enabled: bool = field(default=True, metadata=_doc("Generate this alert."))
+    for_: Duration = field(
+        default=Duration("10m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+
+
+@dataclass(frozen=True)
+class EntropyCollapse(AlertConfig):
+    """Policy entropy far below the run's own early peak (or under an absolute floor)."""
+
+    ratio: float = field(
+        default=0.2, metadata=_doc("Fire below this fraction of the run's peak (smoothed) entropy.")
+    )
+    floor: float = field(
+        default=0.01, metadata=_doc("Also fire below this absolute entropy, in nats (0: off).")
+    )
+
+
+@dataclass(frozen=True)
+class KLReferenceHigh(AlertConfig):
+    """KL to the reference policy sustained high (median over the recent window)."""
+
+    warning: float = field(default=1.0, metadata=_doc("Warning level, nats."))
+    critical: float = field(default=5.0, metadata=_doc("Critical (blow-up) level, nats."))
+
+
+@dataclass(frozen=True)
+class KLReferenceRising(AlertConfig):
+    """KL to the reference rising fast against its earlier window."""
+
+    for_: Duration = field(
+        default=Duration("5m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    zscore: float = field(default=4.0, metadata=_doc("Fire above this z-score of the recent mean."))
+    min_level: float = field(
+        default=0.1, metadata=_doc("...and only when the recent mean KL is above this.")
+    )
+
+
+@dataclass(frozen=True)
+class Threshold(AlertConfig):
+    """An alert on one level."""
+
+    threshold: float = field(default=0.0, metadata=_doc("The level."))
+
+
+@dataclass(frozen=True)
+class UpdateKLHigh(Threshold):
+    """Update-step (approximate) KL too high: updates move the policy too far."""
+
+    threshold: float = field(default=0.05, metadata=_doc("Fire above this mean approximate KL."))
+
+
+@dataclass(frozen=True)
+class ClipFractionHigh(Threshold):
+    """Too many ratios clipped."""
+
+    threshold: float = field(default=0.3, metadata=_doc("Fire above this mean clip fraction."))
+
+
+@dataclass(frozen=True)
+class NonFiniteLoss(AlertConfig):
+    """NaN or Inf in a loss or gradient norm."""
+
+    for_: Duration = field(
+        default=Duration("0s"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    metrics: tuple[str, ...] = field(
+        default=("rl_loss", "rl_policy_loss", "rl_value_loss", "rl_grad_norm"),
+        metadata=_doc("Catalog metrics watched for non-finite values.", frozenset(catalog.BY_NAME)),
+    )
+
+
+@dataclass(frozen=True)
+class GradNormSpike(AlertConfig):
+    """Gradient norm spiking against its rolling median."""
+
+    for_: Duration = field(
+        default=Duration("1m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    ratio: float = field(
+        default=10.0,
+        metadata=_doc("Fire when the recent max is this many times the rolling median."),
+    )
+    min_level: float = field(
+        default=1.0, metadata=_doc("...and the recent max grad norm is above this.")
+    )
+
+
+@dataclass(frozen=True)
+class ValueLossExplosion(AlertConfig):
+    """Value loss far above its earlier median."""
+
+    ratio: float = field(
+        default=10.0,
+        metadata=_doc("Fire when the recent mean is this many times the earlier median."),
+    )
+
+
+@dataclass(frozen=True)
+class ExplainedVarianceNegative(Threshold):
+    """The value function predicts worse than a constant."""
+
+    for_: Duration = field(
+        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    threshold: float = field(default=0.0, metadata=_doc("Fire below this mean explained variance."))
+
+
+@dataclass(frozen=True)
+class RewardCollapse(AlertConfig):
+    """Sudden drop of the training reward (or episode return)."""
+
+    for_: Duration = field(
+        default=Duration("5m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    zscore: float = field(
+        default=4.0, metadata=_doc("Fire below minus this z-score of the recent mean...")
+    )
+    drop_ratio: float = field(
+        default=0.2, metadata=_doc("...when the mean fell by this fraction of its earlier level.")
+    )
+
+
+@dataclass(frozen=True)
+class RewardPlateau(AlertConfig):
+    """The reward stopped changing."""
+
+    for_: Duration = field(
+        default=Duration("30m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    window: Duration = field(
+        default=Duration("2h"),
+        metadata=_doc("Compare the recent mean with the mean this long ago."),
+    )
+    min_change_ratio: float = field(
+        default=0.02, metadata=_doc("Fire when it changed by less than this fraction.")
+    )
+
+
+@dataclass(frozen=True)
+class ZeroStdGroupsHigh(Threshold):
+    """Too many prompt groups whose rewards all agree (no GRPO learning signal)."""
+
+    for_: Duration = field(
+        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    threshold: float = field(
+        default=0.6, metadata=_doc("Fire above this mean fraction of zero-std groups.")
+    )
+
+
+@dataclass(frozen=True)
+class ImportanceRatioDrift(AlertConfig):
+    """Trainer and rollout-engine probabilities disagree (importance ratio far from 1)."""
+
+    max_deviation: float = field(
+        default=0.2, metadata=_doc("Fire when the mean ratio is further than this from 1.")
+    )
+
+
+@dataclass(frozen=True)
+class RewardHacking(AlertConfig):
+    """Training reward rising while the held-out eval score is flat or falling."""
+
+    for_: Duration = field(
+        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    window: Duration = field(
+        default=Duration("1h"), metadata=_doc("Compare now with this long ago.")
+    )
+    min_reward_rise_ratio: float = field(
+        default=0.1, metadata=_doc("Reward must have risen by this fraction...")
+    )
+    max_eval_gain_ratio: float = field(
+        default=0.01, metadata=_doc("...while the eval score gained at most this fraction.")
+    )
+    eval_split: str = field(
+        default="eval", metadata=_doc("split label of the held-out rl_eval_score series.")
+    )
+
+
+@dataclass(frozen=True)
+class Tiered(AlertConfig):
+    """An alert with a warning and a critical level (same alert name)."""
+
+    warning: float = field(default=0.0, metadata=_doc("Warning level."))
+    critical: float = field(default=0.0, metadata=_doc("Critical level."))
+
+
+@dataclass(frozen=True)
+class ResponseLengthExplosion(Tiered):
+    """Mean response length many times the run's own floor (early level)."""
+
+    warning: float = field(
+        default=2.5, metadata=_doc("Warning at this many times the run's smoothed minimum length.")
+    )
+    critical: float = field(default=4.0, metadata=_doc("Critical at this many times."))
+
+
+@dataclass(frozen=True)
+class ResponseLengthDrift(AlertConfig):
+    """The response-length distribution's p90 moved against the earlier window."""
+
+    for_: Duration = field(
+        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    ratio: float = field(
+        default=2.0, metadata=_doc("Fire when p90 is this many times (or 1/this) the earlier p90.")
+    )
+
+
+@dataclass(frozen=True)
+class TruncationHigh(Tiered):
+    """Many responses cut at the length limit."""
+
+    warning: float = field(default=0.2, metadata=_doc("Warning above this mean truncation ratio."))
+    critical: float = field(default=0.5, metadata=_doc("Critical above this."))
+
+
+@dataclass(frozen=True)
+class FormatComplianceDrop(AlertConfig):
+    """Format compliance fell below the run's own peak."""
+
+    for_: Duration = field(
+        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    drop_ratio: float = field(
+        default=0.2, metadata=_doc("Fire when it fell by this fraction of its peak.")
+    )
+
+
+@dataclass(frozen=True)
+class TargetDown(AlertConfig):
+    """A trainer exporter that served a run within the baseline window is down."""
+
+    for_: Duration = field(
+        default=Duration("1m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+
+
+@dataclass(frozen=True)
+class TrainingStalled(AlertConfig):
+    """The exporter is up but the step does not advance."""
+
+    for_: Duration = field(
+        default=Duration("1m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    window: Duration = field(
+        default=Duration("15m"), metadata=_doc("No step change for this long (longer than a step).")
+    )
+
+
+@dataclass(frozen=True)
+class GPUIdle(Threshold):
+    """GPUs idle while the run's exporter is alive."""
+
+    threshold: float = field(default=0.05, metadata=_doc("Fire below this mean GPU utilization."))
+
+
+@dataclass(frozen=True)
+class GPUMemoryFull(Tiered):
+    """GPU framebuffer nearly full."""
+
+    for_: Duration = field(
+        default=Duration("5m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    warning: float = field(default=0.97, metadata=_doc("Warning above this used/total fraction."))
+    critical: float = field(default=0.99, metadata=_doc("Critical above this."))
+
+
+@dataclass(frozen=True)
+class GPUTemperatureHigh(Tiered):
+    """GPU running hot."""
+
+    for_: Duration = field(
+        default=Duration("5m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    warning: float = field(default=85.0, metadata=_doc("Warning above this temperature, Celsius."))
+    critical: float = field(default=92.0, metadata=_doc("Critical above this."))
+
+
+@dataclass(frozen=True)
+class GPUThrottling(AlertConfig):
+    """GPU clocks held down by a slowdown."""
+
+    reasons: tuple[str, ...] = field(
+        default=("thermal", "hw_slowdown"),
+        metadata=_doc(
+            "rl_gpu_throttled reasons that count (power capping is normal).",
+            frozenset(THROTTLE_REASONS),
+        ),
+    )
+    min_fraction: float = field(
+        default=0.5, metadata=_doc("Fire when throttled this fraction of the recent window.")
+    )
+
+
+@dataclass(frozen=True)
+class GPUECCErrors(AlertConfig):
+    """Uncorrected GPU memory errors."""
+
+    for_: Duration = field(
+        default=Duration("0s"), metadata=_doc("How long the condition must hold before firing.")
+    )
+
+
+@dataclass(frozen=True)
+class ThroughputDrop(AlertConfig):
+    """Training throughput fell against the run's earlier window."""
+
+    for_: Duration = field(
+        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    ratio: float = field(
+        default=0.5, metadata=_doc("Fire below this fraction of the earlier rate.")
+    )
+
+
+@dataclass(frozen=True)
+class RolloutLatencyTail(AlertConfig):
+    """Rollout-latency long tail: p99 far above p50."""
+
+    for_: Duration = field(
+        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    ratio: float = field(default=10.0, metadata=_doc("Fire when p99 / p50 is above this."))
+
+
+@dataclass(frozen=True)
+class GraderErrors(Tiered):
+    """Grader / reward-model calls failing."""
+
+    for_: Duration = field(
+        default=Duration("5m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    warning: float = field(default=0.05, metadata=_doc("Warning above this error fraction."))
+    critical: float = field(default=0.5, metadata=_doc("Critical above this."))
+
+
+@dataclass(frozen=True)
+class ExporterCollectorErrors(AlertConfig):
+    """A GPU/host collector of the exporter failing."""
+
+
+@dataclass(frozen=True)
+class ExporterDroppedValues(AlertConfig):
+    """The exporter drops logged values or folds labels into __overflow__."""
+
+    for_: Duration = field(
+        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+
+
+@dataclass(frozen=True)
+class Alerts:
+    """Per-alert settings; the key is the alert name in snake_case without the RL prefix."""
+
+    entropy_collapse: EntropyCollapse = field(
+        default_factory=EntropyCollapse, metadata=_doc("RLEntropyCollapse.")
+    )
+    kl_reference_high: KLReferenceHigh = field(
+        default_factory=KLReferenceHigh, metadata=_doc("RLKLReferenceHigh.")
+    )
+    kl_reference_rising: KLReferenceRising = field(
+        default_factory=KLReferenceRising, metadata=_doc("RLKLReferenceRising.")
+    )
+    update_kl_high: UpdateKLHigh = field(
+        default_factory=UpdateKLHigh, metadata=_doc("RLUpdateKLHigh.")
+    )
+    clip_fraction_high: ClipFractionHigh = field(
+        default_factory=ClipFractionHigh, metadata=_doc("RLClipFractionHigh.")
+    )
+    nonfinite_loss: NonFiniteLoss = field(
+        default_factory=NonFiniteLoss, metadata=_doc("RLNonFiniteLoss.")
+    )
+    grad_norm_spike: GradNormSpike = field(
+        default_factory=GradNormSpike, metadata=_doc("RLGradNormSpike.")
+    )
+    value_loss_explosion: ValueLossExplosion = field(
+        default_factory=ValueLossExplosion, metadata=_doc("RLValueLossExplosion.")
+    )
+    explained_variance_negative: ExplainedVarianceNegative = field(
+        default_factory=ExplainedVarianceNegative, metadata=_doc("RLExplainedVarianceNegative.")
+    )
+    reward_collapse: RewardCollapse = field(
+        default_factory=RewardCollapse, metadata=_doc("RLRewardCollapse.")
+    )
+    reward_plateau: RewardPlateau = field(
+        default_factory=RewardPlateau, metadata=_doc("RLRewardPlateau.")
+    )
+    zero_std_groups_high: ZeroStdGroupsHigh = field(
+        default_factory=ZeroStdGroupsHigh, metadata=_doc("RLZeroStdGroupsHigh.")
+    )
+    importance_ratio_drift: ImportanceRatioDrift = field(
+        default_factory=ImportanceRatioDrift, metadata=_doc("RLImportanceRatioDrift.")
+    )
+    reward_hacking: RewardHacking = field(
+        default_factory=RewardHacking, metadata=_doc("RLRewardHacking.")
+    )
+    response_length_explosion: ResponseLengthExplosion = field(
+        default_factory=ResponseLengthExplosion, metadata=_doc("RLResponseLengthExplosion.")
+    )
+    response_length_drift: ResponseLengthDrift = field(
+        default_factory=ResponseLengthDrift, metadata=_doc("RLResponseLengthDrift.")
+    )
+    truncation_high: TruncationHigh = field(
+        default_factory=TruncationHigh, metadata=_doc("RLTruncationHigh.")
+    )
+    format_compliance_drop: FormatComplianceDrop = field(
+        default_factory=FormatComplianceDrop, metadata=_doc("RLFormatComplianceDrop.")
+    )
+    target_down: TargetDown = field(default_factory=TargetDown, metadata=_doc("RLTargetDown."))
+    training_stalled: TrainingStalled = field(
+        default_factory=TrainingStalled, metadata=_doc("RLTrainingStalled.")
+    )
+    gpu_idle: GPUIdle = field(default_factory=GPUIdle, metadata=_doc("RLGPUIdle."))
+    gpu_memory_full: GPUMemoryFull = field(
+        default_factory=GPUMemoryFull, metadata=_doc("RLGPUMemoryFull.")
+    )
+    gpu_temperature_high: GPUTemperatureHigh = field(
+        default_factory=GPUTemperatureHigh, metadata=_doc("RLGPUTemperatureHigh.")
+    )
+    gpu_throttling: GPUThrottling = field(
+        default_factory=GPUThrottling, metadata=_doc("RLGPUThrottling.")
+    )
+    gpu_ecc_errors: GPUECCErrors = field(
+        default_factory=GPUECCErrors, metadata=_doc("RLGPUECCErrors.")
+    )
+    throughput_drop: ThroughputDrop = field(
+        default_factory=ThroughputDrop, metadata=_doc("RLThroughputDrop.")
+    )
+    rollout_latency_tail: RolloutLatencyTail = field(
+        default_factory=RolloutLatencyTail, metadata=_doc("RLRolloutLatencyTail.")
+    )
+    grader_errors: GraderErrors = field(
+        default_factory=GraderErrors, metadata=_doc("RLGraderErrors.")
+    )
+    exporter_collector_errors: ExporterCollectorErrors = field(
+        default_factory=ExporterCollectorErrors, metadata=_doc("RLExporterCollectorErrors.")
+    )
+    exporter_dropped_values: ExporterDroppedValues = field(
+        default_factory=ExporterDroppedValues, metadata=_doc("RLExporterDroppedValues.")
+    )
+
+
+@dataclass(frozen=True)
+class Config:
+    """Everything ``rlpulse generate`` needs."""
+
+    scrape: Scrape = field(default_factory=Scrape, metadata=_doc("Prometheus scraping."))
+    routing: Routing = field(default_factory=Routing, metadata=_doc("Alertmanager timings."))
+    receivers: Receivers = field(
+        default_factory=Receivers, metadata=_doc("Notification receivers.")
+    )
+    links: Links = field(default_factory=Links, metadata=_doc("Dashboard and runbook links."))
+    selectors: Selectors = field(default_factory=Selectors, metadata=_doc("Series selection."))
+    windows: Windows = field(default_factory=Windows, metadata=_doc("Shared PromQL windows."))
+    alerts: Alerts = field(default_factory=Alerts, metadata=_doc("Alert thresholds."))
+
+
+# ---- YAML loading -------------------------------------------------------------------------------
+
+
+def yaml_key(f: dataclasses.Field[Any]) -> str:
+    """The YAML key of a dataclass field (``for_`` is spelled ``for``)."""
+    return f.name.rstrip("_")
+
+
+def _coerce(where: str, f: dataclasses.Field[Any], hint: Any, value: Any) -> Any:
+    """``value`` checked against the type ``hint``; ConfigError naming ``where`` if it is bad."""
+    if hint is Duration:
+        if not isinstance(value, str) or not _DURATION_RE.match(value):
+            raise ConfigError(f"{where}: expected a duration like 30s, 5m or 1h, got {value!r}")
+        return Duration(value)
+    if hint is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if hint is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if hint is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        choices = f.metadata.get("choices")
+        if choices is not None and value not in choices:
+            allowed = ", ".join(sorted(choices)) if len(choices) <= 12 else "see the catalog"
+            raise ConfigError(f"{where}: {value!r} is not an allowed value ({allowed})")
+        return value
+    origin = get_origin(hint)
+    if origin is Literal:
+        if value not in get_args(hint):
+            raise ConfigError(f"{where}: expected one of {list(get_args(hint))}, got {value!r}")
+        return value
+    if origin is tuple:
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}: expected a list, got {value!r}")
+        item = get_args(hint)[0]
+        return tuple(_coerce(f"{where}[{i}]", f, item, v) for i, v in enumerate(value))
+    raise TypeError(f"unsupported config type {hint!r} at {where}")
+
+
+def _build(where: str, base: Any, data: Any) -> Any:
+    """``base`` (a config dataclass) with the keys of ``data`` replaced, each one checked."""
+    if not isinstance(data, Mapping):
+        raise ConfigError(f"{where or 'top level'}: expected a mapping of keys, got {data!r}")
+    known = {yaml_key(f): f for f in dataclasses.fields(base)}
+    hints = get_type_hints(type(base))
+    changes: dict[str, Any] = {}
+    for key, value in data.items():
+        sub = f"{where}.{key}" if where else str(key)
+        f = known.get(key)
+        if f is None:
+            raise ConfigError(f"{sub}: unknown key (expected one of: {', '.join(sorted(known))})")
+        current = getattr(base, f.name)
+        if dataclasses.is_dataclass(current):
+            changes[f.name] = _build(sub, current, value)
+        else:
+            changes[f.name] = _coerce(sub, f, hints[f.name], value)
+    return dataclasses.replace(base, **changes)
+
+
+def from_dict(
+    data: Mapping[str, Any] | None, *, source: str = "config", base: Config | None = None
+) -> Config:
+    """``base`` (default: the defaults) overridden by nested plain data, e.g. parsed YAML."""
+    try:
+        cfg: Config = _build("", base or Config(), data or {})
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    return cfg
+
+
+def load(path: str | Path, *, base: Config | None = None) -> Config:
+    """The defaults (or ``base``) overridden by the YAML file at ``path``."""
+    p = Path(path)
+    try:
+        data = yaml.safe_load(p.read_text())
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    return from_dict(data, source=str(p), base=base)
+
+
+# ---- the fast preset ----------------------------------------------------------------------------
+
+FAST_FACTOR = 60.0
+"""``fast()`` divides every duration by this: an hour becomes a minute, ten minutes ten seconds."""
+_MIN_INTERVAL = 1.0  # scrape/eval intervals and timeouts stay at least this many seconds
+
+
+def scaled(cfg: Any, factor: float) -> Any:
+    """``cfg`` with every Duration field divided by ``factor`` (intervals kept >= 1 s)."""
+    hints = get_type_hints(type(cfg))
+    changes: dict[str, Any] = {}
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        if dataclasses.is_dataclass(value):
+            changes[f.name] = scaled(value, factor)
+        elif hints[f.name] is Duration:
+            secs = seconds(value) / factor
+            if secs and f.name in ("interval", "timeout", "evaluation_interval"):
+                secs = max(secs, _MIN_INTERVAL)
+            changes[f.name] = duration(secs)
+    return dataclasses.replace(cfg, **changes)
+
+
+def fast(base: Config | None = None) -> Config:
+    """Compressed intervals, windows and ``for`` durations so alerts fire within seconds."""
+    cfg: Config = scaled(base or Config(), FAST_FACTOR)
+    return cfg

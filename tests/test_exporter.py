@@ -227,3 +227,23 @@ def test_numpy_and_int_values_are_recorded(exporter: Exporter) -> None:
     assert value(text, "rl_loss") == 2.0
     assert value(text, "rl_policy_loss") == -1
     assert value(text, "rl_unmapped_metric", key="rl_grad_norm_total") == 3
+
+
+def test_node_readings_come_from_local_rank_zero_only() -> None:
+    from tests.fake_nvml import FakeNvml
+
+    exps = [
+        Exporter(
+            port=0, run_id="multi", rank=8 + lr, local_rank=lr, node="node-3", nvml=FakeNvml()
+        ).start()
+        for lr in (0, 1)
+    ]
+    try:
+        first, second = (scrape(e.url) for e in exps)
+        assert value(first, "rl_gpu_power_watts", node="node-3", local_rank="0", rank="8") == 70
+        assert value(first, "rl_host_memory_total_bytes", node="node-3") > 0
+        assert "rl_gpu_" not in second and "rl_host_" not in second
+        assert value(second, "rl_process_resident_memory_bytes", rank="9", local_rank="1") > 0
+    finally:
+        for e in exps:
+            e.close()

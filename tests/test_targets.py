@@ -43,7 +43,7 @@ def test_from_slurm_environment() -> None:
     assert sum(len(g["targets"]) for g in groups) == 1024  # type: ignore[arg-type]
     assert groups[0] == {
         "targets": [f"node001:{9400 + r}" for r in range(8)],
-        "labels": {"node": "node001"},
+        "labels": {},
     }
     with pytest.raises(ValueError, match="SLURM_JOB_NODELIST"):
         targets.nodes_from_env({}, 8)
@@ -69,7 +69,7 @@ def test_cli_writes_a_file_prometheus_accepts(tmp_path: Path) -> None:
     groups = json.loads(out.read_text())
     assert groups[1] == {
         "targets": ["b1:9400", "b1:9401"],
-        "labels": {"run_id": "exp1", "node": "b1"},
+        "labels": {"run_id": "exp1"},
     }
     config = tmp_path / "prometheus.yml"
     config.write_text(

@@ -1,8 +1,8 @@
 """The metric catalog: the one place a metric is named.
 
 Every other part of rlpulse (the exporter, the key maps, the generated docs, rules and dashboards)
-refers to metrics through this table. Identity labels (``run_id``, ``rank``) are added by the
-exporter to every ``rl_``/``rlpulse_`` series and are not listed per metric.
+refers to metrics through this table. Identity labels (``run_id``, ``rank``, ``local_rank``,
+``node``) are added by the exporter to every series and are not listed per metric.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Literal
 MetricType = Literal["counter", "gauge", "histogram", "info"]
 Layer = Literal["system", "rl", "task", "meta", "self"]
 
-IDENTITY_LABELS: tuple[str, ...] = ("run_id", "rank")
+IDENTITY_LABELS: tuple[str, ...] = ("run_id", "rank", "local_rank", "node")
 GPU_LABELS: tuple[str, ...] = ("gpu", "uuid", "model")
 OVERFLOW_VALUE = "__overflow__"
 
@@ -219,6 +219,14 @@ CATALOG: tuple[Metric, ...] = (
     ),
     _m("rl_episodes_total", "counter", "", "system", "Episodes finished."),
     _m(
+        "rl_throughput_per_second",
+        "gauge",
+        "",
+        "system",
+        "Throughput as the trainer reports it, per second (unit: env_steps|episodes|tokens_per_gpu).",
+        ("unit",),
+    ),
+    _m(
         "rl_rollout_duration_seconds",
         "histogram",
         "seconds",
@@ -234,6 +242,14 @@ CATALOG: tuple[Metric, ...] = (
         "Wall time of one training phase (rollout, reward, ref, update, sync, eval, checkpoint …).",
         ("phase",),
         PHASE_BUCKETS,
+    ),
+    _m(
+        "rl_phase_last_duration_seconds",
+        "gauge",
+        "seconds",
+        "system",
+        "Wall time of the last run of one training phase, as the trainer logged it.",
+        ("phase",),
     ),
     _m(
         "rl_grader_duration_seconds",
@@ -302,6 +318,15 @@ CATALOG: tuple[Metric, ...] = (
         "rl",
         "Fraction of prompt groups whose rewards all agree (no learning signal).",
     ),
+    _m(
+        "rl_group_outcome_ratio",
+        "gauge",
+        "ratio",
+        "rl",
+        "Fraction of prompt groups whose rollouts all succeeded (outcome: all_good), all failed "
+        "(all_bad) or were mixed; all_good + all_bad is the zero-std fraction.",
+        ("outcome",),
+    ),
     # ---- RL: divergence, entropy, advantages ----------------------------------------------------
     _m(
         "rl_kl_reference",
@@ -330,7 +355,7 @@ CATALOG: tuple[Metric, ...] = (
         "gauge",
         "ratio",
         "rl",
-        "Fraction of tokens/samples whose probability ratio was clipped (bound: any|low|high).",
+        "Fraction of tokens/samples whose probability ratio was clipped (bound: any|low|high|dual).",
         ("bound",),
     ),
     _m(
@@ -383,6 +408,15 @@ CATALOG: tuple[Metric, ...] = (
         "",
         "rl",
         "Mean absolute gap between trainer and rollout-engine token probabilities.",
+    ),
+    _m(
+        "rl_rollout_kl",
+        "gauge",
+        "",
+        "rl",
+        "KL divergence between the rollout-engine (sampling) policy and the trainer policy on the "
+        "same tokens (train/inference mismatch), by estimator (k1|k2|k3).",
+        ("estimator",),
     ),
     _m(
         "rl_nonfinite_values_total",
@@ -540,6 +574,52 @@ CATALOG: tuple[Metric, ...] = (
         "self",
         "Collector readings that failed or timed out.",
         ("collector",),
+    ),
+    # ---- the rollout store's own health (rlpulse.rollouts) --------------------------------------
+    _m(
+        "rlpulse_rollouts_offered_total",
+        "counter",
+        "",
+        "self",
+        "Rollouts passed to record_rollouts (before sampling).",
+    ),
+    _m(
+        "rlpulse_rollouts_recorded_total",
+        "counter",
+        "",
+        "self",
+        "Sampled rollouts written to the run's rollout store.",
+    ),
+    _m(
+        "rlpulse_rollouts_dropped_total",
+        "counter",
+        "",
+        "self",
+        "Sampled rollouts not stored, by reason (queue_full, disk_full, locked, store_error, "
+        "invalid, redacted, redact_error).",
+        ("reason",),
+    ),
+    _m(
+        "rlpulse_rollouts_evicted_total",
+        "counter",
+        "",
+        "self",
+        "Stored rollouts removed, by reason (resampled, rows, bytes, disk_full).",
+        ("reason",),
+    ),
+    _m(
+        "rlpulse_rollout_store_bytes",
+        "gauge",
+        "bytes",
+        "self",
+        "Size on disk of the run's rollout store (SQLite file and WAL).",
+    ),
+    _m(
+        "rlpulse_rollout_store_rows",
+        "gauge",
+        "",
+        "self",
+        "Rollouts held in the run's rollout store.",
     ),
 )
 

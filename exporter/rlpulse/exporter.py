@@ -37,7 +37,7 @@ from rlpulse import __version__, catalog
 from rlpulse.catalog import IDENTITY_LABELS, Metric
 from rlpulse.collectors.base import CachedReader
 from rlpulse.collectors.gpu import GpuReader
-from rlpulse.collectors.host import HostReader
+from rlpulse.collectors.host import HostReader, ProcessReader
 from rlpulse.store import Series, Store
 
 log = logging.getLogger("rlpulse")
@@ -110,12 +110,14 @@ class Exporter:
         run_id: str | None = None,
         rank: int | None = None,
         local_rank: int | None = None,
+        node: str | None = None,
         addr: str | None = None,
         config: Mapping[str, Any] | None = None,
         metadata: Mapping[str, Any] | None = None,
         strict: bool = False,
-        gpu: bool = True,
-        host: bool = True,
+        gpu: bool | None = None,
+        host: bool | None = None,
+        process: bool = True,
         certfile: str | None = None,
         keyfile: str | None = None,
         label_cap: int = 64,
@@ -133,6 +135,8 @@ class Exporter:
         self.run_id = run_id or os.environ.get("RLPULSE_RUN_ID") or f"run-{uuid.uuid4().hex[:8]}"
         self.certfile = certfile or os.environ.get("RLPULSE_CERTFILE") or None
         self.keyfile = keyfile or os.environ.get("RLPULSE_KEYFILE") or None
+        self.node = node or os.environ.get("RLPULSE_NODE") or socket.gethostname()
+        self.identity = [self.run_id, str(self.rank), str(self.local_rank), self.node]
         self.unmapped_cap = unmapped_cap
         self.store = Store(label_cap=label_cap)
         self.dropped: dict[str, int] = {}
@@ -147,13 +151,18 @@ class Exporter:
             deque(maxlen=EPISODE_WINDOW),
         )
         self._readers: list[CachedReader] = []
-        if gpu:
+        node_reader = self.local_rank == 0  # node-level readings once per node, by local rank 0
+        if node_reader if gpu is None else gpu:
             self._readers.append(
                 CachedReader("gpu", GpuReader(nvml), collector_ttl, collector_timeout)
             )
-        if host:
+        if node_reader if host is None else host:
             self._readers.append(
                 CachedReader("host", HostReader(), collector_ttl, collector_timeout)
+            )
+        if process:
+            self._readers.append(
+                CachedReader("process", ProcessReader(), collector_ttl, collector_timeout)
             )
         # fast path: logged key -> value slot of a plain gauge; everything else in _bindings
         self._slots: dict[str, int] = {}
@@ -694,7 +703,7 @@ class _Collector:
     def collect(self) -> Iterator[Family]:
         exp = self._exp
         exp.flush()
-        ident = [exp.run_id, str(exp.rank)]
+        ident = exp.identity
         names = list(IDENTITY_LABELS)
         families: dict[str, Any] = {}
 

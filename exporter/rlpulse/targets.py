@@ -1,7 +1,8 @@
 """Prometheus ``file_sd`` target files for a multi-node job, from a host list or the launcher.
 
-Each node runs one exporter per local rank on ``base_port + local_rank``; the target groups carry
-a ``node`` label so recording rules can pre-aggregate per node.
+Each node runs one exporter per local rank on ``base_port + local_rank``; one target group per
+node. The exporters label their own series with ``node`` and ``local_rank``, so the groups add only
+the labels a user asks for (a target label ``node`` would clash with the exported one).
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def file_sd(
         if node.ranks < 1 or base_port + node.ranks - 1 > 65535:
             raise ValueError(f"{node.host}: {node.ranks} ranks from port {base_port} do not fit")
         targets = [f"{node.host}:{base_port + r}" for r in range(node.ranks)]
-        groups.append({"targets": targets, "labels": {**(labels or {}), "node": node.host}})
+        groups.append({"targets": targets, "labels": dict(labels or {})})
     return groups
 
 

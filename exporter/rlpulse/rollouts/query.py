@@ -1,0 +1,179 @@
+"""Reading a run's rollouts: the filters shared by ``rlpulse rollouts`` and the HTTP endpoint."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import sqlite3
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rlpulse.rollouts.paths import list_runs, run_file
+
+_COMPONENT = re.compile(r"^\s*([A-Za-z0-9_.:/-]+)\s*(>=|<=|==|!=|>|<|=)\s*(\S+)\s*$")
+_SQL_OPS = {">": ">", "<": "<", ">=": ">=", "<=": "<=", "=": "=", "==": "=", "!=": "!="}
+_FIELDS = (
+    "rollout_id",
+    "step",
+    "rank",
+    "group_id",
+    "reward",
+    "components",
+    "advantage",
+    "length",
+    "truncated",
+    "verdict",
+    "error",
+    "prompt",
+    "response",
+    "tool_calls",
+    "metadata",
+    "nonfinite",
+    "kept_for",
+    "recorded_at",
+)
+MAX_LIMIT = 10_000
+
+
+@dataclass(frozen=True)
+class ComponentFilter:
+    """``name op value`` on one reward component, e.g. ``format>0.5``."""
+
+    name: str
+    op: str
+    value: float
+
+    @classmethod
+    def parse(cls, text: str) -> ComponentFilter:
+        """Parse ``NAME>VALUE`` (also ``<``, ``>=``, ``<=``, ``=``, ``!=``)."""
+        m = _COMPONENT.match(text)
+        if m is None:
+            raise ValueError(f"component filter {text!r} is not NAME>VALUE (e.g. 'format>0.5')")
+        name, op, raw = m.groups()
+        try:
+            value = float(raw)
+        except ValueError:
+            raise ValueError(f"component filter {text!r}: {raw!r} is not a number") from None
+        return cls(name, _SQL_OPS[op], value)
+
+
+@dataclass(frozen=True)
+class Filter:
+    """Which rollouts to read; ``worst``/``best`` order by total reward."""
+
+    step: int | None = None
+    worst: int | None = None
+    best: int | None = None
+    truncated: bool = False
+    errors: bool = False
+    nonfinite: bool = False
+    components: tuple[ComponentFilter, ...] = ()
+    ids: tuple[str, ...] = ()
+    limit: int = 100
+
+    def sql(self) -> tuple[str, list[Any]]:
+        """The SELECT statement and its parameters."""
+        if self.worst is not None and self.best is not None:
+            raise ValueError("choose one of worst and best")
+        where: list[str] = []
+        params: list[Any] = []
+        if self.step is not None:
+            where.append("step = ?")
+            params.append(self.step)
+        if self.truncated:
+            where.append("truncated = 1")
+        if self.errors:
+            where.append("error IS NOT NULL")
+        if self.nonfinite:
+            where.append("nonfinite != ''")
+        if self.ids:
+            where.append(f"rollout_id IN ({', '.join('?' * len(self.ids))})")
+            params += list(self.ids)
+        for c in self.components:
+            path = f'$."{c.name}"'
+            where.append(
+                f"typeof(json_extract(components, ?)) IN ('real', 'integer') "
+                f"AND json_extract(components, ?) {c.op} ?"
+            )
+            params += [path, path, c.value]
+        limit = self.limit
+        if self.worst is not None or self.best is not None:
+            where.append("reward IS NOT NULL")
+            order = "reward ASC, id" if self.worst is not None else "reward DESC, id"
+            limit = min(limit, self.worst if self.worst is not None else self.best or 0)
+        else:
+            order = "step, id"
+        if not 0 <= limit <= MAX_LIMIT:
+            raise ValueError(f"limit {limit} must be between 0 and {MAX_LIMIT}")
+        sql = f"SELECT {', '.join(_FIELDS)} FROM rollouts"
+        if where:
+            sql += " WHERE " + " AND ".join(where)
+        return f"{sql} ORDER BY {order} LIMIT {int(limit)}", params
+
+
+def open_run(run_id: str, data_dir: str | os.PathLike[str] | None = None) -> sqlite3.Connection:
+    """A read-only connection to a run's store; ``FileNotFoundError`` names the known runs."""
+    path = run_file(run_id, data_dir)
+    if not path.is_file():
+        runs = list_runs(data_dir)
+        known = ", ".join(repr(r) for r in runs[:20]) or "none"
+        raise FileNotFoundError(
+            f"no rollouts for run {run_id!r} in {path.parent} (runs there: {known})"
+        )
+    return _connect(path)
+
+
+def _connect(path: Path) -> sqlite3.Connection:
+    conn = sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True, timeout=5.0)
+    conn.execute("PRAGMA query_only = 1")
+    return conn
+
+
+def _number(value: Any) -> float | None:
+    return None if value is None else float(value)
+
+
+def _decode(row: tuple[Any, ...]) -> dict[str, Any]:
+    rec = dict(zip(_FIELDS, row, strict=True))
+    nonfinite = set(filter(None, rec["nonfinite"].split(",")))
+    for key in ("reward", "advantage"):
+        rec[key] = _number(rec[key])
+        if rec[key] is None and key in nonfinite:
+            rec[key] = math.nan
+    rec["components"] = {
+        k: float(v) for k, v in json.loads(rec["components"]).items()
+    }  # "nan"/"inf" strings parse back with float()
+    rec["length"] = _number(rec["length"])
+    rec["truncated"] = None if rec["truncated"] is None else bool(rec["truncated"])
+    for key in ("tool_calls", "metadata"):
+        if rec[key] is not None:
+            rec[key] = json.loads(rec[key])
+    rec["nonfinite"] = sorted(nonfinite)
+    rec["kept_for"] = [k for k in rec["kept_for"].split(",") if k]
+    return rec
+
+
+def query(conn: sqlite3.Connection, flt: Filter) -> list[dict[str, Any]]:
+    """The rollouts matching ``flt``, decoded (non-finite numbers as float NaN/±Inf)."""
+    sql, params = flt.sql()
+    return [_decode(r) for r in conn.execute(sql, params)]
+
+
+def find(
+    rollout_id: str, data_dir: str | os.PathLike[str] | None = None, run_id: str | None = None
+) -> tuple[str, dict[str, Any]] | None:
+    """The newest rollout called ``rollout_id`` (in ``run_id``, else in any run) with its run."""
+    runs = [run_id] if run_id is not None else list_runs(data_dir)
+    for run in runs:
+        conn = open_run(run, data_dir)
+        try:
+            sql = f"SELECT {', '.join(_FIELDS)} FROM rollouts WHERE rollout_id = ? "
+            row = conn.execute(sql + "ORDER BY id DESC LIMIT 1", (rollout_id,)).fetchone()
+        finally:
+            conn.close()
+        if row is not None:
+            return run, _decode(row)
+    return None

@@ -1,0 +1,227 @@
+"""Rollout columns as the trainer passes them, and the per-row records built for kept rows.
+
+``Columns.parse`` only converts the numeric columns to numpy arrays and checks lengths, so its
+cost does not depend on how much text a batch carries. Per-row Python objects are made by
+``Columns.row`` for the few rows the sampler keeps.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+# Per-rollout sequences used only for kept rows (never converted in bulk).
+TEXT_COLUMNS = (
+    "rollout_ids",
+    "group_ids",
+    "prompts",
+    "responses",
+    "verdicts",
+    "errors",
+    "tool_calls",
+    "metadata",
+)
+NUMERIC_COLUMNS = ("rewards", "advantages", "lengths")
+SHORT_TEXT = 256  # chars kept of ids, group ids and verdicts
+ERROR_TEXT = 2048  # chars kept of a grader error
+
+
+class ColumnError(ValueError):
+    """A batch whose columns are unusable; the message names the column."""
+
+
+def _numeric(key: str, values: Any) -> np.ndarray:
+    try:
+        arr = np.asarray(values, dtype=float)
+    except (TypeError, ValueError):
+        raise ColumnError(f"column {key!r} is not numeric") from None
+    if arr.ndim != 1:
+        raise ColumnError(f"column {key!r} must be one-dimensional, got shape {arr.shape}")
+    return arr
+
+
+def _flags(key: str, values: Any, n: int) -> np.ndarray:
+    if isinstance(values, np.ndarray) and values.dtype == bool:
+        return values.ravel()
+    try:
+        return np.fromiter(map(bool, values), dtype=bool, count=n)
+    except (TypeError, ValueError):
+        raise ColumnError(f"column {key!r} must hold {n} truth values") from None
+
+
+def clip_text(value: Any, limit: int) -> str | None:
+    """A stored text: ``None`` stays ``None``, anything else becomes ``str`` of ≤ ``limit``
+    characters (a cut is marked with how much was dropped)."""
+    if value is None:
+        return None
+    if isinstance(value, bytes):
+        text = value.decode("utf-8", "replace")
+    else:
+        text = value if isinstance(value, str) else str(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…[+{len(text) - limit} chars]"
+
+
+def to_json(value: Any, limit: int) -> str | None:
+    """JSON text of a tool-call list or metadata dict (``repr`` for what JSON cannot hold);
+    past ``limit`` characters it becomes one clipped JSON string."""
+    if value is None:
+        return None
+    text = json.dumps(_jsonable(value), default=repr, ensure_ascii=False)
+    return text if len(text) <= limit else json.dumps(clip_text(text, limit), ensure_ascii=False)
+
+
+def _jsonable(value: Any) -> Any:
+    """``value`` with non-finite floats as the strings "nan"/"inf"/"-inf" (JSON has none)."""
+    if isinstance(value, float | np.floating):
+        f = float(value)
+        return f if math.isfinite(f) else repr(f)
+    if isinstance(value, np.integer | np.bool_):
+        return value.item()
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple | np.ndarray):
+        return [_jsonable(v) for v in value]
+    return value
+
+
+def jsonable(value: Any) -> Any:
+    """A stored record made JSON-safe for output (non-finite floats become strings)."""
+    return _jsonable(value)
+
+
+@dataclass
+class Columns:
+    """One validated batch: ``n`` rollouts, numeric columns as float arrays."""
+
+    n: int
+    steps: np.ndarray  # int64, one per rollout
+    rewards: np.ndarray | None = None
+    advantages: np.ndarray | None = None
+    lengths: np.ndarray | None = None
+    truncated: np.ndarray | None = None  # bool
+    components: dict[str, np.ndarray] = field(default_factory=dict)
+    text: dict[str, Any] = field(default_factory=dict)  # TEXT_COLUMNS given per rollout
+    shared_metadata: Mapping[str, Any] | None = None
+
+    @classmethod
+    def parse(
+        cls,
+        step: Any,
+        components: Mapping[str, Any] | None,
+        truncated: Any,
+        numeric: Mapping[str, Any],
+        text: Mapping[str, Any],
+    ) -> Columns:
+        """Validate a batch; ``ColumnError`` names the first bad column."""
+        arrays = {k: _numeric(k, v) for k, v in numeric.items() if v is not None}
+        comps = {}
+        if components is not None:
+            if not isinstance(components, Mapping):
+                raise ColumnError("column 'components' must map component names to arrays")
+            comps = {str(k): _numeric(f"components[{k}]", v) for k, v in components.items()}
+        shared = None
+        per_row: dict[str, Any] = {}
+        for key, seq in text.items():
+            if seq is None:
+                continue
+            if key == "metadata" and isinstance(seq, Mapping):
+                shared = seq
+                continue
+            if isinstance(seq, str | bytes) or not hasattr(seq, "__len__"):
+                raise ColumnError(f"column {key!r} must be a sequence with one item per rollout")
+            per_row[key] = seq
+        sizes = {k: a.size for k, a in arrays.items()}
+        sizes |= {f"components[{k}]": a.size for k, a in comps.items()}
+        sizes |= {k: len(v) for k, v in per_row.items()}
+        if truncated is not None and hasattr(truncated, "__len__"):
+            sizes["truncated"] = len(truncated)
+        if np.ndim(step) == 1:
+            sizes["step"] = len(step)
+        if not sizes:
+            raise ColumnError("no per-rollout column given (rewards, responses, rollout_ids …)")
+        n = next(iter(sizes.values()))
+        if any(s != n for s in sizes.values()):
+            raise ColumnError(f"columns differ in length: {sizes}")
+        try:
+            steps = np.broadcast_to(np.asarray(-1 if step is None else step, dtype=np.int64), (n,))
+        except (TypeError, ValueError, OverflowError):
+            raise ColumnError(f"column 'step' must be an integer or {n} integers") from None
+        return cls(
+            n=n,
+            steps=steps,
+            rewards=arrays.get("rewards"),
+            advantages=arrays.get("advantages"),
+            lengths=arrays.get("lengths"),
+            truncated=None if truncated is None else _flags("truncated", truncated, n),
+            components=comps,
+            text=per_row,
+            shared_metadata=shared,
+        )
+
+    def error_flags(self) -> np.ndarray | None:
+        """Which rollouts carry a grader error (a non-empty ``errors`` entry)."""
+        errors = self.text.get("errors")
+        return None if errors is None else _flags("errors", errors, self.n)
+
+    def nonfinite_flags(self) -> np.ndarray | None:
+        """Which rollouts have a NaN/±Inf reward, advantage or component."""
+        cols = [
+            c for c in (self.rewards, self.advantages, *self.components.values()) if c is not None
+        ]
+        if not cols:
+            return None
+        bad = ~np.isfinite(cols[0])
+        for c in cols[1:]:
+            bad |= ~np.isfinite(c)
+        return bad
+
+    def length_scores(self) -> np.ndarray | None:
+        """Rollout lengths: the ``lengths`` column, else the response length in characters."""
+        if self.lengths is not None:
+            return self.lengths
+        responses = self.text.get("responses")
+        if responses is None:
+            return None
+        return np.fromiter(
+            (len(r) if isinstance(r, str) else 0 for r in responses), dtype=float, count=self.n
+        )
+
+    def row(self, i: int, default_id: str, max_text: int) -> dict[str, Any]:
+        """The record of rollout ``i``: plain Python values, texts clipped, JSON snapshots."""
+        t = self.text
+
+        def item(key: str) -> Any:
+            seq = t.get(key)
+            return None if seq is None else seq[i]
+
+        def num(arr: np.ndarray | None) -> float | None:
+            return None if arr is None else float(arr[i])
+
+        meta = item("metadata")
+        if self.shared_metadata is not None:
+            meta = {**self.shared_metadata, **(meta or {})}
+        rid = item("rollout_ids")
+        error = item("errors")
+        return {
+            "rollout_id": clip_text(default_id if rid is None else rid, SHORT_TEXT),
+            "step": int(self.steps[i]),
+            "group_id": clip_text(item("group_ids"), SHORT_TEXT),
+            "prompt": clip_text(item("prompts"), max_text),
+            "response": clip_text(item("responses"), max_text),
+            "reward": num(self.rewards),
+            "components": {k: float(v[i]) for k, v in self.components.items()},
+            "advantage": num(self.advantages),
+            "length": num(self.lengths),
+            "truncated": None if self.truncated is None else bool(self.truncated[i]),
+            "verdict": clip_text(item("verdicts"), SHORT_TEXT),
+            "error": clip_text(error, ERROR_TEXT) if error else None,
+            "tool_calls": to_json(item("tool_calls"), max_text),
+            "metadata": to_json(meta, max_text),
+        }

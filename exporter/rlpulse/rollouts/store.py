@@ -1,0 +1,422 @@
+"""The per-run SQLite file: schema, and the writer thread that owns the only write connection.
+
+The trainer never touches SQLite: ``Writer.submit`` puts a batch on a bounded queue
+(``put_nowait``; a full queue drops the batch and counts it) and the writer thread applies it
+in one transaction, then evicts the oldest rows until the run is within ``max_rows`` and
+``max_bytes``. Row and byte totals live in the file (kept by triggers), so every process
+writing the same run sees the same totals. A full disk, a page limit, a locked file or any other
+SQLite error drops that batch, is counted by reason, and the next batch tries again.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import json
+import logging
+import math
+import queue
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("rlpulse.rollouts")
+
+SCHEMA_VERSION = "1"
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS rollouts (
+    id INTEGER PRIMARY KEY,
+    session INTEGER NOT NULL,
+    seq INTEGER NOT NULL,
+    rollout_id TEXT NOT NULL,
+    step INTEGER NOT NULL,
+    rank INTEGER NOT NULL,
+    group_id TEXT,
+    prompt TEXT,
+    response TEXT,
+    reward REAL,
+    components TEXT NOT NULL,
+    advantage REAL,
+    length REAL,
+    truncated INTEGER,
+    verdict TEXT,
+    error TEXT,
+    tool_calls TEXT,
+    metadata TEXT,
+    nonfinite TEXT NOT NULL,
+    kept_for TEXT NOT NULL,
+    recorded_at REAL NOT NULL,
+    nbytes INTEGER NOT NULL
+);
+CREATE UNIQUE INDEX IF NOT EXISTS rollouts_session_seq ON rollouts(session, seq);
+CREATE INDEX IF NOT EXISTS rollouts_rollout_id ON rollouts(rollout_id);
+CREATE INDEX IF NOT EXISTS rollouts_step_reward ON rollouts(step, reward);
+CREATE TABLE IF NOT EXISTS run (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS totals (
+    one INTEGER PRIMARY KEY CHECK (one = 1), rows INTEGER NOT NULL, bytes INTEGER NOT NULL
+);
+INSERT OR IGNORE INTO totals VALUES (1, 0, 0);
+CREATE TRIGGER IF NOT EXISTS rollouts_added AFTER INSERT ON rollouts BEGIN
+    UPDATE totals SET rows = rows + 1, bytes = bytes + NEW.nbytes;
+END;
+CREATE TRIGGER IF NOT EXISTS rollouts_removed AFTER DELETE ON rollouts BEGIN
+    UPDATE totals SET rows = rows - 1, bytes = bytes - OLD.nbytes;
+END;
+"""
+COLUMNS = (
+    "session",
+    "seq",
+    "rollout_id",
+    "step",
+    "rank",
+    "group_id",
+    "prompt",
+    "response",
+    "reward",
+    "components",
+    "advantage",
+    "length",
+    "truncated",
+    "verdict",
+    "error",
+    "tool_calls",
+    "metadata",
+    "nonfinite",
+    "kept_for",
+    "recorded_at",
+    "nbytes",
+)
+_INSERT = (
+    f"INSERT OR IGNORE INTO rollouts ({', '.join(COLUMNS)}) "
+    f"VALUES ({', '.join('?' * len(COLUMNS))})"
+)
+ROW_OVERHEAD = 160  # bytes counted per row on top of its text (numbers, keys, index entries)
+_TEXT_FIELDS = ("rollout_id", "group_id", "prompt", "response", "verdict", "error")
+
+
+def _finite_or_none(value: float | None) -> float | None:
+    """SQLite stores NaN as NULL; keep ±Inf, turn NaN into NULL explicitly."""
+    return None if value is None or math.isnan(value) else value
+
+
+def encode(row: Mapping[str, Any], session: int, seq: int, rank: int) -> tuple[Any, ...]:
+    """The INSERT parameters of one record (see ``records.Columns.row``)."""
+    comps = row.get("components") or {}
+    nonfinite = [k for k in ("reward", "advantage") if _nonfinite(row.get(k))]
+    nonfinite += [f"components.{k}" for k, v in comps.items() if _nonfinite(v)]
+    comps_json = json.dumps(
+        {str(k): (v if math.isfinite(v) else repr(v)) for k, v in comps.items()},
+        ensure_ascii=False,
+    )
+    texts = [row.get(k) or "" for k in (*_TEXT_FIELDS, "tool_calls", "metadata")]
+    nbytes = ROW_OVERHEAD + len(comps_json) + sum(len(t.encode("utf-8", "replace")) for t in texts)
+    truncated = row.get("truncated")
+    return (
+        session,
+        seq,
+        str(row.get("rollout_id") or seq),
+        int(row.get("step", -1)),
+        rank,
+        row.get("group_id"),
+        row.get("prompt"),
+        row.get("response"),
+        _finite_or_none(row.get("reward")),
+        comps_json,
+        _finite_or_none(row.get("advantage")),
+        _finite_or_none(row.get("length")),
+        None if truncated is None else int(bool(truncated)),
+        row.get("verdict"),
+        row.get("error"),
+        row.get("tool_calls"),
+        row.get("metadata"),
+        ",".join(nonfinite),
+        ",".join(row.get("kept_for", ())),
+        time.time(),
+        nbytes,
+    )
+
+
+def _nonfinite(value: Any) -> bool:
+    return isinstance(value, float) and not math.isfinite(value)
+
+
+def connect(path: Path, timeout_s: float) -> sqlite3.Connection:
+    """A write connection to a run file, creating the file and schema if needed."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
+    try:
+        conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only takes effect on a new file
+        conn.execute("PRAGMA journal_mode=WAL")
+        conn.execute("PRAGMA synchronous=NORMAL")
+        conn.execute("PRAGMA journal_size_limit=4194304")
+        conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
+    except BaseException:
+        conn.close()
+        raise
+    return conn
+
+
+def file_bytes(path: Path) -> int:
+    """Bytes on disk of a run file with its WAL."""
+    total = 0
+    for p in (path, path.with_name(path.name + "-wal")):
+        with contextlib.suppress(OSError):
+            total += p.stat().st_size
+    return total
+
+
+def error_reason(exc: BaseException) -> str:
+    """The drop reason a storage exception is counted under."""
+    name = getattr(exc, "sqlite_errorname", "")
+    if name.startswith("SQLITE_FULL") or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
+        return "disk_full"
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+        return "locked"
+    return "store_error"
+
+
+@dataclass
+class Batch:
+    """One record() call's worth of changes for the writer."""
+
+    rows: list[dict[str, Any]]
+    seqs: list[int]
+    evict: list[int]
+
+
+@dataclass
+class Counters:
+    """Thread-safe counters shared by the recorder and its writer."""
+
+    values: dict[str, float] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def add(self, key: str, amount: float = 1.0) -> None:
+        if amount:
+            with self.lock:
+                self.values[key] = self.values.get(key, 0.0) + amount
+
+    def set(self, key: str, value: float) -> None:
+        with self.lock:
+            self.values[key] = value
+
+    def snapshot(self) -> dict[str, float]:
+        with self.lock:
+            return dict(self.values)
+
+
+class Writer:
+    """The thread that owns a run file's write connection."""
+
+    def __init__(
+        self,
+        path: Path,
+        *,
+        run_id: str,
+        session: int,
+        rank: int,
+        max_rows: int,
+        max_bytes: int,
+        queue_size: int,
+        timeout_s: float,
+        page_limit: int | None,
+        redact: Callable[[dict[str, Any]], dict[str, Any] | None] | None,
+        counters: Counters,
+    ) -> None:
+        self.path = path
+        self.run_id = run_id
+        self.session = session
+        self.rank = rank
+        self.max_rows = max_rows
+        self.max_bytes = max_bytes
+        self.timeout_s = timeout_s
+        self.page_limit = page_limit
+        self.redact = redact
+        self.counters = counters
+        self.queue: queue.Queue[Batch | threading.Event | None] = queue.Queue(queue_size)
+        self._conn: sqlite3.Connection | None = None
+        self._warned: set[str] = set()
+        self._thread = threading.Thread(target=self._run, name="rlpulse-rollouts", daemon=True)
+        self._thread.start()
+
+    # ---- training-thread side ----------------------------------------------------------------
+    def submit(self, batch: Batch) -> bool:
+        """Queue a batch without blocking; False (and counted) when the queue is full."""
+        try:
+            self.queue.put_nowait(batch)
+        except queue.Full:
+            self.counters.add("dropped:queue_full", len(batch.rows))
+            self._warn("queue_full", "writer queue full; rollouts dropped (store too slow?)")
+            return False
+        return True
+
+    def flush(self, timeout: float | None = None) -> bool:
+        """Wait until everything queued so far is written (or dropped)."""
+        if not self._thread.is_alive():
+            return False
+        done = threading.Event()
+        self.queue.put(done, timeout=timeout)
+        return done.wait(timeout)
+
+    def close(self, timeout: float | None = 10.0) -> None:
+        """Write what is queued, then stop the thread and close the file."""
+        if self._thread.is_alive():
+            self.queue.put(None, timeout=timeout)
+            self._thread.join(timeout)
+
+    # ---- writer thread ---------------------------------------------------------------------
+    def _run(self) -> None:
+        try:
+            while True:
+                item = self.queue.get()
+                if item is None:
+                    return
+                if isinstance(item, threading.Event):
+                    item.set()
+                    continue
+                self._write(item)
+        finally:
+            if self._conn is not None:
+                with contextlib.suppress(sqlite3.Error):
+                    self._conn.close()
+
+    def _warn(self, reason: str, message: str) -> None:
+        if reason not in self._warned:
+            self._warned.add(reason)
+            log.warning("rlpulse rollouts (%s): %s (logged once)", self.path, message)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._conn is None:
+            conn = connect(self.path, self.timeout_s)
+            if self.page_limit is not None:
+                conn.execute(f"PRAGMA max_page_count={int(self.page_limit)}")
+            conn.execute(
+                "INSERT OR IGNORE INTO run VALUES ('run_id', ?), ('schema', ?)",
+                (self.run_id, SCHEMA_VERSION),
+            )
+            self._conn = conn
+        return self._conn
+
+    def _prepare(self, batch: Batch) -> list[tuple[Any, ...]]:
+        params = []
+        for row, seq in zip(batch.rows, batch.seqs, strict=True):
+            if self.redact is not None:
+                redacted = self._redacted(row)
+                if redacted is None:
+                    continue
+                row = redacted
+            params.append(encode(row, self.session, seq, self.rank))
+        return params
+
+    def _redacted(self, row: dict[str, Any]) -> dict[str, Any] | None:
+        assert self.redact is not None
+        view = dict(row)
+        for key in ("tool_calls", "metadata"):
+            if view.get(key) is not None:
+                view[key] = json.loads(view[key])
+        try:
+            out = self.redact(view)
+        except Exception as exc:
+            self.counters.add("dropped:redact_error")
+            self._warn("redact_error", f"redaction hook raised {exc!r}; rollout not stored")
+            return None
+        if out is None:
+            self.counters.add("dropped:redacted")
+            return None
+        out = dict(out)
+        for key in ("tool_calls", "metadata"):
+            if out.get(key) is not None and not isinstance(out[key], str):
+                out[key] = json.dumps(out[key], default=repr, ensure_ascii=False)
+        return out
+
+    def _write(self, batch: Batch) -> None:
+        params = self._prepare(batch)
+        try:
+            conn = self._connection()
+            conn.execute("BEGIN IMMEDIATE")
+            try:
+                evicted = self._evict_seqs(conn, batch.evict)
+                written = max(conn.executemany(_INSERT, params).rowcount, 0)
+                by_rows, by_bytes = self._enforce_bounds(conn)
+                conn.execute("COMMIT")
+            except BaseException:
+                if conn.in_transaction:
+                    conn.execute("ROLLBACK")
+                raise
+            self.counters.add("recorded", written)
+            self.counters.add("evicted:resampled", evicted)
+            self.counters.add("evicted:rows", by_rows)
+            self.counters.add("evicted:bytes", by_bytes)
+            if by_rows or by_bytes:
+                conn.execute("PRAGMA incremental_vacuum")
+        except (sqlite3.Error, OSError) as exc:
+            reason = error_reason(exc)
+            self.counters.add(f"dropped:{reason}", len(params))
+            self._warn(reason, f"{len(params)} rollouts not stored: {exc}")
+            if reason == "disk_full":
+                self._make_room()
+            elif reason == "store_error":
+                self._reset()
+        self._refresh_gauges()
+
+    def _evict_seqs(self, conn: sqlite3.Connection, seqs: Iterable[int]) -> int:
+        cur = conn.executemany(
+            "DELETE FROM rollouts WHERE session = ? AND seq = ?",
+            [(self.session, s) for s in seqs],
+        )
+        return max(cur.rowcount, 0)
+
+    def _enforce_bounds(self, conn: sqlite3.Connection) -> tuple[int, int]:
+        """Delete the oldest rows past ``max_rows``/``max_bytes``: (by rows, by bytes)."""
+        rows, nbytes = conn.execute("SELECT rows, bytes FROM totals").fetchone()
+        over_rows = max(rows - self.max_rows, 0)
+        if over_rows == 0 and nbytes <= self.max_bytes:
+            return 0, 0
+        cut, freed, seen = None, 0, 0
+        cur = conn.execute("SELECT id, nbytes FROM rollouts ORDER BY id")
+        for rowid, size in cur:
+            if seen >= over_rows and nbytes - freed <= self.max_bytes:
+                break
+            cut, freed, seen = rowid, freed + size, seen + 1
+        cur.close()
+        if cut is None:
+            return 0, 0
+        conn.execute("DELETE FROM rollouts WHERE id <= ?", (cut,))
+        return over_rows, seen - over_rows
+
+    def _make_room(self) -> None:
+        """After a full disk, drop the oldest quarter so later batches fit in the freed pages."""
+        conn = self._conn
+        if conn is None:
+            return
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            (rows,) = conn.execute("SELECT rows FROM totals").fetchone()
+            n = conn.execute(
+                "DELETE FROM rollouts WHERE id IN (SELECT id FROM rollouts ORDER BY id LIMIT ?)",
+                (max(rows // 4, 1),),
+            ).rowcount
+            conn.execute("COMMIT")
+            self.counters.add("evicted:disk_full", n)
+        except sqlite3.Error:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+
+    def _reset(self) -> None:
+        if self._conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                self._conn.close()
+            self._conn = None
+
+    def _refresh_gauges(self) -> None:
+        self.counters.set("store_bytes", float(file_bytes(self.path)))
+        conn = self._conn
+        if conn is not None:
+            with contextlib.suppress(sqlite3.Error):
+                (rows,) = conn.execute("SELECT rows FROM totals").fetchone()
+                self.counters.set("store_rows", float(rows))

@@ -1,0 +1,166 @@
+"""Stable-Baselines3: one callback gives the dashboards everything SB3 knows.
+
+``model.learn(total_timesteps, callback=RlpulseCallback())`` then
+
+* adds a ``PrometheusWriter`` to the model's ``Logger``: every ``logger.dump()`` (``rollout/*``,
+  ``train/*``, ``time/*`` and the user's own ``logger.record`` keys) goes through
+  ``Exporter.log`` and the SB3 key map, with SB3's step (``num_timesteps``);
+* reports each finished episode (from the ``Monitor`` wrapper's ``info["episode"]``, success from
+  ``info["is_success"]``) once per rollout with ``observe_episodes``;
+* counts environment steps and times the ``rollout`` (collect_rollouts) and ``update``
+  (``train()``) phases into ``rl_phase_duration_seconds``.
+
+The per-step work is a scan of the step's ``infos`` for finished episodes; everything else
+happens once per rollout.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from rlpulse import catalog
+from rlpulse.exporter import Exporter
+from rlpulse.integrations.common import exporter_for, missing, numbers, set_hyperparameters
+
+try:
+    import stable_baselines3
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.logger import KVWriter
+except ImportError as exc:
+    raise missing("stable-baselines3", "sb3", exc) from exc
+
+FRAMEWORK = "sb3"
+WRITER_NAME = "rlpulse"  # ``logger.record(key, v, exclude="rlpulse")`` keeps a key out
+ROLLOUT, UPDATE = "rollout", "update"
+PHASE = catalog.get("rl_phase_duration_seconds").name
+ENV_STEPS = catalog.get("rl_env_steps_total").name
+# algorithm attributes exported as rl_hyperparameter{name} (numbers only; schedules skipped)
+HYPERPARAMETERS = (
+    "learning_rate",
+    "n_steps",
+    "batch_size",
+    "n_epochs",
+    "gamma",
+    "gae_lambda",
+    "ent_coef",
+    "vf_coef",
+    "max_grad_norm",
+    "n_envs",
+    "buffer_size",
+    "learning_starts",
+    "tau",
+    "gradient_steps",
+    "target_update_interval",
+    "exploration_fraction",
+)
+
+
+class PrometheusWriter(KVWriter):
+    """An SB3 ``KVWriter``: each ``Logger.dump`` becomes one ``Exporter.log`` call."""
+
+    def __init__(self, exporter: Exporter) -> None:
+        self.exporter = exporter
+
+    def write(
+        self,
+        key_values: Mapping[str, Any],
+        key_excluded: Mapping[str, tuple[str, ...]],
+        step: int = 0,
+    ) -> None:
+        skip = frozenset(k for k, ex in key_excluded.items() if ex and WRITER_NAME in ex)
+        self.exporter.log(numbers(key_values, skip), step=int(step))
+
+    def close(self) -> None:
+        """Nothing to release: the exporter outlives the logger."""
+
+
+class RlpulseCallback(BaseCallback):
+    """Exports an SB3 run. ``exporter``: report there; else to the process-wide exporter,
+    started on first use (``start_kwargs`` go to ``rlpulse.start``) unless ``start=False``."""
+
+    def __init__(
+        self,
+        exporter: Exporter | None = None,
+        *,
+        start: bool = True,
+        verbose: int = 0,
+        **start_kwargs: Any,
+    ) -> None:
+        super().__init__(verbose)
+        self._given = exporter
+        self._start = start
+        self._start_kwargs = start_kwargs
+        self.exporter: Exporter | None = None
+        self.writer: PrometheusWriter | None = None
+        self._returns: list[float] = []
+        self._lengths: list[float] = []
+        self._success: list[float] = []
+        self._rollout_t0 = 0.0
+        self._update_t0: float | None = None
+        self._steps_seen = 0
+
+    # ---- lifecycle --------------------------------------------------------------------------
+    def _on_training_start(self) -> None:
+        model = self.model
+        kwargs = dict(self._start_kwargs)
+        kwargs.setdefault("metadata", {"model": type(model).__name__})
+        self.exporter = exporter_for(
+            self._given, FRAMEWORK, stable_baselines3.__version__, start=self._start, **kwargs
+        )
+        self._steps_seen = int(model.num_timesteps)
+        self._update_t0 = None
+        if self.exporter is None:
+            return
+        set_hyperparameters(
+            self.exporter, {name: getattr(model, name, None) for name in HYPERPARAMETERS}
+        )
+        formats = self.logger.output_formats
+        if self.writer is None or self.writer not in formats:
+            self.writer = PrometheusWriter(self.exporter)
+            formats.append(self.writer)
+
+    def _on_rollout_start(self) -> None:
+        now = time.perf_counter()
+        self._end_update(now)
+        self._rollout_t0 = now
+
+    def _on_step(self) -> bool:
+        for info in self.locals["infos"]:
+            episode = info.get("episode")
+            if episode is not None:
+                self._returns.append(episode["r"])
+                self._lengths.append(episode["l"])
+                success = info.get("is_success")
+                if success is not None:
+                    self._success.append(float(success))
+        return True
+
+    def _on_rollout_end(self) -> None:
+        now = time.perf_counter()
+        exp = self.exporter
+        if exp is not None:
+            exp.observe(PHASE, now - self._rollout_t0, phase=ROLLOUT)
+            self._flush(exp)
+        self._update_t0 = now
+
+    def _on_training_end(self) -> None:
+        self._end_update(time.perf_counter())
+        if self.exporter is not None:
+            self._flush(self.exporter)
+
+    # ---- helpers ----------------------------------------------------------------------------
+    def _end_update(self, now: float) -> None:
+        if self._update_t0 is not None and self.exporter is not None:
+            self.exporter.observe(PHASE, now - self._update_t0, phase=UPDATE)
+        self._update_t0 = None
+
+    def _flush(self, exp: Exporter) -> None:
+        steps = int(self.model.num_timesteps)
+        if steps > self._steps_seen:
+            exp.count(ENV_STEPS, steps - self._steps_seen)
+        self._steps_seen = steps
+        if self._returns:
+            exp.observe_episodes(self._returns, self._lengths, self._success or None)
+            self._returns, self._lengths, self._success = [], [], []

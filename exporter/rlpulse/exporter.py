@@ -16,7 +16,7 @@ import threading
 import time
 import uuid
 from collections import deque
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -38,6 +38,7 @@ from rlpulse.catalog import IDENTITY_LABELS, Metric
 from rlpulse.collectors.base import CachedReader
 from rlpulse.collectors.gpu import GpuReader
 from rlpulse.collectors.host import HostReader, ProcessReader
+from rlpulse.exposition import format_le
 from rlpulse.store import Series, Store
 
 log = logging.getLogger("rlpulse")
@@ -140,6 +141,7 @@ class Exporter:
         self.unmapped_cap = unmapped_cap
         self.store = Store(label_cap=label_cap)
         self.dropped: dict[str, int] = {}
+        self._drop_lock = threading.Lock()
         self._warned: set[tuple[str, str]] = set()
         self._framework: str | None = None
         self._info: dict[str, str] = {}
@@ -230,7 +232,8 @@ class Exporter:
 
     # ---- bad input ------------------------------------------------------------------------
     def _drop(self, reason: str, key: str, value: Any) -> None:
-        self.dropped[reason] = self.dropped.get(reason, 0) + 1
+        with self._drop_lock:
+            self.dropped[reason] = self.dropped.get(reason, 0) + 1
         if self.strict:
             raise ValueError(f"rlpulse: {key!r}: {reason} ({value!r:.200})")
         if (key, reason) not in self._warned:
@@ -282,12 +285,21 @@ class Exporter:
         if self.strict or len(self._pending) > MAX_PENDING:
             self.flush()
 
-    def flush(self) -> None:
-        """Apply every pending ``log()`` snapshot to the store, in order."""
+    def flush(self, pause: Callable[[], None] | None = None) -> None:
+        """Apply the pending ``log()`` snapshots to the store, in order.
+
+        A scrape passes ``pause`` (called after each snapshot) to hand the GIL back to the
+        training thread between slices; it then applies only what was pending when it began.
+        """
         pending = self._pending
         with self._apply_lock:
-            while pending:
+            if pause is None:
+                while pending:
+                    self._apply(*pending.popleft())
+                return
+            for _ in range(len(pending)):
                 self._apply(*pending.popleft())
+                pause()
 
     def _apply(self, metrics: dict[str, Any], step: Any, stamp: float) -> None:
         slots = self._slots
@@ -486,18 +498,19 @@ class Exporter:
     ) -> None:
         """Record one batch of rollouts: per-sample arrays (or lists) of equal length."""
         try:
-            self._observe_rollouts(
-                latency_seconds,
-                response_tokens,
-                prompt_tokens,
-                rewards,
-                components or {},
-                truncated,
-                format_ok,
-                success,
-                group_size,
-                rollout_ids,
-            )
+            with np.errstate(all="ignore"):  # overflow/NaN in user data is counted, not warned
+                self._observe_rollouts(
+                    latency_seconds,
+                    response_tokens,
+                    prompt_tokens,
+                    rewards,
+                    components or {},
+                    truncated,
+                    format_ok,
+                    success,
+                    group_size,
+                    rollout_ids,
+                )
         except Exception as exc:
             if self.strict:
                 raise
@@ -537,9 +550,9 @@ class Exporter:
         if len(set(sizes.values())) > 1:
             self._drop("shape_mismatch", "observe_rollouts", sizes)
             return
-        if not sizes:
+        n = next(iter(sizes.values()), 0)
+        if n == 0:
             return
-        n = next(iter(sizes.values()))
         self.count("rl_samples_total", n)
         get = self.store.get
         if "latency_seconds" in arrays:
@@ -663,6 +676,30 @@ class Exporter:
         """The scrape-time collectors (GPU, host)."""
         return iter(self._readers)
 
+    def scrape_samples(self) -> Iterator[tuple[Metric, tuple[str, ...], float]]:
+        """What a scrape adds to the store: (metric, its own label values, value).
+
+        Run info comes first, then the self-metrics and the GPU/host readings (taken now).
+        """
+        info = catalog.get("rl_run_info")
+        yield info, tuple(self._info[k] for k in info.labels), 1.0
+        for reason, n in sorted(self.dropped.items()):
+            yield catalog.get("rlpulse_dropped_values_total"), (reason,), n
+        for label, n in sorted(self.store.overflowed.items()):
+            yield catalog.get("rlpulse_label_overflow_total"), (label,), n
+        for reader in self.readings():
+            reading = reader.get()
+            st = reader.state
+            yield catalog.get("rlpulse_collector_enabled"), (st.name,), float(st.enabled)
+            if not st.enabled:
+                continue
+            yield catalog.get("rlpulse_collector_up"), (st.name,), float(st.up)
+            yield catalog.get("rlpulse_collector_duration_seconds"), (st.name,), st.duration
+            yield catalog.get("rlpulse_collector_errors_total"), (st.name,), st.errors
+            for name, labels, value in reading:
+                metric = catalog.get(name)
+                yield metric, tuple(labels[n] for n in metric.labels), value
+
 
 class _Phase:
     __slots__ = ("_exp", "_name", "_t0")
@@ -695,7 +732,10 @@ def _family(metric: Metric, labelnames: list[str]) -> Any:
 
 
 class _Collector:
-    """Renders the exporter's store and scrape-time readings as Prometheus families."""
+    """The exporter as prometheus_client families, for ``exp.registry`` (push gateways, tests).
+
+    The HTTP endpoint renders the same content with ``rlpulse.exposition.Renderer``.
+    """
 
     def __init__(self, exp: Exporter) -> None:
         self._exp = exp
@@ -713,15 +753,16 @@ class _Collector:
                 fam = families[metric.name] = _family(metric, names + list(metric.labels))
             return fam
 
-        info = catalog.get("rl_run_info")
-        family(info).add_metric(ident, {k: exp._info[k] for k in info.labels})
+        extra = list(exp.scrape_samples())  # run info first, then self-metrics and readings
+        info, info_labels, _ = extra.pop(0)
+        family(info).add_metric(ident, dict(zip(info.labels, info_labels, strict=True)))
         values = exp.store.values
         for series in list(exp.store.series):
             metric = series.metric
             labels = ident + list(series.labels)
             if series.hist is not None:
                 cumulative, total, exemplars = series.hist.snapshot()
-                bounds = [*(_le(b) for b in metric.buckets), "+Inf"]
+                bounds = [*(format_le(b) for b in metric.buckets), "+Inf"]
                 buckets = [
                     (le, c, PromExemplar({"rollout_id": e.rollout_id}, e.value, e.timestamp))
                     if e is not None
@@ -731,34 +772,6 @@ class _Collector:
                 family(metric).add_metric(labels, buckets, total)
                 continue
             family(metric).add_metric(labels, values[series.slot])
-        self._self_metrics(family, ident)
+        for metric, own, value in extra:
+            family(metric).add_metric(ident + list(own), value)
         yield from families.values()
-
-    def _self_metrics(self, family: Any, ident: list[str]) -> None:
-        exp = self._exp
-        for reason, n in sorted(exp.dropped.items()):
-            family(catalog.get("rlpulse_dropped_values_total")).add_metric([*ident, reason], n)
-        for label, n in sorted(exp.store.overflowed.items()):
-            family(catalog.get("rlpulse_label_overflow_total")).add_metric([*ident, label], n)
-        for reader in exp.readings():
-            reading = reader.get()
-            st = reader.state
-            family(catalog.get("rlpulse_collector_enabled")).add_metric(
-                [*ident, st.name], float(st.enabled)
-            )
-            if not st.enabled:
-                continue
-            family(catalog.get("rlpulse_collector_up")).add_metric([*ident, st.name], float(st.up))
-            family(catalog.get("rlpulse_collector_duration_seconds")).add_metric(
-                [*ident, st.name], st.duration
-            )
-            family(catalog.get("rlpulse_collector_errors_total")).add_metric(
-                [*ident, st.name], st.errors
-            )
-            for name, labels, value in reading:
-                metric = catalog.get(name)
-                family(metric).add_metric(ident + [labels[n] for n in metric.labels], value)
-
-
-def _le(bound: float) -> str:
-    return repr(float(bound))

@@ -165,7 +165,7 @@ class RlpulseVectorEpisodeStats(VectorWrapper):
         self._resetting = np.zeros(n, dtype=bool)  # NEXT_STEP: the next step only resets
 
     def reset(
-        self, *, seed: int | list[int] | None = None, options: dict[str, Any] | None = None
+        self, *, seed: int | None = None, options: dict[str, Any] | None = None
     ) -> tuple[Any, dict[str, Any]]:
         mask = (options or {}).get("reset_mask")
         obs, info = self.env.reset(seed=seed, options=options)

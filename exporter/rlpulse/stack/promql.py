@@ -1,0 +1,44 @@
+"""Small PromQL helpers: catalog-checked selectors and recording-rule names.
+
+Rules and dashboards build queries through these so that a metric is always named by its catalog
+entry (``sel(catalog.get("rl_entropy"))``), never by a free string.
+"""
+
+from __future__ import annotations
+
+import re
+
+from rlpulse import catalog
+from rlpulse.catalog import Metric
+
+_MATCHER = re.compile(r'^([a-zA-Z_][a-zA-Z0-9_]*)(=~|!~|!=|=)"((?:[^"\\]|\\.)*)"$')
+
+
+def sel(metric: Metric, *matchers: str, suffix: str = "", extra: str = "") -> str:
+    """A series selector for ``metric`` (``suffix``: ``_bucket``/``_sum``/``_count`` of a
+    histogram), with label ``matchers`` like ``'split="eval"'`` checked against the metric's
+    labels, and ``extra`` matchers (the config's selector) appended verbatim."""
+    name = metric.name + suffix
+    if name not in catalog.series_names(metric):
+        raise ValueError(f"{name} is not a series of {metric.name}")
+    allowed = {*metric.labels, *catalog.IDENTITY_LABELS, "job", "instance"}
+    if suffix == "_bucket":
+        allowed.add("le")
+    for m in matchers:
+        found = _MATCHER.match(m)
+        if not found or found.group(1) not in allowed:
+            raise ValueError(f"{metric.name}: bad label matcher {m!r} (labels: {sorted(allowed)})")
+    parts = [*matchers, *([extra] if extra else [])]
+    return f"{name}{{{','.join(parts)}}}" if parts else name
+
+
+def record_name(level: str, metric: Metric, operation: str) -> str:
+    """A recording-rule name ``level:metric:operation``; counters drop ``_total`` (a rate of
+    ``rl_samples_total`` is ``run:rl_samples:rate``)."""
+    base = metric.name.removesuffix("_total") if metric.type == "counter" else metric.name
+    return f"{level}:{base}:{operation}"
+
+
+def regex_alternatives(values: tuple[str, ...] | list[str]) -> str:
+    """``a|b|c`` with regex metacharacters escaped, for an ``=~`` matcher."""
+    return "|".join(re.escape(v).replace("\\", "\\\\") for v in values)

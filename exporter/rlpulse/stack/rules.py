@@ -1,0 +1,749 @@
+"""Prometheus recording and alert rules, built from the catalog and one Config.
+
+Three groups, one per area (``rl``, ``task``, ``system``), each written to
+``prometheus/rules/<area>.yml``. Recording rules come first in a group so the alerts of the same
+evaluation see fresh values. Every alert gets ``severity`` and ``layer`` labels, a static
+``summary``, a templated ``description`` and, in one generic pass (``_annotate``), its
+``runbook_url`` (``docs/runbooks.md#<alertname lowercased>``) and ``dashboard_url``.
+
+Most RL and task alerts read gauges a trainer sets from its own logged values (entropy, KL,
+reward, lengths), smoothed over ``windows.recent`` and compared with the run's own earlier values,
+so they also work when a trainer logs only every N steps and when a finished run's log is
+replayed into Prometheus (``rlpulse replay``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import yaml
+
+from rlpulse import catalog
+from rlpulse.stack import config as cfgmod
+from rlpulse.stack.config import Config
+from rlpulse.stack.promql import record_name, regex_alternatives, sel
+
+Severity = Literal["critical", "warning", "info"]
+Area = Literal["rl", "task", "system"]
+# "target": the alert keeps job/instance (one exporter); "run": aggregated by (job, run_id).
+Scope = Literal["target", "run"]
+
+AREAS: tuple[Area, ...] = ("rl", "task", "system")
+RUN_BY = "job, run_id"
+
+M = catalog.get
+ENTROPY = M("rl_entropy")
+KL_REF = M("rl_kl_reference")
+APPROX_KL = M("rl_approx_kl")
+CLIP = M("rl_clip_fraction_ratio")
+NONFINITE = M("rl_nonfinite_values_total")
+GRAD_NORM = M("rl_grad_norm")
+VALUE_LOSS = M("rl_value_loss")
+EXPLAINED_VAR = M("rl_explained_variance")
+REWARD = M("rl_reward_mean")
+EPISODE_RETURN = M("rl_episode_return")
+ZERO_STD = M("rl_zero_std_groups_ratio")
+IMPORTANCE = M("rl_importance_ratio_mean")
+EVAL_SCORE = M("rl_eval_score")
+LENGTH_MEAN = M("rl_response_length_mean_tokens")
+LENGTH_HIST = M("rl_response_length_tokens")
+TRUNCATION = M("rl_truncation_ratio")
+FORMAT_OK = M("rl_format_compliance_ratio")
+RUN_INFO = M("rl_run_info")
+STEP = M("rl_step")
+GPU_UTIL = M("rl_gpu_utilization_ratio")
+GPU_MEM_USED = M("rl_gpu_memory_used_bytes")
+GPU_MEM_TOTAL = M("rl_gpu_memory_total_bytes")
+GPU_TEMP = M("rl_gpu_temperature_celsius")
+GPU_THROTTLED = M("rl_gpu_throttled")
+GPU_ECC = M("rl_gpu_ecc_errors_total")
+ROLLOUT = M("rl_rollout_duration_seconds")
+PHASE = M("rl_phase_duration_seconds")
+GRADER_CALLS = M("rl_grader_calls_total")
+GRADER_ERRORS = M("rl_grader_errors_total")
+TRAIN_STEPS = M("rl_train_steps_total")
+SAMPLES = M("rl_samples_total")
+COMPLETION_TOKENS = M("rl_completion_tokens_total")
+PROMPT_TOKENS = M("rl_prompt_tokens_total")
+ENV_STEPS = M("rl_env_steps_total")
+EPISODES = M("rl_episodes_total")
+COLLECTOR_UP = M("rlpulse_collector_up")
+COLLECTOR_ERRORS = M("rlpulse_collector_errors_total")
+DROPPED = M("rlpulse_dropped_values_total")
+OVERFLOW = M("rlpulse_label_overflow_total")
+
+# Recorded series other modules (dashboards, replay) may query; names do not depend on Config.
+ZSCORE_METRICS = (REWARD, EPISODE_RETURN, ENTROPY, KL_REF, APPROX_KL, GRAD_NORM, VALUE_LOSS, CLIP)
+THROUGHPUT_METRICS = (TRAIN_STEPS, SAMPLES, COMPLETION_TOKENS, PROMPT_TOKENS, ENV_STEPS, EPISODES)
+QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
+ENTROPY_RATIO_TO_PEAK = record_name("rank", ENTROPY, "ratio_to_peak")
+FORMAT_RATIO_TO_PEAK = record_name("rank", FORMAT_OK, "ratio_to_peak")
+LENGTH_RATIO_TO_FLOOR = record_name("rank", LENGTH_MEAN, "ratio_to_floor")
+LENGTH_P90_DRIFT = record_name("run", LENGTH_HIST, "p90_drift_ratio")
+GRAD_NORM_SPIKE = record_name("rank", GRAD_NORM, "spike_ratio")
+VALUE_LOSS_RATIO = record_name("rank", VALUE_LOSS, "ratio_to_baseline")
+PHASE_SHARE = record_name("run_phase", PHASE, "share")
+GRADER_ERROR_RATIO = record_name("run", GRADER_ERRORS, "ratio")
+GPU_MEMORY_RATIO = record_name("gpu", GPU_MEM_USED, "ratio")
+ROLLOUT_QUANTILES = {q: record_name("run", ROLLOUT, q) for q, _ in QUANTILES}
+LENGTH_QUANTILES = {q: record_name("run", LENGTH_HIST, q) for q in ("p50", "p90", "p99")}
+
+
+def zscore_name(metric: catalog.Metric) -> str:
+    """The recorded z-score of a key RL series: the recent mean against the earlier window."""
+    return record_name("rank", metric, "zscore")
+
+
+def drop_ratio_name(metric: catalog.Metric) -> str:
+    """The recorded fractional drop of the recent mean below the earlier mean."""
+    return record_name("rank", metric, "drop_ratio")
+
+
+def rate_name(metric: catalog.Metric) -> str:
+    """The recorded per-second rate of a throughput counter, per run."""
+    return record_name("run", metric, "rate")
+
+
+def rate_ratio_name(metric: catalog.Metric) -> str:
+    """The recorded recent rate of a counter as a fraction of its earlier-window rate."""
+    return record_name("run", metric, "rate_ratio_to_earlier")
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One recording rule."""
+
+    record: str
+    expr: str
+
+    def rule(self) -> dict[str, Any]:
+        """The rule as it appears in a Prometheus rule file."""
+        return {"record": self.record, "expr": self.expr}
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alerting rule (a tiered alert is two of these with the same name)."""
+
+    name: str
+    severity: Severity
+    expr: str
+    for_: str
+    summary: str
+    description: str
+    scope: Scope = "target"
+    enabled: bool = True
+    annotations: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        c: cfgmod.AlertConfig,
+        name: str,
+        severity: Severity,
+        expr: str,
+        summary: str,
+        description: str,
+        scope: Scope = "target",
+    ) -> Alert:
+        """An alert whose ``for`` and ``enabled`` come from its config entry ``c``."""
+        return cls(name, severity, expr, c.for_, summary, description, scope, c.enabled)
+
+    def rule(self, area: Area) -> dict[str, Any]:
+        """The rule as it appears in a Prometheus rule file."""
+        out: dict[str, Any] = {"alert": self.name, "expr": self.expr}
+        if cfgmod.seconds(self.for_) > 0:
+            out["for"] = self.for_
+        out["labels"] = {"severity": self.severity, "layer": area}
+        out["annotations"] = {
+            "summary": self.summary,
+            "description": self.description,
+            **self.annotations,
+        }
+        return out
+
+
+@dataclass(frozen=True)
+class Group:
+    """One rule group: the recording rules and alerts of one area."""
+
+    area: Area
+    recordings: tuple[Recording, ...]
+    alerts: tuple[Alert, ...]
+
+    @property
+    def name(self) -> str:
+        """The group name in the rule file."""
+        return f"rlpulse-{self.area}"
+
+    def as_dict(self) -> dict[str, Any]:
+        """The group as it appears in a Prometheus rule file (evaluated at the global interval)."""
+        return {
+            "name": self.name,
+            "rules": [r.rule() for r in self.recordings] + [a.rule(self.area) for a in self.alerts],
+        }
+
+
+# ---- query builders -----------------------------------------------------------------------------
+
+
+class _Q:
+    """PromQL fragments bound to one Config (selector and windows)."""
+
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.w = cfg.windows
+
+    def s(self, metric: catalog.Metric, *matchers: str, suffix: str = "") -> str:
+        return sel(metric, *matchers, suffix=suffix, extra=self.cfg.selectors.metrics)
+
+    def up(self) -> str:
+        return f'up{{job="{self.cfg.scrape.job_name}"}}'
+
+    def recent(self, metric: catalog.Metric, *matchers: str, fn: str = "avg") -> str:
+        """The series' level (``fn``: avg, max, min or median) over the recent window."""
+        inner = f"{self.s(metric, *matchers)}[{self.w.recent}]"
+        if fn == "median":
+            return f"quantile_over_time(0.5, {inner})"
+        return f"{fn}_over_time({inner})"
+
+    def earlier(self, metric: catalog.Metric, fn: str = "avg") -> str:
+        """The series over the earlier window that ends where the recent window starts."""
+        return f"{fn}_over_time({self.s(metric)}[{self.w.zscore}] offset {self.w.recent})"
+
+    def zscore(self, metric: catalog.Metric) -> str:
+        """How many earlier-window standard deviations the recent mean moved."""
+        return (
+            f"({self.recent(metric)} - {self.earlier(metric)}) / {self.earlier(metric, 'stddev')}"
+        )
+
+    def baseline(self, metric: catalog.Metric, fn: str) -> str:
+        """``fn`` (max/min) of the smoothed series over the run's baseline lookback."""
+        return f"{fn}_over_time({self.recent(metric)}[{self.w.baseline}:{self.w.resolution}])"
+
+    def rate(self, metric: catalog.Metric, window: str = "", suffix: str = "") -> str:
+        return f"rate({self.s(metric, suffix=suffix)}[{window or self.w.rate}])"
+
+    def run_sum_rate(self, metric: catalog.Metric, window: str = "", offset: str = "") -> str:
+        off = f" offset {offset}" if offset else ""
+        return f"sum by ({RUN_BY}) (rate({self.s(metric)}[{window or self.w.rate}]{off}))"
+
+    def run_quantile(
+        self, q: float, metric: catalog.Metric, window: str = "", off: str = ""
+    ) -> str:
+        offset = f" offset {off}" if off else ""
+        bucket = self.s(metric, suffix="_bucket")
+        rate = f"rate({bucket}[{window or self.w.rate}]{offset})"
+        return f"histogram_quantile({q}, sum by ({RUN_BY}, le) ({rate}))"
+
+
+def _dur_times(d: str, factor: float) -> str:
+    return cfgmod.duration(cfgmod.seconds(d) * factor)
+
+
+UNCORRECTED = 'error_type="uncorrected"'
+_ID = "run {{ $labels.run_id }} (rank {{ $labels.rank }})"
+_RUN = "run {{ $labels.run_id }}"
+_GPU = "GPU {{ $labels.gpu }} of run {{ $labels.run_id }} on {{ $labels.instance }}"
+_V = '{{ printf "%.3g" $value }}'
+
+
+def _tiered(
+    name: str, t: cfgmod.Tiered, expr: Callable[[float], str], summary: str, desc: str, **kw: Any
+) -> list[Alert]:
+    return [
+        Alert.of(t, name, sev, expr(level), summary, desc.replace("$LEVEL", f"{level:g}"), **kw)
+        for sev, level in (("warning", t.warning), ("critical", t.critical))
+    ]
+
+
+# ---- rl ---------------------------------------------------------------------------------------
+
+
+def _rl_recordings(q: _Q) -> list[Recording]:
+    out = [Recording(zscore_name(m), q.zscore(m)) for m in ZSCORE_METRICS]
+    out += [
+        Recording(drop_ratio_name(m), f"({q.earlier(m)} - {q.recent(m)}) / abs({q.earlier(m)})")
+        for m in (REWARD, EPISODE_RETURN)
+    ]
+    out += [
+        Recording(
+            ENTROPY_RATIO_TO_PEAK, f"{q.recent(ENTROPY)} / ({q.baseline(ENTROPY, 'max')} > 0)"
+        ),
+        Recording(
+            GRAD_NORM_SPIKE,
+            f"{q.recent(GRAD_NORM, fn='max')} / "
+            f"quantile_over_time(0.5, {q.s(GRAD_NORM)}[{q.w.zscore}])",
+        ),
+        Recording(
+            VALUE_LOSS_RATIO,
+            f"{q.recent(VALUE_LOSS)} / "
+            f"quantile_over_time(0.5, {q.s(VALUE_LOSS)}[{q.w.zscore}] offset {q.w.recent})",
+        ),
+    ]
+    return out
+
+
+def _rl_alerts(q: _Q) -> Iterator[Alert]:
+    a = q.cfg.alerts
+
+    ec = a.entropy_collapse
+    floor = (
+        f" or ({ENTROPY_RATIO_TO_PEAK} and {q.recent(ENTROPY)} < {ec.floor:g})" if ec.floor else ""
+    )
+    yield Alert.of(
+        ec,
+        "RLEntropyCollapse",
+        "critical",
+        f"{ENTROPY_RATIO_TO_PEAK} < {ec.ratio:g}{floor}",
+        "Policy entropy collapsed against the run's own early level.",
+        f"Policy entropy of {_ID} is at {_V} of its early-run peak (threshold {ec.ratio:g}"
+        f"{f', or below {ec.floor:g} nats' if ec.floor else ''}): the policy has become "
+        "near-deterministic and stops exploring.",
+    )
+    yield from _tiered(
+        "RLKLReferenceHigh",
+        a.kl_reference_high,
+        lambda lvl: f"{q.recent(KL_REF, fn='median')} > {lvl:g}",
+        "KL divergence to the reference policy is high.",
+        f"Median KL to the reference of {_ID} over the last {q.w.recent} is {_V} nats "
+        "(threshold $LEVEL).",
+    )
+    kr = a.kl_reference_rising
+    yield Alert.of(
+        kr,
+        "RLKLReferenceRising",
+        "warning",
+        f"{zscore_name(KL_REF)} > {kr.zscore:g} and {q.recent(KL_REF)} > {kr.min_level:g}",
+        "KL to the reference policy is rising fast.",
+        f"KL to the reference of {_ID} rose {_V} standard deviations above its earlier "
+        f"{q.w.zscore} (threshold {kr.zscore:g}).",
+    )
+    uk = a.update_kl_high
+    yield Alert.of(
+        uk,
+        "RLUpdateKLHigh",
+        "warning",
+        f"{q.recent(APPROX_KL)} > {uk.threshold:g}",
+        "Update-step KL is too high: each update moves the policy too far.",
+        f"Mean approximate KL per update of {_ID} is {_V} (threshold {uk.threshold:g}).",
+    )
+    cf = a.clip_fraction_high
+    yield Alert.of(
+        cf,
+        "RLClipFractionHigh",
+        "warning",
+        f"{q.recent(CLIP)} > {cf.threshold:g}",
+        "A large fraction of probability ratios is clipped.",
+        f"Clip fraction (bound {{{{ $labels.bound }}}}) of {_ID} is {_V} "
+        f"(threshold {cf.threshold:g}).",
+    )
+    nf = a.nonfinite_loss
+    watched = tuple(M(n) for n in nf.metrics)
+    gauges = [
+        f"label_replace({q.s(m)} != {q.s(m)} or {q.s(m)} == +Inf or {q.s(m)} == -Inf, "
+        f'"metric", "{m.name}", "", "")'
+        for m in watched
+        if m.type == "gauge"
+    ]
+    which = f'metric=~"{regex_alternatives(nf.metrics)}"'
+    counter = f"increase({q.s(NONFINITE, which)}[{q.w.recent}]) > 0"
+    yield Alert.of(
+        nf,
+        "RLNonFiniteLoss",
+        "critical",
+        " or ".join([counter, *gauges]),
+        "NaN or Inf in a loss or gradient norm.",
+        f"{{{{ $labels.metric }}}} of {_ID} is not finite (value or count {_V}): "
+        "training has diverged or will.",
+    )
+    gs = a.grad_norm_spike
+    yield Alert.of(
+        gs,
+        "RLGradNormSpike",
+        "warning",
+        f"{GRAD_NORM_SPIKE} > {gs.ratio:g} and {q.recent(GRAD_NORM, fn='max')} > {gs.min_level:g}",
+        "Gradient norm spiked against its rolling median.",
+        f"Gradient norm ({{{{ $labels.network }}}}) of {_ID} reached {_V} times its "
+        f"{q.w.zscore} median (threshold {gs.ratio:g}).",
+    )
+    vl = a.value_loss_explosion
+    yield Alert.of(
+        vl,
+        "RLValueLossExplosion",
+        "warning",
+        f"{VALUE_LOSS_RATIO} > {vl.ratio:g}",
+        "Value loss exploded against its earlier level.",
+        f"Value loss of {_ID} is {_V} times its earlier median (threshold {vl.ratio:g}).",
+    )
+    ev = a.explained_variance_negative
+    yield Alert.of(
+        ev,
+        "RLExplainedVarianceNegative",
+        "warning",
+        f"{q.recent(EXPLAINED_VAR)} < {ev.threshold:g}",
+        "The value function explains less than a constant would.",
+        f"Explained variance of {_ID} is {_V} (threshold {ev.threshold:g}).",
+    )
+    rc = a.reward_collapse
+    yield Alert.of(
+        rc,
+        "RLRewardCollapse",
+        "critical",
+        " or ".join(
+            f"({zscore_name(m)} < -{rc.zscore:g} and {drop_ratio_name(m)} > {rc.drop_ratio:g})"
+            for m in (REWARD, EPISODE_RETURN)
+        ),
+        "Training reward dropped suddenly.",
+        f"Reward of {_ID} fell {_V} standard deviations against its earlier {q.w.zscore} "
+        f"(thresholds: z below -{rc.zscore:g} and a drop of over {rc.drop_ratio:.0%}).",
+    )
+    rp = a.reward_plateau
+    now, then = q.recent(REWARD), f"avg_over_time({q.s(REWARD)}[{q.w.recent}] offset {rp.window})"
+    yield Alert.of(
+        rp,
+        "RLRewardPlateau",
+        "info",
+        f"abs({now} - {then}) <= {rp.min_change_ratio:g} * abs({then})",
+        "Training reward stopped changing.",
+        f"Mean reward of {_RUN} changed by only {_V} over the last {rp.window}.",
+    )
+    zs = a.zero_std_groups_high
+    yield Alert.of(
+        zs,
+        "RLZeroStdGroupsHigh",
+        "warning",
+        f"{q.recent(ZERO_STD)} > {zs.threshold:g}",
+        "Most prompt groups carry no learning signal (all rewards equal).",
+        f"{_V} of the prompt groups of {_ID} have zero reward spread (threshold {zs.threshold:g}).",
+    )
+    ir = a.importance_ratio_drift
+    yield Alert.of(
+        ir,
+        "RLImportanceRatioDrift",
+        "warning",
+        f"abs({q.recent(IMPORTANCE)} - 1) > {ir.max_deviation:g}",
+        "Trainer and rollout engine disagree on token probabilities.",
+        f"Mean importance ratio of {_ID} is {_V} away from 1 (threshold {ir.max_deviation:g}).",
+    )
+
+
+# ---- task -------------------------------------------------------------------------------------
+
+
+def _task_recordings(q: _Q) -> list[Recording]:
+    out = [
+        Recording(zscore_name(LENGTH_MEAN), q.zscore(LENGTH_MEAN)),
+        Recording(
+            LENGTH_RATIO_TO_FLOOR,
+            f"{q.recent(LENGTH_MEAN)} / ({q.baseline(LENGTH_MEAN, 'min')} > 0)",
+        ),
+        Recording(
+            FORMAT_RATIO_TO_PEAK, f"{q.recent(FORMAT_OK)} / ({q.baseline(FORMAT_OK, 'max')} > 0)"
+        ),
+    ]
+    out += [
+        Recording(name, q.run_quantile(float(name[-2:]) / 100, LENGTH_HIST))
+        for name in LENGTH_QUANTILES.values()
+    ]
+    out.append(
+        Recording(
+            LENGTH_P90_DRIFT,
+            f"{q.run_quantile(0.9, LENGTH_HIST, q.w.recent)} / "
+            f"{q.run_quantile(0.9, LENGTH_HIST, q.w.zscore, q.w.recent)}",
+        )
+    )
+    return out
+
+
+def _task_alerts(q: _Q) -> Iterator[Alert]:
+    a = q.cfg.alerts
+
+    rh = a.reward_hacking
+    h = rh.window
+    ev = q.s(EVAL_SCORE, f'split="{rh.eval_split}"')
+    ev_now, ev_then = f"last_over_time({ev}[{h}])", f"last_over_time({ev}[{h}] offset {h})"
+    rises = [
+        f"{q.recent(m)} - avg_over_time({q.s(m)}[{q.w.recent}] offset {h}) > "
+        f"{rh.min_reward_rise_ratio:g} * abs(avg_over_time({q.s(m)}[{q.w.recent}] offset {h}))"
+        for m in (REWARD, EPISODE_RETURN)
+    ]
+    yield Alert.of(
+        rh,
+        "RLRewardHacking",
+        "critical",
+        f"({ev_now} - {ev_then} <= {rh.max_eval_gain_ratio:g} * abs({ev_then}))"
+        f" and changes({ev}[{_dur_times(h, 2)}]) > 0"
+        f" and on({RUN_BY}) ({' or '.join(f'({r})' for r in rises)})",
+        "Training reward rises while the held-out eval score does not: likely reward hacking.",
+        f"Training reward of {_RUN} rose over the last {h} while the "
+        f"{{{{ $labels.benchmark }}}} {rh.eval_split} score changed by {_V}.",
+    )
+    yield from _tiered(
+        "RLResponseLengthExplosion",
+        a.response_length_explosion,
+        lambda lvl: f"{LENGTH_RATIO_TO_FLOOR} > {lvl:g}",
+        "Response length exploded against the run's own early length.",
+        f"Mean response length of {_ID} is {_V} times its early-run level (threshold $LEVEL).",
+    )
+    ld = a.response_length_drift
+    yield Alert.of(
+        ld,
+        "RLResponseLengthDrift",
+        "warning",
+        f"{LENGTH_P90_DRIFT} > {ld.ratio:g} or {LENGTH_P90_DRIFT} < {1 / ld.ratio:g}",
+        "The response-length distribution shifted against its earlier window.",
+        f"p90 response length of {_RUN} is {_V} times its p90 over the earlier "
+        f"{q.w.zscore} (threshold x{ld.ratio:g} either way).",
+        scope="run",
+    )
+    yield from _tiered(
+        "RLTruncationHigh",
+        a.truncation_high,
+        lambda lvl: f"{q.recent(TRUNCATION)} > {lvl:g}",
+        "Many responses are cut at the length limit.",
+        f"{_V} of the responses of {_ID} hit the length limit (threshold $LEVEL).",
+    )
+    fc = a.format_compliance_drop
+    yield Alert.of(
+        fc,
+        "RLFormatComplianceDrop",
+        "warning",
+        f"{FORMAT_RATIO_TO_PEAK} < {1 - fc.drop_ratio:g}",
+        "Format compliance fell below the run's own peak.",
+        f"Format compliance of {_ID} is at {_V} of its peak (threshold {1 - fc.drop_ratio:g}).",
+    )
+
+
+# ---- system -----------------------------------------------------------------------------------
+
+
+def _system_recordings(q: _Q) -> list[Recording]:
+    out = [
+        Recording(name, q.run_quantile(p, ROLLOUT))
+        for (n, p), name in zip(QUANTILES, ROLLOUT_QUANTILES.values(), strict=True)
+    ]
+    out += [Recording(rate_name(m), q.run_sum_rate(m)) for m in THROUGHPUT_METRICS]
+    out += [
+        Recording(
+            rate_ratio_name(m),
+            f"{q.run_sum_rate(m, q.w.recent)} / {q.run_sum_rate(m, q.w.zscore, q.w.recent)}",
+        )
+        for m in (TRAIN_STEPS, SAMPLES)
+    ]
+    phase_sum = q.s(PHASE, suffix="_sum")
+    out += [
+        Recording(
+            PHASE_SHARE,
+            f"sum by ({RUN_BY}, phase) (rate({phase_sum}[{q.w.rate}])) / ignoring(phase) "
+            f"group_left sum by ({RUN_BY}) (rate({phase_sum}[{q.w.rate}]))",
+        ),
+        Recording(
+            GRADER_ERROR_RATIO, f"{q.run_sum_rate(GRADER_ERRORS)} / {q.run_sum_rate(GRADER_CALLS)}"
+        ),
+        Recording(GPU_MEMORY_RATIO, f"{q.s(GPU_MEM_USED)} / {q.s(GPU_MEM_TOTAL)}"),
+    ]
+    return out
+
+
+def _system_alerts(q: _Q) -> Iterator[Alert]:
+    a = q.cfg.alerts
+    w = q.w
+
+    td = a.target_down
+    last_run = (
+        f"topk by (job, instance) (1, max_over_time(timestamp({q.s(RUN_INFO)})"
+        f"[{w.baseline}:{w.resolution}]))"
+    )
+    yield Alert.of(
+        td,
+        "RLTargetDown",
+        "critical",
+        f"({q.up()} == 0) + on(job, instance) group_left(run_id, rank) (0 * {last_run})",
+        "A trainer exporter that was serving a run cannot be scraped.",
+        "Prometheus cannot scrape {{ $labels.instance }} (job {{ $labels.job }}), which served "
+        f"{_ID} within the last {w.baseline}: the trainer died, hung hard or lost its network.",
+    )
+    ts = a.training_stalled
+    yield Alert.of(
+        ts,
+        "RLTrainingStalled",
+        "critical",
+        f"({q.s(STEP)} > 0) and (changes({q.s(STEP)}[{ts.window}]) == 0)",
+        "The training step is not advancing while the exporter is up.",
+        f"{_ID} has been at step {_V} for over {ts.window} while its exporter still answers.",
+    )
+    gi = a.gpu_idle
+    yield Alert.of(
+        gi,
+        "RLGPUIdle",
+        "warning",
+        f"{q.recent(GPU_UTIL)} < {gi.threshold:g}",
+        "GPUs are idle while the run's exporter is alive.",
+        f"{_GPU} averaged {_V} utilization over {w.recent} (threshold {gi.threshold:g}).",
+    )
+    yield from _tiered(
+        "RLGPUMemoryFull",
+        a.gpu_memory_full,
+        lambda lvl: f"{GPU_MEMORY_RATIO} > {lvl:g}",
+        "GPU memory is nearly full.",
+        f"{_GPU} uses {_V} of its memory (threshold $LEVEL).",
+    )
+    yield from _tiered(
+        "RLGPUTemperatureHigh",
+        a.gpu_temperature_high,
+        lambda lvl: f"{q.s(GPU_TEMP)} > {lvl:g}",
+        "A GPU is running hot.",
+        f"{_GPU} is at {_V} °C (threshold $LEVEL °C).",
+    )
+    gt = a.gpu_throttling
+    reasons = f'reason=~"{regex_alternatives(gt.reasons)}"'
+    yield Alert.of(
+        gt,
+        "RLGPUThrottling",
+        "warning",
+        f"{q.recent(GPU_THROTTLED, reasons)} > {gt.min_fraction:g}",
+        "GPU clocks are held down by a slowdown.",
+        f"{_GPU} was throttled ({{{{ $labels.reason }}}}) {_V} of the last {w.recent}.",
+    )
+    ge = a.gpu_ecc_errors
+    yield Alert.of(
+        ge,
+        "RLGPUECCErrors",
+        "critical",
+        f"increase({q.s(GPU_ECC, UNCORRECTED)}[{w.recent}]) > 0",
+        "A GPU reported uncorrected memory errors.",
+        f"{_GPU} reported {_V} uncorrected ECC errors in the last {w.recent}.",
+    )
+    tp = a.throughput_drop
+    yield Alert.of(
+        tp,
+        "RLThroughputDrop",
+        "warning",
+        " or ".join(
+            f'label_replace({rate_ratio_name(m)} < {tp.ratio:g}, "throughput", '
+            f'"{m.family}", "", "")'
+            for m in (TRAIN_STEPS, SAMPLES)
+        ),
+        "Training throughput fell against the run's earlier rate.",
+        f"{{{{ $labels.throughput }}}} rate of {_RUN} is at {_V} of its rate over the earlier "
+        f"{w.zscore} (threshold {tp.ratio:g}).",
+        scope="run",
+    )
+    rl = a.rollout_latency_tail
+    yield Alert.of(
+        rl,
+        "RLRolloutLatencyTail",
+        "warning",
+        f"{ROLLOUT_QUANTILES['p99']} / {ROLLOUT_QUANTILES['p50']} > {rl.ratio:g}",
+        "Rollout latency has a long tail: p99 is far above p50.",
+        f"p99 rollout latency of {_RUN} is {_V} times its p50 (threshold {rl.ratio:g}).",
+        scope="run",
+    )
+    yield from _tiered(
+        "RLGraderErrors",
+        a.grader_errors,
+        lambda lvl: f"{GRADER_ERROR_RATIO} > {lvl:g}",
+        "Grader / reward-model calls are failing.",
+        f"{_V} of the grader calls of {_RUN} failed over {w.rate} (threshold $LEVEL).",
+        scope="run",
+    )
+    ce = a.exporter_collector_errors
+    yield Alert.of(
+        ce,
+        "RLExporterCollectorErrors",
+        "warning",
+        f"increase({q.s(COLLECTOR_ERRORS)}[{w.recent}]) > 0 or {q.s(COLLECTOR_UP)} == 0",
+        "An rlpulse collector keeps failing.",
+        f"The {{{{ $labels.collector }}}} collector of {_ID} on {{{{ $labels.instance }}}} "
+        f"failed (errors in {w.recent}, or 0 if down: {_V}).",
+    )
+    dv = a.exporter_dropped_values
+    yield Alert.of(
+        dv,
+        "RLExporterDroppedValues",
+        "info",
+        f"increase({q.s(DROPPED)}[{w.recent}]) > 0 or increase({q.s(OVERFLOW)}[{w.recent}]) > 0",
+        "The exporter drops logged values or folds labels into __overflow__.",
+        f"The exporter of {_ID} dropped {_V} values in {w.recent} "
+        "(reason {{ $labels.reason }}{{ $labels.label }}).",
+    )
+
+
+# ---- assembly ----------------------------------------------------------------------------------
+
+_BUILDERS: dict[Area, tuple[Callable[[_Q], list[Recording]], Callable[[_Q], Iterator[Alert]]]] = {
+    "rl": (_rl_recordings, _rl_alerts),
+    "task": (_task_recordings, _task_alerts),
+    "system": (_system_recordings, _system_alerts),
+}
+
+
+def anchor(name: str) -> str:
+    """The docs/runbooks.md anchor of an alert (its heading, lowercased)."""
+    return name.lower()
+
+
+def _annotate(alert: Alert, area: Area, cfg: Config) -> Alert:
+    """The generic pass: runbook and dashboard links on every alert."""
+    links = cfg.links
+    uid = links.system_dashboard_uid if area == "system" else links.training_dashboard_uid
+    return Alert(
+        **{
+            **alert.__dict__,
+            "annotations": {
+                "runbook_url": f"{links.runbook_url}#{anchor(alert.name)}",
+                "dashboard_url": f"{links.grafana_url}/d/{uid}?var-run_id={{{{ $labels.run_id }}}}",
+            },
+        }
+    )
+
+
+def groups(cfg: Config) -> list[Group]:
+    """Every rule group for ``cfg``; disabled alerts are left out."""
+    q = _Q(cfg)
+    out = []
+    for area in AREAS:
+        recordings, alerts = _BUILDERS[area]
+        kept = tuple(_annotate(al, area, cfg) for al in alerts(q) if al.enabled)
+        out.append(Group(area, tuple(recordings(q)), kept))
+    return out
+
+
+def all_alerts(cfg: Config) -> list[tuple[Area, Alert]]:
+    """(area, alert) for every generated alert rule."""
+    return [(g.area, al) for g in groups(cfg) for al in g.alerts]
+
+
+class _Dumper(yaml.SafeDumper):
+    """Block style for multi-line strings; lists indented under their key."""
+
+    def increase_indent(self, flow: bool = False, indentless: bool = False) -> Any:
+        return super().increase_indent(flow, False)
+
+
+def _str(dumper: yaml.SafeDumper, data: str) -> yaml.Node:
+    style = "|" if "\n" in data else None
+    return dumper.represent_scalar("tag:yaml.org,2002:str", data, style=style)
+
+
+_Dumper.add_representer(str, _str)
+
+
+def dump(data: Any, header: str = "") -> str:
+    """YAML text of ``data`` as rlpulse writes generated files, with a comment header."""
+    body = yaml.dump(data, Dumper=_Dumper, sort_keys=False, width=10_000, allow_unicode=True)
+    return header + body
+
+
+HEADER = "# GENERATED by `rlpulse generate` from rlpulse/stack/rules.py; edit the source.\n"
+
+
+def render(cfg: Config) -> dict[str, str]:
+    """Relative path -> text of every rule file."""
+    return {
+        f"prometheus/rules/{g.area}.yml": dump({"groups": [g.as_dict()]}, HEADER)
+        for g in groups(cfg)
+    }

@@ -3,12 +3,15 @@
 ``model.learn(total_timesteps, callback=RlpulseCallback())`` then
 
 * adds a ``PrometheusWriter`` to the model's ``Logger``: every ``logger.dump()`` (``rollout/*``,
-  ``train/*``, ``time/*`` and the user's own ``logger.record`` keys) goes through
-  ``Exporter.log`` and the SB3 key map, with SB3's step (``num_timesteps``);
-* reports each finished episode (from the ``Monitor`` wrapper's ``info["episode"]``, success from
-  ``info["is_success"]``) once per rollout with ``observe_episodes``;
-* counts environment steps and times the ``rollout`` (collect_rollouts) and ``update``
-  (``train()``) phases into ``rl_phase_duration_seconds``.
+  ``train/*``, ``time/*`` — env steps, fps, success rate — and the user's own ``logger.record``
+  keys) goes through ``Exporter.log`` and the SB3 key map;
+* reports each finished episode (the ``Monitor`` wrapper's ``info["episode"]``) once per rollout
+  with ``observe_episodes``: ``rl_episodes_total`` and the last-100 return and length;
+* times the ``rollout`` (``collect_rollouts``) and ``update`` (``train()``) phases into
+  ``rl_phase_duration_seconds``.
+
+The exporter's step is SB3's ``train/n_updates`` (what ``rl_train_steps_total`` follows), not
+``num_timesteps``, which is ``rl_env_steps_total``.
 
 The per-step work is a scan of the step's ``infos`` for finished episodes; everything else
 happens once per rollout.
@@ -35,7 +38,9 @@ FRAMEWORK = "sb3"
 WRITER_NAME = "rlpulse"  # ``logger.record(key, v, exclude="rlpulse")`` keeps a key out
 ROLLOUT, UPDATE = "rollout", "update"
 PHASE = catalog.get("rl_phase_duration_seconds").name
-ENV_STEPS = catalog.get("rl_env_steps_total").name
+STEP_KEY = "train/n_updates"
+# counted from the callback's own episodes, so the logger's cumulative copy is left out
+OWN_KEYS = frozenset({"time/episodes"})
 # algorithm attributes exported as rl_hyperparameter{name} (numbers only; schedules skipped)
 HYPERPARAMETERS = (
     "learning_rate",
@@ -69,8 +74,10 @@ class PrometheusWriter(KVWriter):
         key_excluded: Mapping[str, tuple[str, ...]],
         step: int = 0,
     ) -> None:
-        skip = frozenset(k for k, ex in key_excluded.items() if ex and WRITER_NAME in ex)
-        self.exporter.log(numbers(key_values, skip), step=int(step))
+        skip = OWN_KEYS | {k for k, ex in key_excluded.items() if ex and WRITER_NAME in ex}
+        values = numbers(key_values, skip)
+        updates = values.get(STEP_KEY)
+        self.exporter.log(values, step=None if updates is None else int(updates))
 
     def close(self) -> None:
         """Nothing to release: the exporter outlives the logger."""
@@ -96,10 +103,8 @@ class RlpulseCallback(BaseCallback):
         self.writer: PrometheusWriter | None = None
         self._returns: list[float] = []
         self._lengths: list[float] = []
-        self._success: list[float] = []
         self._rollout_t0 = 0.0
         self._update_t0: float | None = None
-        self._steps_seen = 0
 
     # ---- lifecycle --------------------------------------------------------------------------
     def _on_training_start(self) -> None:
@@ -109,7 +114,6 @@ class RlpulseCallback(BaseCallback):
         self.exporter = exporter_for(
             self._given, FRAMEWORK, stable_baselines3.__version__, start=self._start, **kwargs
         )
-        self._steps_seen = int(model.num_timesteps)
         self._update_t0 = None
         if self.exporter is None:
             return
@@ -132,9 +136,6 @@ class RlpulseCallback(BaseCallback):
             if episode is not None:
                 self._returns.append(episode["r"])
                 self._lengths.append(episode["l"])
-                success = info.get("is_success")
-                if success is not None:
-                    self._success.append(float(success))
         return True
 
     def _on_rollout_end(self) -> None:
@@ -157,10 +158,6 @@ class RlpulseCallback(BaseCallback):
         self._update_t0 = None
 
     def _flush(self, exp: Exporter) -> None:
-        steps = int(self.model.num_timesteps)
-        if steps > self._steps_seen:
-            exp.count(ENV_STEPS, steps - self._steps_seen)
-        self._steps_seen = steps
         if self._returns:
-            exp.observe_episodes(self._returns, self._lengths, self._success or None)
-            self._returns, self._lengths, self._success = [], [], []
+            exp.observe_episodes(self._returns, self._lengths)
+            self._returns, self._lengths = [], []

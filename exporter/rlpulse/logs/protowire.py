@@ -21,6 +21,8 @@ class ProtoError(ValueError):
 
 def varint(buf: bytes, pos: int) -> tuple[int, int]:
     """The varint at ``pos`` and the position after it."""
+    if pos < len(buf) and buf[pos] < 0x80:  # the common one-byte case
+        return buf[pos], pos + 1
     result = shift = 0
     start = pos
     while True:

@@ -17,6 +17,7 @@ from rlpulse.logs.base import LogFormatError, Record, as_step, flatten
 
 CHUNK = 1 << 16
 _WS = " \t\r\n"
+_NUMBER_CHARS = frozenset("0123456789.eE+-")
 
 
 class JsonStream:
@@ -85,8 +86,8 @@ class JsonStream:
                 if exc.pos >= len(self._buf.rstrip()):
                     problem = f"file ends inside a JSON value (truncated?): {exc.msg}"
                 raise self.error(problem, line) from None
-            # a number at the end of the buffer may continue in the next chunk
-            if end < len(self._buf) or not self._more():
+            # a number that reaches the end of the buffer may continue in the next chunk
+            if not _number(obj) or _token_end(self._buf, end) < len(self._buf) or not self._more():
                 self._advance(end)
                 return obj
 
@@ -102,6 +103,16 @@ class JsonStream:
             yield where, self.value()
             if self.expect(",]") == "]":
                 return
+
+
+def _number(obj: object) -> bool:
+    return isinstance(obj, int | float) and not isinstance(obj, bool)
+
+
+def _token_end(buf: str, pos: int) -> int:
+    while pos < len(buf) and buf[pos] in _NUMBER_CHARS:
+        pos += 1
+    return pos
 
 
 def _entries(stream: JsonStream) -> Iterator[tuple[str, Any]]:

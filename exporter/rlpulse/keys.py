@@ -235,8 +235,8 @@ TRL = KeyMap(
                 "rewards/{component}": _COMPONENT,
             },
             notes={
-                "completion_length": "TRL < 0.16 name of completions/mean_length",
-                "rewards/{component}": "TRL < 0.16 name of rewards/{component}/mean",
+                "completion_length": "older TRL name of completions/mean_length",
+                "rewards/{component}": "older TRL name of rewards/{component}/mean",
                 "clip_ratio": "the Liger GRPO loss reports one clip ratio",
                 "num_tokens": "prompt + completion tokens seen, no split catalog counter",
             },
@@ -252,7 +252,7 @@ TRL = KeyMap(
             },
         ),
         Source(
-            "huggingface/trl: trl/trainer/ppo_trainer.py (PPOTrainer, TRL >= 0.12)",
+            "huggingface/trl: trl/trainer/ppo_trainer.py (PPOTrainer.train, current)",
             exact={
                 "objective/kl": _KL_REF,
                 "objective/scores": _REWARD,
@@ -279,7 +279,7 @@ TRL = KeyMap(
             },
         ),
         Source(
-            "huggingface/trl: trl/trainer/ppo_trainer.py (record_step_stats, TRL < 0.12)",
+            "huggingface/trl: trl/trainer/ppo_trainer.py (legacy record_step_stats)",
             exact={
                 "env/reward_mean": _REWARD,
                 "env/reward_std": _REWARD_STD,
@@ -778,3 +778,70 @@ def aliases(metric: str) -> tuple[str, ...]:
                     if target is not None and target.metric == metric and key not in found:
                         found.append(key)
     return tuple(found)
+
+
+# ---- the generated reference (docs/frameworks.md) ----------------------------------------------
+_DOC_INTRO = """\
+# Framework key maps
+
+Generated from `exporter/rlpulse/keys.py` (`python -m rlpulse.keys > docs/frameworks.md`);
+`tests/test_keys.py` fails when this file is stale. `rlpulse.log(metrics)` maps every key of the
+trainer's own dict through these tables; a key no table knows is kept as
+`rl_unmapped_metric{{key="..."}}` (bounded). Each key was checked in the file named in *Verified in*
+(the framework's repository and path), not taken from memory.
+
+**Lookup order** (first hit wins): with `framework=` (from `metadata["framework"]`) that
+framework's table first; then the exact keys of every table in the order
+`{order}`, then their patterns; then the same with a wrapper prefix removed:
+`train/` (HF and OpenRLHF W&B / TensorBoard callbacks) maps like the inner key, `eval/` and `eval_`
+(HF evaluation) turn a reward, reward-component, success or episode-return key into
+`rl_eval_score{{split="eval"}}` and leave every other evaluation key unmapped, so evaluation values
+never overwrite training series. The LLM trainers come first, so without `framework=` a bare `kl`
+is the KL to the reference policy (TRL, OpenRLHF), not OpenAI baselines' update KL, and SB3's exact
+`train/entropy_loss` (minus the entropy) wins over OpenRLHF's `train/` + `entropy_loss`.
+
+**Patterns**: `{{label}}` is one path segment captured as that label, `{{label+}}` one or more
+segments (verl data sources such as `openai/gsm8k`), `{{*}}` one segment and `{{#}}` digits, not
+captured. Captured values come from user data; the exporter bounds them.
+
+**Unmapped on purpose** (*Metric* is —): a known key with no fitting catalog metric; it also stops
+the search, so another table's pattern cannot claim it (SB3 `time/time_elapsed` is not a tinker
+phase). Counters (`*_total`) are set from the trainer's cumulative values. SB3 Monitor CSV rows
+(`r`, `l`, `t`) are episodes, not log keys: replay them through `observe_episodes`.
+
+Extra tables: `tinker` (Thinking Machines' tinker-cookbook JSONL metrics) and `baselines` (OpenAI
+baselines `progress.csv` keys, including GAIL_PPO's), both present in the replay corpus.
+"""
+
+
+def _target_text(target: Target | None, template: str) -> tuple[str, str]:
+    if target is None:
+        return "—", ""
+    values = {k: f"<{k}>" for k in _compile(template).groupindex}
+    values.update((k, f'"{v}"') for k, v in target.labels)
+    labels = [f"{k}={values[k]}" for k in catalog.get(target.metric).labels]
+    text = f"`{target.metric}" + ("{" + ", ".join(labels) + "}" if labels else "") + "`"
+    transform = "" if target.scale == 1.0 else f"x {target.scale:g}"
+    return text, transform
+
+
+def markdown() -> str:
+    """docs/frameworks.md: one table per framework, key → metric, transform, source, note."""
+    lines = [_DOC_INTRO.format(order=" → ".join(FRAMEWORKS))]
+    for m in MAPS:
+        lines += ["", f"## {m.framework}", ""]
+        lines += ["| Key | Metric | Transform | Verified in | Note |", "|---|---|---|---|---|"]
+        for source in m.sources:
+            for table in (source.exact, source.patterns):
+                for key, target in table.items():
+                    metric, transform = _target_text(
+                        target, key if table is source.patterns else ""
+                    )
+                    note = source.notes.get(key, "")
+                    cell = key.replace("|", "\\|")
+                    lines.append(f"| `{cell}` | {metric} | {transform} | {source.where} | {note} |")
+    return "\n".join(lines) + "\n"
+
+
+if __name__ == "__main__":
+    print(markdown(), end="")

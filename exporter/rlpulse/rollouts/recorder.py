@@ -46,7 +46,8 @@ class Recorder:
         sampling: per-step counts per criterion (see ``rlpulse.rollouts.sampler``).
         max_rows, max_bytes: bounds on the run file; the oldest rows are evicted past them.
         max_text_chars: prompts, responses, tool calls and metadata are clipped to this.
-        queue_size: batches waiting for the writer before new ones are dropped.
+        queue_size, queue_bytes: batches (and their text, in characters) waiting for the
+            writer before new batches are dropped; this bounds the recorder's memory.
         redact: called (on the writer thread) with each kept record as a dict before it is
             stored; returns the dict to store or None to drop the rollout. A hook that raises
             drops the rollout (counted ``dropped:redact_error``), never stores it unredacted.
@@ -66,6 +67,7 @@ class Recorder:
         max_bytes: int = 64 * 2**20,
         max_text_chars: int = 16_384,
         queue_size: int = 64,
+        queue_bytes: int = 32 * 2**20,
         redact: Redactor | None = None,
         lock_timeout_s: float = 2.0,
         page_limit: int | None = None,
@@ -76,6 +78,7 @@ class Recorder:
             ("max_bytes", max_bytes),
             ("max_text_chars", max_text_chars),
             ("queue_size", queue_size),
+            ("queue_bytes", queue_bytes),
         ):
             if value < 1:
                 raise ValueError(f"Recorder {name}={value} must be ≥ 1")
@@ -100,6 +103,7 @@ class Recorder:
             max_rows=max_rows,
             max_bytes=max_bytes,
             queue_size=queue_size,
+            queue_bytes=queue_bytes,
             timeout_s=lock_timeout_s,
             page_limit=page_limit,
             redact=redact,
@@ -124,8 +128,9 @@ class Recorder:
         errors: Any = None,
         tool_calls: Any = None,
         metadata: Any = None,
-    ) -> int:
-        """Offer one batch of rollouts (columns of equal length); returns how many were kept.
+    ) -> list[int]:
+        """Offer one batch of rollouts (columns of equal length); returns the positions (in
+        the batch, ascending) of the rollouts kept for the store, e.g. to choose exemplars.
 
         ``step`` is one integer or one per rollout; ``components`` maps a reward component's
         name to its column; ``errors`` holds a grader error message (or None) per rollout;
@@ -133,7 +138,7 @@ class Recorder:
         for the whole batch. Rollouts without ``rollout_ids`` are named ``"<step>-<n>"``.
         """
         if self._closed:
-            return 0
+            return []
         try:
             cols = Columns.parse(
                 step,
@@ -160,24 +165,22 @@ class Recorder:
                 raise
             return self._invalid(exc)
 
-    def _record(self, cols: Columns) -> int:
+    def _record(self, cols: Columns) -> list[int]:
         self._counters.add("offered", cols.n)
         with self._lock:  # selection and queueing in one order, so evictions follow inserts
             first = self._seen
             self._seen += cols.n
             sel = self._sampler.select(cols, first)
             if not sel.keep and not sel.evict:
-                return 0
-            rows, seqs = [], []
-            for pos, why in sorted(sel.keep.items()):
-                row = cols.row(pos, f"{int(cols.steps[pos])}-{first + pos}", self.max_text_chars)
-                row["kept_for"] = why
-                rows.append(row)
-                seqs.append(first + pos)
-            self._writer.submit(Batch(rows, seqs, sel.evict))
-        return len(rows)
+                return []
+            positions = sorted(sel.keep)
+            rows = cols.rows(positions, first, self.max_text_chars)
+            for row, pos in zip(rows, positions, strict=True):
+                row["kept_for"] = sel.keep[pos]
+            self._writer.submit(Batch(rows, [first + p for p in positions], sel.evict))
+        return positions
 
-    def _invalid(self, exc: Exception) -> int:
+    def _invalid(self, exc: Exception) -> list[int]:
         self._counters.add("dropped:invalid")
         if self.strict:
             raise exc
@@ -185,7 +188,7 @@ class Recorder:
         if key not in self._warned and len(self._warned) < 64:
             self._warned.add(key)
             log.warning("rlpulse record_rollouts: batch dropped: %s (logged once)", exc)
-        return 0
+        return []
 
     def flush(self, timeout: float | None = 30.0) -> bool:
         """Block until every batch recorded so far is written; False on timeout."""
@@ -223,6 +226,6 @@ class Recorder:
         return out
 
 
-def record_rollouts(recorder: Recorder, **columns: Any) -> int:
+def record_rollouts(recorder: Recorder, **columns: Any) -> list[int]:
     """Offer a batch to ``recorder``; the keyword arguments are those of ``Recorder.record``."""
     return recorder.record(**columns)

@@ -68,12 +68,21 @@ def clip_text(value: Any, limit: int) -> str | None:
     return f"{text[:limit]}…[+{len(text) - limit} chars]"
 
 
+def _json_default(value: Any) -> Any:
+    if isinstance(value, np.generic):
+        return value.item()
+    if isinstance(value, np.ndarray):
+        return value.tolist()
+    return repr(value)
+
+
 def to_json(value: Any, limit: int) -> str | None:
-    """JSON text of a tool-call list or metadata dict (``repr`` for what JSON cannot hold);
-    past ``limit`` characters it becomes one clipped JSON string."""
+    """JSON text of a tool-call list or metadata dict (``repr`` for what JSON cannot hold,
+    NaN/Infinity tokens for non-finite floats); past ``limit`` characters it becomes one
+    clipped JSON string."""
     if value is None:
         return None
-    text = json.dumps(_jsonable(value), default=repr, ensure_ascii=False)
+    text = json.dumps(value, default=_json_default, ensure_ascii=False)
     return text if len(text) <= limit else json.dumps(clip_text(text, limit), ensure_ascii=False)
 
 
@@ -193,35 +202,69 @@ class Columns:
             (len(r) if isinstance(r, str) else 0 for r in responses), dtype=float, count=self.n
         )
 
-    def row(self, i: int, default_id: str, max_text: int) -> dict[str, Any]:
-        """The record of rollout ``i``: plain Python values, texts clipped, JSON snapshots."""
-        t = self.text
+    def rows(self, positions: list[int], first_seq: int, max_text: int) -> list[dict[str, Any]]:
+        """The records of the rollouts at ``positions``: plain Python values, texts clipped,
+        tool calls and metadata snapshotted as JSON. Rollouts without an id are named
+        ``"<step>-<first_seq + position>"``."""
+        pos = np.asarray(positions, dtype=np.intp)
+        steps = self.steps[pos].tolist()
 
-        def item(key: str) -> Any:
-            seq = t.get(key)
-            return None if seq is None else seq[i]
+        def numbers(arr: np.ndarray | None) -> list[Any]:
+            return [None] * len(positions) if arr is None else arr[pos].tolist()
 
-        def num(arr: np.ndarray | None) -> float | None:
-            return None if arr is None else float(arr[i])
+        def items(key: str) -> list[Any]:
+            seq = self.text.get(key)
+            return [None] * len(positions) if seq is None else [seq[i] for i in positions]
 
-        meta = item("metadata")
-        if self.shared_metadata is not None:
-            meta = {**self.shared_metadata, **(meta or {})}
-        rid = item("rollout_ids")
-        error = item("errors")
-        return {
-            "rollout_id": clip_text(default_id if rid is None else rid, SHORT_TEXT),
-            "step": int(self.steps[i]),
-            "group_id": clip_text(item("group_ids"), SHORT_TEXT),
-            "prompt": clip_text(item("prompts"), max_text),
-            "response": clip_text(item("responses"), max_text),
-            "reward": num(self.rewards),
-            "components": {k: float(v[i]) for k, v in self.components.items()},
-            "advantage": num(self.advantages),
-            "length": num(self.lengths),
-            "truncated": None if self.truncated is None else bool(self.truncated[i]),
-            "verdict": clip_text(item("verdicts"), SHORT_TEXT),
-            "error": clip_text(error, ERROR_TEXT) if error else None,
-            "tool_calls": to_json(item("tool_calls"), max_text),
-            "metadata": to_json(meta, max_text),
-        }
+        comps = {k: v[pos].tolist() for k, v in self.components.items()}
+        meta = items("metadata")
+        shared = self.shared_metadata
+        if shared is not None:
+            meta = [{**shared, **m} if m else shared for m in meta]
+        tool_calls = items("tool_calls")
+        if tool_calls and all(t is tool_calls[0] for t in tool_calls):  # one object per batch
+            tool_calls = [to_json(tool_calls[0], max_text)] * len(positions)
+        else:
+            tool_calls = [to_json(t, max_text) for t in tool_calls]
+        if meta and all(m is meta[0] for m in meta):
+            meta = [to_json(meta[0], max_text)] * len(positions)
+        else:
+            meta = [to_json(m, max_text) for m in meta]
+        out = []
+        for j, (i, rid, group, prompt, response, verdict, error) in enumerate(
+            zip(
+                positions,
+                items("rollout_ids"),
+                items("group_ids"),
+                items("prompts"),
+                items("responses"),
+                items("verdicts"),
+                items("errors"),
+                strict=True,
+            )
+        ):
+            out.append(
+                {
+                    "rollout_id": clip_text(
+                        f"{steps[j]}-{first_seq + i}" if rid is None else rid, SHORT_TEXT
+                    ),
+                    "step": steps[j],
+                    "group_id": clip_text(group, SHORT_TEXT),
+                    "prompt": clip_text(prompt, max_text),
+                    "response": clip_text(response, max_text),
+                    "components": {k: v[j] for k, v in comps.items()},
+                    "verdict": clip_text(verdict, SHORT_TEXT),
+                    "error": clip_text(error, ERROR_TEXT) if error else None,
+                    "tool_calls": tool_calls[j],
+                    "metadata": meta[j],
+                }
+            )
+        for key, arr in (
+            ("reward", self.rewards),
+            ("advantage", self.advantages),
+            ("length", self.lengths),
+            ("truncated", self.truncated),
+        ):
+            for rec, v in zip(out, numbers(arr), strict=True):
+                rec[key] = v
+        return out

@@ -63,7 +63,7 @@ class SamplingConfig:
 
 
 class BottomK:
-    """The ``k`` lowest (score, seq) pairs offered so far; ties keep the earlier one."""
+    """The ``k`` lowest (score, seq) pairs offered so far (ties broken arbitrarily)."""
 
     __slots__ = ("items", "k", "threshold")
 
@@ -78,14 +78,14 @@ class BottomK:
         if idx.size == 0:
             return [], []
         if idx.size > self.k:
-            idx = idx[np.argsort(scores[idx], kind="stable")[: self.k]]
-        pos_of = {int(seqs[i]): int(i) for i in idx}
-        merged = sorted(self.items + [(float(scores[i]), int(seqs[i])) for i in idx])
+            idx = idx[np.argpartition(scores[idx], self.k - 1)[: self.k]]
+        new_seqs = seqs[idx].tolist()
+        merged = sorted(self.items + list(zip(scores[idx].tolist(), new_seqs, strict=True)))
         self.items = merged[: self.k]
         if len(self.items) == self.k:
             self.threshold = self.items[-1][0]
-        kept = {s for _, s in self.items}
-        admitted = [pos for seq, pos in pos_of.items() if seq in kept]
+        pos_of = dict(zip(new_seqs, idx.tolist(), strict=True))
+        admitted = [pos_of[s] for _, s in self.items if s in pos_of]
         evicted = [s for _, s in merged[self.k :] if s not in pos_of]
         return admitted, evicted
 
@@ -111,11 +111,17 @@ class Selection:
 
 def _disagreement(components: list[np.ndarray]) -> np.ndarray:
     stacked = np.vstack(components)
+    finite = bool(np.isfinite(stacked).all())
     with np.errstate(invalid="ignore", divide="ignore"):
-        finite = np.where(np.isfinite(stacked), stacked, np.nan)
-        mean = np.nanmean(finite, axis=1, keepdims=True)
-        std = np.nanstd(finite, axis=1, keepdims=True)
-        z = np.where(std > 0, (finite - mean) / np.where(std > 0, std, 1.0), 0.0)
+        if finite:
+            mean, std = stacked.mean(axis=1, keepdims=True), stacked.std(axis=1, keepdims=True)
+        else:
+            stacked = np.where(np.isfinite(stacked), stacked, np.nan)
+            mean = np.nanmean(stacked, axis=1, keepdims=True)
+            std = np.nanstd(stacked, axis=1, keepdims=True)
+        z = (stacked - mean) / np.where(std > 0, std, np.inf)  # a constant component: z = 0
+        if finite:
+            return z.max(axis=0) - z.min(axis=0)
         return np.nanmax(z, axis=0) - np.nanmin(z, axis=0)
 
 

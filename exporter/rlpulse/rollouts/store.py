@@ -94,6 +94,8 @@ _INSERT = (
     f"INSERT OR IGNORE INTO rollouts ({', '.join(COLUMNS)}) "
     f"VALUES ({', '.join('?' * len(COLUMNS))})"
 )
+COALESCE = 64  # most queued batches written in one transaction
+WAL_BYTES = 4 * 2**20  # most WAL kept between checkpoints (less for small stores)
 ROW_OVERHEAD = 160  # bytes counted per row on top of its text (numbers, keys, index entries)
 _TEXT_FIELDS = ("rollout_id", "group_id", "prompt", "response", "verdict", "error")
 
@@ -113,7 +115,7 @@ def encode(row: Mapping[str, Any], session: int, seq: int, rank: int) -> tuple[A
         ensure_ascii=False,
     )
     texts = [row.get(k) or "" for k in (*_TEXT_FIELDS, "tool_calls", "metadata")]
-    nbytes = ROW_OVERHEAD + len(comps_json) + sum(len(t.encode("utf-8", "replace")) for t in texts)
+    nbytes = ROW_OVERHEAD + len(comps_json) + sum(map(text_bytes, texts))
     truncated = row.get("truncated")
     return (
         session,
@@ -140,19 +142,27 @@ def encode(row: Mapping[str, Any], session: int, seq: int, rank: int) -> tuple[A
     )
 
 
+def text_bytes(text: str) -> int:
+    """UTF-8 size of ``text`` (cheap for ASCII)."""
+    return len(text) if text.isascii() else len(text.encode("utf-8", "replace"))
+
+
 def _nonfinite(value: Any) -> bool:
     return isinstance(value, float) and not math.isfinite(value)
 
 
-def connect(path: Path, timeout_s: float) -> sqlite3.Connection:
-    """A write connection to a run file, creating the file and schema if needed."""
+def connect(path: Path, timeout_s: float, wal_bytes: int) -> sqlite3.Connection:
+    """A write connection to a run file, creating the file and schema if needed; the WAL is
+    checkpointed (and cut back) at about ``wal_bytes``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     conn = sqlite3.connect(path, timeout=timeout_s, isolation_level=None, check_same_thread=False)
     try:
         conn.execute("PRAGMA auto_vacuum=INCREMENTAL")  # only takes effect on a new file
         conn.execute("PRAGMA journal_mode=WAL")
         conn.execute("PRAGMA synchronous=NORMAL")
-        conn.execute("PRAGMA journal_size_limit=4194304")
+        (page,) = conn.execute("PRAGMA page_size").fetchone()
+        conn.execute(f"PRAGMA wal_autocheckpoint={max(int(wal_bytes) // page, 16)}")
+        conn.execute(f"PRAGMA journal_size_limit={int(wal_bytes)}")
         conn.executescript(f"BEGIN IMMEDIATE;{SCHEMA}COMMIT;")
     except BaseException:
         conn.close()
@@ -181,11 +191,19 @@ def error_reason(exc: BaseException) -> str:
 
 @dataclass
 class Batch:
-    """One record() call's worth of changes for the writer."""
+    """One record() call's worth of changes for the writer; ``size`` approximates its memory."""
 
     rows: list[dict[str, Any]]
     seqs: list[int]
     evict: list[int]
+    size: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.size:
+            keys = ("prompt", "response", "tool_calls", "metadata")
+            self.size = sum(
+                ROW_OVERHEAD + sum(len(r.get(k) or "") for k in keys) for r in self.rows
+            )
 
 
 @dataclass
@@ -222,6 +240,7 @@ class Writer:
         max_rows: int,
         max_bytes: int,
         queue_size: int,
+        queue_bytes: int,
         timeout_s: float,
         page_limit: int | None,
         redact: Callable[[dict[str, Any]], dict[str, Any] | None] | None,
@@ -238,6 +257,9 @@ class Writer:
         self.redact = redact
         self.counters = counters
         self.queue: queue.Queue[Batch | threading.Event | None] = queue.Queue(queue_size)
+        self.queue_bytes = queue_bytes
+        self._queued = 0  # Batch.size of what waits in the queue
+        self._queued_lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
         self._warned: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="rlpulse-rollouts", daemon=True)
@@ -245,14 +267,20 @@ class Writer:
 
     # ---- training-thread side ----------------------------------------------------------------
     def submit(self, batch: Batch) -> bool:
-        """Queue a batch without blocking; False (and counted) when the queue is full."""
-        try:
-            self.queue.put_nowait(batch)
-        except queue.Full:
+        """Queue a batch without blocking; False (and counted) when the queue is full, by
+        count or by ``queue_bytes``."""
+        with self._queued_lock:
+            fits = self._queued + batch.size <= self.queue_bytes
+            if fits:
+                try:
+                    self.queue.put_nowait(batch)
+                    self._queued += batch.size
+                except queue.Full:
+                    fits = False
+        if not fits:
             self.counters.add("dropped:queue_full", len(batch.rows))
             self._warn("queue_full", "writer queue full; rollouts dropped (store too slow?)")
-            return False
-        return True
+        return fits
 
     def flush(self, timeout: float | None = None) -> bool:
         """Wait until everything queued so far is written (or dropped)."""
@@ -272,17 +300,39 @@ class Writer:
     def _run(self) -> None:
         try:
             while True:
-                item = self.queue.get()
-                if item is None:
+                batches, markers, stop = self._drain()
+                if batches:
+                    self._write(batches)
+                for done in markers:
+                    done.set()
+                if stop:
                     return
-                if isinstance(item, threading.Event):
-                    item.set()
-                    continue
-                self._write(item)
         finally:
             if self._conn is not None:
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.close()
+
+    def _drain(self) -> tuple[list[Batch], list[threading.Event], bool]:
+        """Wait for work, then take everything queued (up to ``COALESCE`` batches): batches
+        written together in one transaction, flush markers, and whether to stop."""
+        batches: list[Batch] = []
+        markers: list[threading.Event] = []
+        item = self.queue.get()
+        while True:
+            if item is None:
+                return batches, markers, True
+            if isinstance(item, threading.Event):
+                markers.append(item)
+            else:
+                batches.append(item)
+                with self._queued_lock:
+                    self._queued -= item.size
+            if len(batches) >= COALESCE:
+                return batches, markers, False
+            try:
+                item = self.queue.get_nowait()
+            except queue.Empty:
+                return batches, markers, False
 
     def _warn(self, reason: str, message: str) -> None:
         if reason not in self._warned:
@@ -291,7 +341,7 @@ class Writer:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            conn = connect(self.path, self.timeout_s)
+            conn = connect(self.path, self.timeout_s, min(WAL_BYTES, self.max_bytes // 4))
             if self.page_limit is not None:
                 conn.execute(f"PRAGMA max_page_count={int(self.page_limit)}")
             conn.execute(
@@ -333,14 +383,17 @@ class Writer:
                 out[key] = json.dumps(out[key], default=repr, ensure_ascii=False)
         return out
 
-    def _write(self, batch: Batch) -> None:
-        params = self._prepare(batch)
+    def _write(self, batches: list[Batch]) -> None:
+        prepared = [(b.evict, self._prepare(b)) for b in batches]
+        n_rows = sum(len(p) for _, p in prepared)
         try:
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
             try:
-                evicted = self._evict_seqs(conn, batch.evict)
-                written = max(conn.executemany(_INSERT, params).rowcount, 0)
+                evicted = written = 0
+                for evict, params in prepared:  # in order: a batch may evict an earlier one's row
+                    evicted += self._evict_seqs(conn, evict)
+                    written += max(conn.executemany(_INSERT, params).rowcount, 0)
                 by_rows, by_bytes = self._enforce_bounds(conn)
                 conn.execute("COMMIT")
             except BaseException:
@@ -355,8 +408,8 @@ class Writer:
                 conn.execute("PRAGMA incremental_vacuum")
         except (sqlite3.Error, OSError) as exc:
             reason = error_reason(exc)
-            self.counters.add(f"dropped:{reason}", len(params))
-            self._warn(reason, f"{len(params)} rollouts not stored: {exc}")
+            self.counters.add(f"dropped:{reason}", n_rows)
+            self._warn(reason, f"{n_rows} rollouts not stored: {exc}")
             if reason == "disk_full":
                 self._make_room()
             elif reason == "store_error":

@@ -126,6 +126,9 @@ class KeyMap:
     def __post_init__(self) -> None:
         exact: dict[str, Target | None] = {}
         for source in self.sources:
+            stray = set(source.notes) - set(source.exact) - set(source.patterns)
+            if stray:
+                raise ValueError(f"{self.framework}: notes for unknown keys {sorted(stray)}")
             for key, target in source.exact.items():
                 if key in exact and exact[key] != target:
                     raise ValueError(f"{self.framework}: {key!r} mapped twice")
@@ -500,6 +503,7 @@ SB3 = KeyMap(
             notes={
                 "train/entropy_loss": "SB3 logs minus the entropy",
                 "train/n_updates": "PPO counts epochs, DQN/SAC gradient steps",
+                "train/loss": "PPO: total loss; DQN: the TD loss",
             },
         ),
         Source(
@@ -511,7 +515,6 @@ SB3 = KeyMap(
                 "train/ent_coef": _hparam("ent_coef"),
                 "train/ent_coef_loss": None,
             },
-            notes={"train/loss": "total PPO loss; DQN's TD loss"},
         ),
         Source(
             "DLR-RM/stable-baselines3: stable_baselines3/common/callbacks.py (EvalCallback)",

@@ -1,0 +1,143 @@
+"""TRL (and any transformers ``Trainer``): a ``TrainerCallback`` that exports what the trainer logs.
+
+``GRPOTrainer(..., callbacks=[RlpulseCallback()])`` (PPO, RLOO, DPO, SFT … alike). Each
+``on_log`` dict (TRL's GRPO/PPO keys: reward, reward_std, kl, entropy, clip ratios, completion
+lengths, per-function rewards, loss, grad_norm, learning_rate, eval_* …) goes through
+``Exporter.log`` and the TRL key map, with the step taken from ``state.global_step``. Each
+optimizer step's wall time lands in ``rl_phase_duration_seconds{phase="step"}``.
+
+Only the world's process zero reports by default: transformers gathers the logged values across
+processes, so every rank would export the same numbers. ``all_ranks=True`` gives each process
+its own exporter (port = base port + local rank, labelled with its rank).
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import time
+from collections.abc import Mapping
+from typing import Any
+
+from rlpulse import catalog
+from rlpulse.exporter import Exporter
+from rlpulse.integrations.common import exporter_for, missing, numbers, set_hyperparameters
+
+try:
+    from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+except ImportError as exc:
+    raise missing("transformers", "trl", exc) from exc
+
+PHASE = catalog.get("rl_phase_duration_seconds").name
+STEP_PHASE = "step"
+# TrainingArguments / TRL config fields exported as rl_hyperparameter{name} when numeric
+HYPERPARAMETERS = (
+    "learning_rate",
+    "per_device_train_batch_size",
+    "gradient_accumulation_steps",
+    "num_train_epochs",
+    "max_steps",
+    "warmup_steps",
+    "weight_decay",
+    "max_grad_norm",
+    "seed",
+    "beta",
+    "num_generations",
+    "num_iterations",
+    "epsilon",
+    "epsilon_high",
+    "temperature",
+    "top_p",
+    "max_prompt_length",
+    "max_completion_length",
+    "kl_coef",
+    "cliprange",
+    "vf_coef",
+    "gamma",
+    "lam",
+)
+
+
+def _version() -> str:
+    for dist in ("trl", "transformers"):
+        try:
+            return importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return ""
+
+
+class RlpulseCallback(TrainerCallback):
+    """Exports a transformers/TRL run. ``exporter``: report there; else to the process-wide
+    exporter, started at ``on_train_begin`` (``start_kwargs`` go to ``rlpulse.start``) unless
+    ``start=False``. ``framework`` picks the key map (``"trl"``)."""
+
+    def __init__(
+        self,
+        exporter: Exporter | None = None,
+        *,
+        start: bool = True,
+        all_ranks: bool = False,
+        framework: str = "trl",
+        **start_kwargs: Any,
+    ) -> None:
+        self._given = exporter
+        self._start = start
+        self.all_ranks = all_ranks
+        self.framework = framework
+        self._start_kwargs = start_kwargs
+        self.exporter: Exporter | None = None
+        self._step_t0: float | None = None
+
+    def _reports(self, state: TrainerState) -> bool:
+        return self.all_ranks or bool(state.is_world_process_zero)
+
+    def on_train_begin(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:
+        if not self._reports(state):
+            return
+        start_kwargs = dict(self._start_kwargs)
+        model = kwargs.get("model")
+        name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
+        start_kwargs.setdefault("metadata", {"model": name} if model is not None else {})
+        self.exporter = exporter_for(
+            self._given, self.framework, _version(), start=self._start, **start_kwargs
+        )
+        if self.exporter is not None:
+            params = {k: getattr(args, k, None) for k in HYPERPARAMETERS}
+            set_hyperparameters(self.exporter, params)
+
+    def on_step_begin(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:
+        self._step_t0 = time.perf_counter()
+
+    def on_step_end(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:
+        if self._step_t0 is not None and self.exporter is not None:
+            self.exporter.observe(PHASE, time.perf_counter() - self._step_t0, phase=STEP_PHASE)
+        self._step_t0 = None
+
+    def on_log(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        logs: Mapping[str, Any] | None = None,
+        **kwargs: Any,
+    ) -> None:
+        if self.exporter is not None and logs and self._reports(state):
+            self.exporter.log(numbers(logs), step=int(state.global_step))

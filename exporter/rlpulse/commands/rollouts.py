@@ -103,7 +103,7 @@ def table(records: list[dict[str, Any]]) -> str:
             _components(r["components"], 36),
             num(r["length"]),
             {True: "yes", False: "no", None: "-"}[r["truncated"]],
-            clip("ERROR: " + r["error"] if r["error"] else r["verdict"] or "-", 20),
+            clip("ERROR: " + r["error"] if r["error"] else r["verdict"] or "-", 32),
             clip(r["response"] or "", 60),
         )
         for r in records

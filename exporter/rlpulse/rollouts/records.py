@@ -54,6 +54,13 @@ def _flags(key: str, values: Any, n: int) -> np.ndarray:
         raise ColumnError(f"column {key!r} must hold {n} truth values") from None
 
 
+def valid_text(text: str) -> str:
+    """``text`` with lone surrogates (not storable as UTF-8) replaced by U+FFFD."""
+    if text.isascii():
+        return text
+    return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
 def clip_text(value: Any, limit: int) -> str | None:
     """A stored text: ``None`` stays ``None``, anything else becomes ``str`` of ≤ ``limit``
     characters (a cut is marked with how much was dropped)."""
@@ -62,7 +69,7 @@ def clip_text(value: Any, limit: int) -> str | None:
     if isinstance(value, bytes):
         text = value.decode("utf-8", "replace")
     else:
-        text = value if isinstance(value, str) else str(value)
+        text = valid_text(value if isinstance(value, str) else str(value))
     if len(text) <= limit:
         return text
     return f"{text[:limit]}…[+{len(text) - limit} chars]"
@@ -82,7 +89,7 @@ def to_json(value: Any, limit: int) -> str | None:
     clipped JSON string."""
     if value is None:
         return None
-    text = json.dumps(value, default=_json_default, ensure_ascii=False)
+    text = valid_text(json.dumps(value, default=_json_default, ensure_ascii=False))
     return text if len(text) <= limit else json.dumps(clip_text(text, limit), ensure_ascii=False)
 
 

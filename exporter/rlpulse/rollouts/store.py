@@ -24,6 +24,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlpulse.rollouts.records import to_json, valid_text
+
 log = logging.getLogger("rlpulse.rollouts")
 
 SCHEMA_VERSION = "1"
@@ -96,6 +98,7 @@ _INSERT = (
 )
 COALESCE = 64  # most queued batches written in one transaction
 WAL_BYTES = 4 * 2**20  # most WAL kept between checkpoints (less for small stores)
+MAX_JSON = 1 << 20  # characters of tool calls / metadata kept from a redaction hook
 ROW_OVERHEAD = 160  # bytes counted per row on top of its text (numbers, keys, index entries)
 _TEXT_FIELDS = ("rollout_id", "group_id", "prompt", "response", "verdict", "error")
 
@@ -378,15 +381,19 @@ class Writer:
             self.counters.add("dropped:redacted")
             return None
         out = dict(out)
+        for key in _TEXT_FIELDS:
+            if out.get(key) is not None:
+                out[key] = valid_text(str(out[key]))
         for key in ("tool_calls", "metadata"):
-            if out.get(key) is not None and not isinstance(out[key], str):
-                out[key] = json.dumps(out[key], default=repr, ensure_ascii=False)
+            if out.get(key) is not None:
+                out[key] = to_json(out[key], MAX_JSON)
         return out
 
     def _write(self, batches: list[Batch]) -> None:
-        prepared = [(b.evict, self._prepare(b)) for b in batches]
-        n_rows = sum(len(p) for _, p in prepared)
+        n_rows = sum(len(b.rows) for b in batches)
         try:
+            prepared = [(b.evict, self._prepare(b)) for b in batches]
+            n_rows = sum(len(p) for _, p in prepared)
             conn = self._connection()
             conn.execute("BEGIN IMMEDIATE")
             try:
@@ -398,7 +405,8 @@ class Writer:
                 conn.execute("COMMIT")
             except BaseException:
                 if conn.in_transaction:
-                    conn.execute("ROLLBACK")
+                    with contextlib.suppress(sqlite3.Error):
+                        conn.execute("ROLLBACK")
                 raise
             self.counters.add("recorded", written)
             self.counters.add("evicted:resampled", evicted)
@@ -406,7 +414,7 @@ class Writer:
             self.counters.add("evicted:bytes", by_bytes)
             if by_rows or by_bytes:
                 conn.execute("PRAGMA incremental_vacuum")
-        except (sqlite3.Error, OSError) as exc:
+        except Exception as exc:  # the writer thread must outlive any bad batch
             reason = error_reason(exc)
             self.counters.add(f"dropped:{reason}", n_rows)
             self._warn(reason, f"{n_rows} rollouts not stored: {exc}")

@@ -134,7 +134,9 @@ def test_a_million_rollouts_stay_within_rows_bytes_and_memory(tmp_path):
     rng = np.random.default_rng(5)
     n = 10_000
     prompts = [f"Question {i}: what is {i} times {i + 1}?" for i in range(n)]
-    responses = [f"Let me think. {'step ' * (i % 80)} The answer is {i * (i + 1)}." for i in range(n)]
+    responses = [
+        f"Let me think. {'step ' * (i % 80)} The answer is {i * (i + 1)}." for i in range(n)
+    ]
     ids = [f"r{i}" for i in range(n)]
     proc = psutil.Process()
     rss0 = 0

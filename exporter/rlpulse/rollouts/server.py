@@ -203,10 +203,35 @@ def serve(
         def log_message(self, format: str, *args: Any) -> None:  # quiet: no per-request log
             return
 
-    httpd = ThreadingHTTPServer((addr, port), Handler)
-    httpd.daemon_threads = True
+    ctx = None
     if certfile:
         ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
         ctx.load_cert_chain(certfile, keyfile)
-        httpd.socket = ctx.wrap_socket(httpd.socket, server_side=True)
-    return RolloutServer(httpd, tls=bool(certfile))
+    httpd = _Server((addr, port), Handler, ctx)
+    return RolloutServer(httpd, tls=ctx is not None)
+
+
+class _Server(ThreadingHTTPServer):
+    """Threaded server whose TLS handshake happens in the request's thread, so one slow or
+    broken client cannot hold up the others."""
+
+    daemon_threads = True
+
+    def __init__(
+        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], ctx: Any
+    ) -> None:
+        super().__init__(address, handler)
+        self.ctx = ctx
+
+    def finish_request(self, request: Any, client_address: Any) -> None:
+        if self.ctx is not None:
+            request.settimeout(10)
+            try:
+                request = self.ctx.wrap_socket(request, server_side=True)
+            except (OSError, ssl.SSLError):
+                request.close()
+                return
+        super().finish_request(request, client_address)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up mid-request is not worth a traceback."""

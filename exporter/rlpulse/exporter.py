@@ -6,7 +6,6 @@ store (plus GPU/host readings) into Prometheus families when Prometheus scrapes.
 
 from __future__ import annotations
 
-import errno
 import logging
 import math
 import os
@@ -21,7 +20,6 @@ from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry
-from prometheus_client.exposition import start_http_server
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -33,13 +31,16 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.samples import Exemplar as PromExemplar
 
-from rlpulse import __version__, catalog
+from rlpulse import __version__, catalog, http
 from rlpulse.catalog import IDENTITY_LABELS, Metric
 from rlpulse.collectors.base import CachedReader
 from rlpulse.collectors.gpu import GpuReader
 from rlpulse.collectors.host import HostReader, ProcessReader
-from rlpulse.exposition import format_le
+from rlpulse.exposition import Renderer, format_le
+from rlpulse.http import PortInUseError
 from rlpulse.store import Series, Store
+
+__all__ = ["Exporter", "PortInUseError"]
 
 log = logging.getLogger("rlpulse")
 
@@ -60,10 +61,6 @@ EPISODE_WINDOW = 100
 MAX_PENDING = 4096  # log() snapshots held for the scrape thread before the trainer applies them
 
 _OVERFLOW = object()  # a key past the unmapped-key cap
-
-
-class PortInUseError(OSError):
-    """The exporter's port is taken; the message names the port and the fix."""
 
 
 class _Binding:
@@ -145,8 +142,7 @@ class Exporter:
         self._warned: set[tuple[str, str]] = set()
         self._framework: str | None = None
         self._info: dict[str, str] = {}
-        self._server: Any = None
-        self._thread: threading.Thread | None = None
+        self._server: http.Server | None = None
         self._lock = threading.Lock()
         self._episodes: tuple[deque[float], deque[float]] = (
             deque(maxlen=EPISODE_WINDOW),
@@ -199,24 +195,15 @@ class Exporter:
         with self._lock:
             if self._server is not None:
                 return self
-            try:
-                self._server, self._thread = start_http_server(
-                    self.port,
-                    addr=self.addr,
-                    registry=self.registry,
-                    certfile=self.certfile,
-                    keyfile=self.keyfile,
-                )
-            except OSError as exc:
-                if exc.errno == errno.EADDRINUSE:
-                    raise PortInUseError(
-                        exc.errno,
-                        f"rlpulse: port {self.port} on {self.addr} is already in use (another "
-                        f"trainer or exporter?). Pass port=..., set RLPULSE_PORT, or use port=0 "
-                        f"for a free port.",
-                    ) from None
-                raise
-            self.port = self._server.server_address[1]
+            tls = http.tls_context(self.certfile, self.keyfile) if self.certfile else None
+            server = http.Server(
+                self.addr,
+                self.port,
+                {"/metrics": http.metrics_handler(Renderer(self))},
+                tls=tls,
+            )
+            self._server = server.start()
+            self.port = server.port
             log.info("rlpulse: serving %s (run_id=%s rank=%s)", self.url, self.run_id, self.rank)
         return self
 
@@ -224,8 +211,7 @@ class Exporter:
         """Stop serving and free the port. Recording calls stay harmless afterwards."""
         with self._lock:
             if self._server is not None:
-                self._server.shutdown()
-                self._server.server_close()
+                self._server.close()
                 self._server = None
             for reader in self._readers:
                 reader.close()

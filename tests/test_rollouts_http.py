@@ -47,7 +47,7 @@ def test_routes_and_filters(data_dir):
     with serve(data_dir) as srv:
         assert srv.addr == "127.0.0.1"
         base = srv.url
-        status, headers, body = get(f"{base}/runs")
+        status, _, body = get(f"{base}/runs")
         assert status == 200 and body == {"runs": ["web"]}
         _, _, body = get(f"{base}/rollouts?run=web")
         assert [r["rollout_id"] for r in body["rollouts"]] == ["a", "b", "c/with slash", "d"]
@@ -94,10 +94,12 @@ def test_errors_name_the_parameter(data_dir):
 
 
 def test_rollout_text_cannot_run_in_a_browser(data_dir):
-    with serve(data_dir) as srv:
-        with urllib.request.urlopen(f"{srv.url}/rollouts/a", timeout=10) as resp:
-            raw = resp.read()
-            headers = resp.headers
+    with (
+        serve(data_dir) as srv,
+        urllib.request.urlopen(f"{srv.url}/rollouts/a", timeout=10) as resp,
+    ):
+        raw = resp.read()
+        headers = resp.headers
     assert headers["Content-Type"] == "application/json; charset=utf-8"
     assert headers["X-Content-Type-Options"] == "nosniff"
     assert "default-src 'none'" in headers["Content-Security-Policy"]

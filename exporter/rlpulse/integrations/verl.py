@@ -1,0 +1,177 @@
+"""verl: a logger backend for ``verl.utils.tracking.Tracking``, and a follower of the JSON Lines
+its ``file`` backend writes.
+
+In the process that builds ``Tracking`` (verl's driver / TaskRunner), either
+
+* ``register()`` once: then ``trainer.logger=['console','rlpulse']`` in the verl config works
+  (importing ``rlpulse.integrations.verl_plugin`` does the same, e.g. through
+  ``VERL_USE_EXTERNAL_MODULES=rlpulse.integrations.verl_plugin``), or
+* ``attach(tracking)`` on a ``Tracking`` you hold.
+
+Either way each ``Tracking.log(data, step)`` goes through ``Exporter.log`` and the verl key map
+(``actor/*``, ``critic/*``, ``response_length/*``, ``timing_s/*`` …); each ``timing_s/<phase>``
+is also added to the ``rl_phase_duration_seconds{phase}`` histogram.
+
+Without touching the trainer: ``JsonlFollower(path, VerlBackend())`` follows the file written by
+``trainer.logger=['file']`` (``VERL_FILE_LOGGER_PATH``) as it grows; ``poll()`` exports the lines
+completed since the last call. verl's own package is not needed for that.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import json
+import logging
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from rlpulse import catalog
+from rlpulse.exporter import Exporter
+from rlpulse.integrations.common import exporter_for, missing, numbers, scalar
+
+log = logging.getLogger("rlpulse")
+
+FRAMEWORK = "verl"
+BACKEND_NAME = "rlpulse"
+TIMING_PREFIX = "timing_s/"
+PHASE = catalog.get("rl_phase_duration_seconds").name
+_registered = False
+
+
+def _version() -> str:
+    try:
+        return importlib.metadata.version("verl")
+    except importlib.metadata.PackageNotFoundError:
+        return ""
+
+
+class VerlBackend:
+    """What ``Tracking`` calls for each backend: ``log(data=..., step=...)`` and ``finish()``.
+
+    ``exporter``: report there; else to the process-wide exporter, started on the first
+    ``log`` (``start_kwargs`` go to ``rlpulse.start``) unless ``start=False``.
+    """
+
+    def __init__(
+        self, exporter: Exporter | None = None, *, start: bool = True, **start_kwargs: Any
+    ):
+        self._given = exporter
+        self._start = start
+        self._start_kwargs = start_kwargs
+        self.exporter: Exporter | None = exporter
+
+    def log(self, data: Mapping[str, Any], step: int | None) -> None:
+        """Export one step's metrics dict."""
+        exp = self.exporter
+        if exp is None:
+            exp = self.exporter = exporter_for(
+                self._given, FRAMEWORK, _version(), start=self._start, **self._start_kwargs
+            )
+            if exp is None:
+                return
+        values = numbers(data)
+        exp.log(values, step=step)
+        for key, value in values.items():
+            if key.startswith(TIMING_PREFIX) and value == value and value >= 0:
+                exp.observe(PHASE, value, phase=key[len(TIMING_PREFIX) :])
+
+    def finish(self) -> None:
+        """Called by ``Tracking.finish``; the exporter keeps serving the last values."""
+
+
+def attach(tracking: Any, exporter: Exporter | None = None, **kwargs: Any) -> VerlBackend:
+    """Add an rlpulse backend to an existing ``Tracking`` (its ``logger`` dict) and return it."""
+    backend = VerlBackend(exporter, **kwargs)
+    tracking.logger[BACKEND_NAME] = backend
+    return backend
+
+
+def register(**kwargs: Any) -> None:
+    """Make ``"rlpulse"`` a backend name ``Tracking(default_backend=[...])`` accepts.
+
+    ``kwargs`` go to every ``VerlBackend`` built this way. Calling it again changes nothing.
+    """
+    try:
+        from verl.utils.tracking import Tracking
+    except ImportError as exc:
+        raise missing("verl", "verl", exc) from exc
+    global _registered
+    if _registered:
+        return
+    original = Tracking.__init__
+    Tracking.supported_backend = [*Tracking.supported_backend, BACKEND_NAME]
+
+    def __init__(
+        self: Any,
+        project_name: Any,
+        experiment_name: Any,
+        default_backend: Any = "console",
+        *args: Any,
+        **kw: Any,
+    ) -> None:
+        names = [default_backend] if isinstance(default_backend, str) else list(default_backend)
+        rest = [n for n in names if n != BACKEND_NAME]
+        original(self, project_name, experiment_name, rest, *args, **kw)
+        if BACKEND_NAME in names:
+            attach(self, **kwargs)
+
+    setattr(Tracking, "__init__", __init__)  # noqa: B010  (mypy refuses a method assignment)
+    _registered = True
+
+
+class JsonlFollower:
+    """Follows one verl ``file``-backend log (``{"step": N, "data": {...}}`` per line).
+
+    Only complete lines are read; a line still being written waits for the next poll. A file
+    that shrinks (rewritten by a new run) is read again from its start. A line that is not a
+    verl record is skipped, counted in ``skipped`` and logged once.
+    """
+
+    def __init__(self, path: Path | str, backend: VerlBackend) -> None:
+        self.path = Path(path)
+        self.backend = backend
+        self.offset = 0
+        self.line = 0
+        self.skipped = 0
+        self._warned = False
+
+    def poll(self) -> int:
+        """Export the lines completed since the last poll; returns how many were exported."""
+        try:
+            size = self.path.stat().st_size
+        except FileNotFoundError:
+            return 0
+        if size < self.offset:
+            self.offset, self.line = 0, 0
+        if size == self.offset:
+            return 0
+        with open(self.path, "rb") as fh:
+            fh.seek(self.offset)
+            chunk = fh.read(size - self.offset)
+        end = chunk.rfind(b"\n") + 1
+        exported = 0
+        for raw in chunk[:end].splitlines():
+            self.line += 1
+            if raw.strip() and self._export(raw):
+                exported += 1
+        self.offset += end
+        return exported
+
+    def _export(self, raw: bytes) -> bool:
+        try:
+            obj = json.loads(raw)
+            step, data = obj["step"], obj["data"]
+            if not isinstance(data, dict):
+                raise TypeError("data is not an object")
+        except (ValueError, KeyError, TypeError) as exc:
+            self.skipped += 1
+            if not self._warned:
+                self._warned = True
+                log.warning(
+                    "rlpulse: %s line %d: not a verl record (%s)", self.path, self.line, exc
+                )
+            return False
+        number = scalar(step)
+        self.backend.log(data, None if number is None else int(number))
+        return True

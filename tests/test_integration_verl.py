@@ -1,0 +1,138 @@
+"""verl integration: the backend fed by verl's real ``Tracking`` (attached, and registered as a
+backend name), and the follower reading the file verl's real ``file`` backend writes as it
+grows."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from verl.utils.tracking import Tracking
+
+from rlpulse import catalog, keys
+from rlpulse.exporter import Exporter
+from rlpulse.integrations.verl import JsonlFollower, VerlBackend, attach, register
+from tests.conftest import promtool_check_metrics, scrape, value
+
+PHASE = catalog.get("rl_phase_duration_seconds").name
+STEP = catalog.get("rl_step").name
+
+
+def verl_step(step: int) -> dict[str, Any]:
+    """A metrics dict shaped like verl's RayPPOTrainer.fit() logs (numpy scalars included)."""
+    return {
+        "training/global_step": step,
+        "actor/pg_loss": np.float32(0.1 * step),
+        "actor/entropy": np.float64(2.0 - 0.1 * step),
+        "actor/ppo_kl": 0.001 * step,
+        "actor/pg_clipfrac": 0.05,
+        "actor/grad_norm": np.float32(1.5),
+        "actor/lr": 1e-6,
+        "critic/score/mean": 0.2 * step,
+        "critic/rewards/mean": 0.2 * step - 0.01,
+        "critic/advantages/mean": 0.0,
+        "response_length/mean": 100.0 + step,
+        "response_length/clip_ratio": 0.1,
+        "timing_s/gen": 3.0 + step,
+        "timing_s/update_actor": 1.5,
+        "timing_s/step": 5.0 + step,
+        "perf/throughput": 1234.5,
+    }
+
+
+def check_logged(text: str, logged: dict[str, Any]) -> None:
+    for key, raw in logged.items():
+        target = keys.resolve(key, "verl")
+        if target is None:
+            assert value(text, catalog.get("rl_unmapped_metric").name, key=key) == float(raw), key
+            continue
+        got = value(text, catalog.get(target.metric).name, **dict(target.labels))
+        assert got == pytest.approx(float(raw) * target.scale, rel=1e-6), key
+
+
+@pytest.fixture
+def file_log(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    path = tmp_path / "verl.jsonl"
+    monkeypatch.setenv("VERL_FILE_LOGGER_PATH", str(path))
+    return path
+
+
+def test_attached_backend_gets_what_tracking_logs(exporter: Exporter, file_log: Path) -> None:
+    tracking = Tracking("proj", "exp", default_backend=["file"])
+    attach(tracking, exporter)
+    for step in range(1, 4):
+        tracking.log(verl_step(step), step=step)
+    text = scrape(exporter.url)
+    tracking.finish()
+    assert promtool_check_metrics(text).returncode == 0
+    for key in ("actor/pg_loss", "actor/entropy", "critic/score/mean", "timing_s/gen"):
+        assert keys.resolve(key, "verl") is not None, key
+    check_logged(text, verl_step(3))
+    assert value(text, STEP) == 3
+    assert value(text, PHASE + "_count", phase="gen") == 3
+    assert value(text, PHASE + "_sum", phase="gen") == pytest.approx(4 + 5 + 6)
+    assert exporter.dropped == {}
+
+
+@pytest.mark.heavy
+def test_registered_backend_name_and_plugin_module(exporter: Exporter, file_log: Path) -> None:
+    register(exporter=exporter)
+    register(exporter=exporter)  # idempotent
+    tracking = Tracking("proj", "exp", default_backend=["file", "rlpulse"])
+    assert isinstance(tracking.logger["rlpulse"], VerlBackend)
+    tracking.log(verl_step(7), step=7)
+    assert value(scrape(exporter.url), STEP) == 7
+    tracking.finish()
+    # VERL_USE_EXTERNAL_MODULES imports the plugin module when verl is imported
+    code = (
+        "from verl.utils.tracking import Tracking\n"
+        "t = Tracking('p', 'e', default_backend=['rlpulse'])\n"
+        "print(type(t.logger['rlpulse']).__name__)\n"
+    )
+    env = {**os.environ, "VERL_USE_EXTERNAL_MODULES": "rlpulse.integrations.verl_plugin"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120
+    )
+    assert out.stdout.strip().endswith("VerlBackend"), out.stderr[-2000:]
+
+
+def test_follower_reads_the_file_backend_as_it_grows(exporter: Exporter, file_log: Path) -> None:
+    tracking = Tracking("proj", "exp", default_backend=["file"])
+    follower = JsonlFollower(file_log, VerlBackend(exporter))
+    assert follower.poll() == 0
+    tracking.log(verl_step(1), step=1)
+    tracking.log(verl_step(2), step=2)
+    assert follower.poll() == 2
+    text = scrape(exporter.url)
+    check_logged(text, verl_step(2))
+    assert value(text, STEP) == 2
+    tracking.log(verl_step(3), step=3)
+    assert follower.poll() == 1
+    assert value(scrape(exporter.url), STEP) == 3
+    tracking.finish()
+    # a line caught half-written waits for the next poll
+    line = json.dumps({"step": 4, "data": {"actor/entropy": 0.5}}).encode() + b"\n"
+    with open(file_log, "ab") as fh:
+        fh.write(line[:20])
+    assert follower.poll() == 0
+    with open(file_log, "ab") as fh:
+        fh.write(line[20:])
+    assert follower.poll() == 1
+    assert value(scrape(exporter.url), STEP) == 4
+    # garbage is skipped and counted, the follower goes on
+    with open(file_log, "ab") as fh:
+        fh.write(b"not json\n" + line.replace(b'"step": 4', b'"step": 5'))
+    assert follower.poll() == 1 and follower.skipped == 1
+    assert value(scrape(exporter.url), STEP) == 5
+    # a new run rewrites the file: read again from the start
+    tracking = Tracking("proj", "exp", default_backend=["file"])
+    tracking.log(verl_step(1), step=1)
+    assert follower.poll() == 1
+    assert value(scrape(exporter.url), STEP) == 1
+    tracking.finish()

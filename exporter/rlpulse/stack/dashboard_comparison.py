@@ -1,0 +1,170 @@
+"""The run-comparison dashboard: the key curves of several runs overlaid, with what each run was.
+
+Each curve is one line per run (ranks folded); the tables show ``rl_run_info`` metadata and the
+``rl_hyperparameter`` values side by side, so a difference in a curve can be traced to a setting.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from grafana_foundation_sdk.builders import table, timeseries
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+from rlpulse import catalog
+from rlpulse.stack.grafana_common import (
+    Query,
+    Row,
+    Selector,
+    alerts_annotation,
+    assemble,
+    datasource_variable,
+    graph,
+    grid,
+    label_variable,
+    log_scale,
+    new_dashboard,
+    unit_of,
+)
+
+SEL = Selector(("job", "run_id"))
+RUN = "{{run_id}}"
+
+
+def curve(
+    title: str, name: str, description: str, by: str = "", **matchers: str
+) -> timeseries.Panel:
+    """One line per run (and per label ``by``) of catalog gauge ``name``, averaged over ranks."""
+    labels = ", ".join(["run_id", by] if by else ["run_id"])
+    legend = RUN + (" · {{" + by + "}}" if by else "")
+    expr = f"avg by ({labels}) ({SEL(name, **matchers)})"
+    return graph(title, unit_of(name), description, [Query(expr, legend)])
+
+
+def reward() -> timeseries.Panel:
+    return curve("Reward mean", "rl_reward_mean", "Mean batch reward per run.")
+
+
+def eval_score() -> timeseries.Panel:
+    return curve(
+        "Eval score",
+        "rl_eval_score",
+        "Held-out benchmark score per run (eval split).",
+        by="benchmark",
+        split="eval",
+    )
+
+
+def entropy() -> timeseries.Panel:
+    return curve("Policy entropy", "rl_entropy", "Mean token entropy per run, in nats.")
+
+
+def kl_reference() -> timeseries.Panel:
+    return curve("KL to reference", "rl_kl_reference", "KL of the policy to its reference.")
+
+
+def response_length() -> timeseries.Panel:
+    return curve(
+        "Response length", "rl_response_length_mean_tokens", "Mean response length per run."
+    )
+
+
+def success() -> timeseries.Panel:
+    return curve(
+        "Success ratio", "rl_success_ratio", "Share of rollouts or episodes judged successful."
+    )
+
+
+def episode_return() -> timeseries.Panel:
+    return curve(
+        "Episode return (classic RL)", "rl_episode_return", "Mean undiscounted episode return."
+    )
+
+
+def grad_norm() -> timeseries.Panel:
+    return log_scale(
+        curve("Gradient norm (log)", "rl_grad_norm", "Gradient norm before clipping.", by="network")
+    )
+
+
+def throughput() -> timeseries.Panel:
+    return graph(
+        "Samples / s",
+        "suffix:/s",
+        "Rollouts (samples) generated per second per run.",
+        [Query(f"sum by (run_id) ({SEL.rate('rl_samples_total')})", RUN)],
+    )
+
+
+def _organize(exclude: list[str], first: list[str]) -> dm.DataTransformerConfig:
+    return dm.DataTransformerConfig(
+        id_val="organize",
+        options={
+            "excludeByName": {name: True for name in exclude},
+            "indexByName": {name: i for i, name in enumerate(first)},
+        },
+    )
+
+
+def run_metadata() -> table.Panel:
+    labels = ", ".join(("run_id", *catalog.get("rl_run_info").labels))
+    return grid(
+        "Runs",
+        "none",
+        "rl_run_info: model, framework, benchmark, grader and code version of each run.",
+        [
+            Query(
+                f"max by ({labels}) ({SEL('rl_run_info')})",
+                instant=True,
+                format=PromQueryFormat.TABLE,
+            )
+        ],
+        [_organize(["Time", "Value"], ["run_id"])],
+    )
+
+
+def hyperparameters() -> table.Panel:
+    return grid(
+        "Hyperparameters",
+        "none",
+        "rl_hyperparameter: one row per hyperparameter, one column per run; a row whose values "
+        "differ is what the runs vary.",
+        [
+            Query(
+                f"max by (run_id, name) ({SEL('rl_hyperparameter')})",
+                instant=True,
+                format=PromQueryFormat.TABLE,
+            )
+        ],
+        [
+            dm.DataTransformerConfig(
+                id_val="groupingToMatrix",
+                options={"columnField": "run_id", "rowField": "name", "valueField": "Value"},
+            )
+        ],
+        height=12,
+    )
+
+
+def build(uid: str) -> dict[str, Any]:
+    """The run-comparison dashboard as Grafana JSON."""
+    dashboard = (
+        new_dashboard(
+            uid,
+            "rlpulse · Run comparison",
+            "Key curves of several runs overlaid, with their metadata and hyperparameters.",
+            ["rl", "comparison"],
+        )
+        .with_variable(datasource_variable())
+        .with_variable(label_variable("job", "Job", "rl_run_info", Selector(())))
+        .with_variable(label_variable("run_id", "Runs", "rl_run_info", Selector(("job",))))
+        .annotation(alerts_annotation(SEL))
+    )
+    rows = [
+        Row("Runs", [run_metadata(), hyperparameters()]),
+        Row("Outcome", [reward(), eval_score(), success(), episode_return()]),
+        Row("Policy", [entropy(), kl_reference(), response_length(), grad_norm()]),
+        Row("Speed", [throughput()]),
+    ]
+    return assemble(dashboard, rows)

@@ -1,0 +1,386 @@
+"""Shared pieces of the generated Grafana dashboards: datasource, selectors, queries, panels.
+
+Every dashboard module declares its panels as small functions built from these helpers and hands
+its rows to :func:`assemble`, which numbers panels and query refIds and lays them out.
+Metric names are looked up in :mod:`rlpulse.catalog` when a query is built, so a typo fails at
+generation time rather than in Grafana.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, TypeVar
+
+from grafana_foundation_sdk.builders import common as cb
+from grafana_foundation_sdk.builders import dashboard as db
+from grafana_foundation_sdk.builders import heatmap, stat, table, timeseries
+from grafana_foundation_sdk.builders import prometheus as promb
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common as cm
+from grafana_foundation_sdk.models import dashboard as dm
+from grafana_foundation_sdk.models import heatmap as hm
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+from rlpulse import catalog
+
+DATASOURCE_VARIABLE = "datasource"
+PROMETHEUS = dm.DataSourceRef(type_val="prometheus", uid="${" + DATASOURCE_VARIABLE + "}")
+RATE = "[$__rate_interval]"
+ALERTS = "ALERTS"  # the series Prometheus writes for every pending/firing alert
+
+# Grafana units for the catalog's unit strings (``Metric.unit``); "" is a plain number.
+_UNITS = {
+    "ratio": "percentunit",
+    "seconds": "s",
+    "bytes": "bytes",
+    "watts": "watt",
+    "celsius": "celsius",
+    "hertz": "hertz",
+    "tokens": "short",
+    "": "none",
+}
+
+
+def unit_of(name: str) -> str:
+    """The Grafana unit for catalog metric ``name``."""
+    return _UNITS[catalog.get(name).unit]
+
+
+# ---- queries ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Selector:
+    """The label matchers every query of one dashboard carries, one per template variable."""
+
+    variables: tuple[str, ...]
+
+    def __call__(self, name: str, suffix: str = "", **matchers: str) -> str:
+        """``name+suffix{var=~"$var", …, key="value"}`` for catalog metric ``name``.
+
+        ``suffix`` selects a histogram's ``_bucket``/``_sum``/``_count`` series.
+        """
+        metric = catalog.get(name)
+        series = metric.name + suffix
+        if series not in catalog.series_names(metric):
+            raise ValueError(f"{series!r} is not a series of catalog metric {name!r}")
+        parts = [f'{v}=~"${v}"' for v in self.variables]
+        parts += [f'{k}="{v}"' for k, v in matchers.items()]
+        return series + "{" + ", ".join(parts) + "}"
+
+    def rate(self, name: str, suffix: str = "", **matchers: str) -> str:
+        """Per-second rate of a counter (or histogram series) over ``$__rate_interval``."""
+        return f"rate({self(name, suffix, **matchers)}{RATE})"
+
+    def quantile(self, q: float, name: str, by: Sequence[str] = ()) -> str:
+        """``histogram_quantile`` of a catalog histogram, buckets summed by ``le`` and ``by``."""
+        labels = ", ".join(("le", *by))
+        return f"histogram_quantile({q}, sum by ({labels}) ({self.rate(name, '_bucket')}))"
+
+    def mean(self, name: str, by: Sequence[str] = ()) -> str:
+        """Mean observation of a catalog histogram over ``$__rate_interval`` (sum / count)."""
+        labels = ", ".join(by)
+        return (
+            f"sum by ({labels}) ({self.rate(name, '_sum')})"
+            f" / sum by ({labels}) ({self.rate(name, '_count')})"
+        )
+
+
+@dataclass(frozen=True)
+class Query:
+    """One Prometheus target of a panel."""
+
+    expr: str
+    legend: str = ""
+    instant: bool = False
+    format: PromQueryFormat = PromQueryFormat.TIME_SERIES
+    exemplar: bool = False
+
+
+def ref_id(index: int) -> str:
+    """The refId of the panel's ``index``-th query: A, B, …, Z, AA, AB, …"""
+    letters = ""
+    index += 1
+    while index:
+        index, rest = divmod(index - 1, 26)
+        letters = chr(ord("A") + rest) + letters
+    return letters
+
+
+def _target(query: Query, index: int) -> promb.Dataquery:
+    target = (
+        promb.Dataquery()
+        .ref_id(ref_id(index))
+        .datasource(PROMETHEUS)
+        .expr(query.expr)
+        .legend_format(query.legend or "__auto")
+        .format(query.format)
+        .exemplar(query.exemplar)
+    )
+    return target.instant() if query.instant else target.range()
+
+
+# ---- panels -----------------------------------------------------------------------------------
+
+
+class _Panel(Protocol):
+    def title(self, title: str) -> Any: ...
+    def description(self, description: str) -> Any: ...
+    def unit(self, unit: str) -> Any: ...
+    def datasource(self, datasource: dm.DataSourceRef) -> Any: ...
+    def span(self, w: int) -> Any: ...
+    def height(self, h: int) -> Any: ...
+    def with_target(self, target: promb.Dataquery) -> Any: ...
+    def id(self, id_val: int) -> Any: ...
+    def build(self) -> dm.Panel: ...
+
+
+P = TypeVar("P", bound=_Panel)
+
+
+def _panel(
+    panel: P,
+    title: str,
+    unit: str,
+    description: str,
+    queries: Sequence[Query],
+    span: int,
+    height: int,
+) -> P:
+    panel.title(title).description(description).unit(unit).datasource(PROMETHEUS)
+    panel.span(span).height(height)
+    for i, query in enumerate(queries):
+        panel.with_target(_target(query, i))
+    return panel
+
+
+def graph(
+    title: str,
+    unit: str,
+    description: str,
+    queries: Sequence[Query],
+    *,
+    span: int = 12,
+    height: int = 8,
+) -> timeseries.Panel:
+    """A time series panel with the dashboards' common look (table legend with last and max)."""
+    panel = (
+        timeseries.Panel()
+        .line_width(1)
+        .fill_opacity(8)
+        .show_points(cm.VisibilityMode.NEVER)
+        .span_nulls(True)
+        .legend(
+            cb.VizLegendOptions()
+            .display_mode(cm.LegendDisplayMode.TABLE)
+            .placement(cm.LegendPlacement.BOTTOM)
+            .show_legend(True)
+            .calcs(["lastNotNull", "max"])
+        )
+        .tooltip(cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI))
+    )
+    return _panel(panel, title, unit, description, queries, span, height)
+
+
+def right_axis(panel: timeseries.Panel, query_index: int, unit: str) -> timeseries.Panel:
+    """Put the series of the panel's ``query_index``-th query on a right axis with ``unit``."""
+    return panel.override_by_query(
+        ref_id(query_index),
+        [
+            dm.DynamicConfigValue(id_val="custom.axisPlacement", value="right"),
+            dm.DynamicConfigValue(id_val="unit", value=unit),
+        ],
+    )
+
+
+def log_scale(panel: timeseries.Panel) -> timeseries.Panel:
+    """Log-10 y axis (for norms and rates that span decades)."""
+    return panel.scale_distribution(
+        cb.ScaleDistributionConfig().type(cm.ScaleDistribution.LOG).log(10)
+    )
+
+
+def thresholds(*steps: tuple[float | None, str]) -> db.ThresholdsConfig:
+    """Absolute thresholds from ``(value, color)`` steps; the first step's value is None."""
+    return (
+        db.ThresholdsConfig()
+        .mode(dm.ThresholdsMode.ABSOLUTE)
+        .steps([dm.Threshold(value=value, color=color) for value, color in steps])
+    )
+
+
+def zero_line(panel: timeseries.Panel, color: str = "red") -> timeseries.Panel:
+    """Draw a dashed threshold line at 0 (e.g. explained variance below 0 is worse than a mean)."""
+    return panel.thresholds(thresholds((None, "transparent"), (0.0, color))).thresholds_style(
+        cb.GraphThresholdsStyleConfig().mode(cm.GraphThresholdsStyleMode.DASHED)
+    )
+
+
+def stacked_percent(panel: timeseries.Panel) -> timeseries.Panel:
+    """Stack series to 100 % (shares of a whole)."""
+    return panel.stacking(cb.StackingConfig().mode(cm.StackingMode.PERCENT)).fill_opacity(40)
+
+
+def single_stat(
+    title: str,
+    unit: str,
+    description: str,
+    queries: Sequence[Query],
+    *,
+    span: int = 6,
+    height: int = 4,
+) -> stat.Panel:
+    """A stat panel showing the last value with a sparkline."""
+    panel = (
+        stat.Panel()
+        .graph_mode(cm.BigValueGraphMode.AREA)
+        .color_mode(cm.BigValueColorMode.VALUE)
+        .reduce_options(cb.ReduceDataOptions().calcs(["lastNotNull"]))
+    )
+    return _panel(panel, title, unit, description, queries, span, height)
+
+
+def grid(
+    title: str,
+    unit: str,
+    description: str,
+    queries: Sequence[Query],
+    transformations: Sequence[dm.DataTransformerConfig],
+    *,
+    span: int = 24,
+    height: int = 8,
+) -> table.Panel:
+    """A table panel (instant queries in table format, reshaped by ``transformations``)."""
+    panel = table.Panel().filterable(True)
+    for transformation in transformations:
+        panel.with_transformation(transformation)
+    return _panel(panel, title, unit, description, queries, span, height)
+
+
+def latency_heatmap(
+    title: str,
+    unit: str,
+    description: str,
+    expr: str,
+    *,
+    span: int = 12,
+    height: int = 8,
+) -> heatmap.Panel:
+    """A heatmap of the bucket rates ``expr`` returns (``format: heatmap``), exemplars marked."""
+    query = Query(expr, "{{le}}", format=PromQueryFormat.HEATMAP, exemplar=True)
+    panel = (
+        heatmap.Panel()
+        .calculate(False)
+        .cell_gap(1)
+        .color(
+            heatmap.HeatmapColorOptions()
+            .mode(hm.HeatmapColorMode.SCHEME)
+            .scheme("Oranges")
+            .scale(hm.HeatmapColorScale.EXPONENTIAL)
+            .exponent(0.5)
+        )
+        .y_axis(heatmap.YAxisConfig().unit(unit))
+        .rows_frame(heatmap.RowsHeatmapOptions().layout(cm.HeatmapCellLayout.LE))
+        .exemplars_color("rgba(255,0,255,0.7)")
+    )
+    return _panel(panel, title, unit, description, [query], span, height)
+
+
+# ---- variables and annotations ----------------------------------------------------------------
+
+
+def datasource_variable() -> db.DatasourceVariable:
+    """The Prometheus datasource picker every panel refers to (no hard-coded uid)."""
+    return db.DatasourceVariable(DATASOURCE_VARIABLE).label("Data source").type("prometheus")
+
+
+def label_variable(
+    name: str, label: str, of: str, depends_on: Selector, *, multi: bool = True
+) -> db.QueryVariable:
+    """A variable listing the values of label ``name`` on catalog series ``of``.
+
+    ``depends_on`` holds the variables chosen before it, so each list narrows the next.
+    """
+    variable = (
+        db.QueryVariable(name)
+        .label(label)
+        .datasource(PROMETHEUS)
+        .query({"query": f"label_values({depends_on(of)}, {name})", "refId": "PrometheusVariable"})
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dm.VariableSort.ALPHABETICAL_ASC)
+        .multi(multi)
+        .include_all(multi)
+    )
+    return variable.all_value(".*") if multi else variable
+
+
+def firing_alerts(selector: Selector) -> str:
+    """The ``ALERTS`` series of the alerts firing for the dashboard's selection."""
+    matchers = [f'{v}=~"${v}"' for v in selector.variables] + ['alertstate="firing"']
+    return ALERTS + "{" + ", ".join(matchers) + "}"
+
+
+def alerts_annotation(selector: Selector) -> db.AnnotationQuery:
+    """Firing alerts of the selected runs as annotations."""
+    return (
+        db.AnnotationQuery()
+        .name("Firing alerts")
+        .datasource(PROMETHEUS)
+        .expr(firing_alerts(selector))
+        .enable(True)
+        .icon_color("red")
+    )
+
+
+# Prometheus annotation options the SDK's AnnotationQuery has no setters for.
+ALERT_ANNOTATION_OPTIONS = {
+    "step": "60s",
+    "titleFormat": "{{alertname}}",
+    "textFormat": "{{severity}} · run {{run_id}}",
+    "tagKeys": "severity,run_id",
+    "useValueForTime": False,
+}
+
+
+# ---- layout -----------------------------------------------------------------------------------
+
+
+@dataclass
+class Row:
+    """A dashboard row and the panels laid out under it, left to right."""
+
+    title: str
+    panels: Sequence[_Panel] = field(default_factory=list)
+
+
+def assemble(dashboard: db.Dashboard, rows: Sequence[Row]) -> dict[str, Any]:
+    """Number rows and panels 1, 2, … in order, lay them out, and return the dashboard JSON."""
+    next_id = 1
+    for row in rows:
+        dashboard.with_row(db.Row(row.title).id(next_id))
+        next_id += 1
+        for panel in row.panels:
+            dashboard.with_panel(panel.id(next_id))
+            next_id += 1
+    model: dict[str, Any] = json.loads(JSONEncoder().encode(dashboard.build()))
+    for annotation in model.get("annotations", {}).get("list", []):
+        if annotation.get("expr", "").startswith(ALERTS):
+            annotation.update(ALERT_ANNOTATION_OPTIONS)
+    return model
+
+
+def new_dashboard(uid: str, title: str, description: str, tags: Sequence[str]) -> db.Dashboard:
+    """A dashboard with the defaults all rlpulse dashboards share."""
+    return (
+        db.Dashboard(title)
+        .uid(uid)
+        .description(description)
+        .tags(["rlpulse", *tags])
+        .editable()
+        .tooltip(dm.DashboardCursorSync.CROSSHAIR)
+        .time("now-3h", "now")
+        .refresh("30s")
+        .timezone("browser")
+    )

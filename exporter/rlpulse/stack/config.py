@@ -257,14 +257,6 @@ class EntropyCollapse(AlertConfig):
 
 
 @dataclass(frozen=True)
-class KLReferenceHigh(AlertConfig):
-    """KL to the reference policy sustained high (median over the recent window)."""
-
-    warning: float = field(default=1.0, metadata=_doc("Warning level, nats."))
-    critical: float = field(default=5.0, metadata=_doc("Critical (blow-up) level, nats."))
-
-
-@dataclass(frozen=True)
 class KLReferenceRising(AlertConfig):
     """KL to the reference rising fast against its earlier window."""
 
@@ -426,6 +418,14 @@ class Tiered(AlertConfig):
 
     warning: float = field(default=0.0, metadata=_doc("Warning level."))
     critical: float = field(default=0.0, metadata=_doc("Critical level."))
+
+
+@dataclass(frozen=True)
+class KLReferenceHigh(Tiered):
+    """KL to the reference policy sustained high (median over the recent window)."""
+
+    warning: float = field(default=1.0, metadata=_doc("Warning level, nats."))
+    critical: float = field(default=5.0, metadata=_doc("Critical (blow-up) level, nats."))
 
 
 @dataclass(frozen=True)

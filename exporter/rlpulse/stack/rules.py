@@ -91,6 +91,13 @@ ROLLOUT_QUANTILES = {q: record_name("run", ROLLOUT, q) for q, _ in QUANTILES}
 LENGTH_QUANTILES = {q: record_name("run", LENGTH_HIST, q) for q in ("p50", "p90", "p99")}
 
 
+# Alert names other modules refer to (Alertmanager inhibitions).
+TARGET_DOWN = "RLTargetDown"
+TRAINING_STALLED = "RLTrainingStalled"
+THROUGHPUT_DROP = "RLThroughputDrop"
+GPU_IDLE = "RLGPUIdle"
+
+
 def zscore_name(metric: catalog.Metric) -> str:
     """The recorded z-score of a key RL series: the recent mean against the earlier window."""
     return record_name("rank", metric, "zscore")
@@ -253,9 +260,10 @@ _V = '{{ printf "%.3g" $value }}'
 def _tiered(
     name: str, t: cfgmod.Tiered, expr: Callable[[float], str], summary: str, desc: str, **kw: Any
 ) -> list[Alert]:
+    tiers: tuple[tuple[Severity, float], ...] = (("warning", t.warning), ("critical", t.critical))
     return [
         Alert.of(t, name, sev, expr(level), summary, desc.replace("$LEVEL", f"{level:g}"), **kw)
-        for sev, level in (("warning", t.warning), ("critical", t.critical))
+        for sev, level in tiers
     ]
 
 
@@ -452,7 +460,7 @@ def _task_recordings(q: _Q) -> list[Recording]:
         Recording(
             LENGTH_P90_DRIFT,
             f"{q.run_quantile(0.9, LENGTH_HIST, q.w.recent)} / "
-            f"{q.run_quantile(0.9, LENGTH_HIST, q.w.zscore, q.w.recent)}",
+            f"{q.run_quantile(0.9, LENGTH_HIST, q.w.zscore, q.w.zscore)}",
         )
     )
     return out
@@ -495,8 +503,8 @@ def _task_alerts(q: _Q) -> Iterator[Alert]:
         "warning",
         f"{LENGTH_P90_DRIFT} > {ld.ratio:g} or {LENGTH_P90_DRIFT} < {1 / ld.ratio:g}",
         "The response-length distribution shifted against its earlier window.",
-        f"p90 response length of {_RUN} is {_V} times its p90 over the earlier "
-        f"{q.w.zscore} (threshold x{ld.ratio:g} either way).",
+        f"p90 response length of {_RUN} is {_V} times its p90 of {q.w.zscore} before "
+        f"(threshold x{ld.ratio:g} either way).",
         scope="run",
     )
     yield from _tiered(
@@ -559,7 +567,7 @@ def _system_alerts(q: _Q) -> Iterator[Alert]:
     )
     yield Alert.of(
         td,
-        "RLTargetDown",
+        TARGET_DOWN,
         "critical",
         f"({q.up()} == 0) + on(job, instance) group_left(run_id, rank) (0 * {last_run})",
         "A trainer exporter that was serving a run cannot be scraped.",
@@ -569,7 +577,7 @@ def _system_alerts(q: _Q) -> Iterator[Alert]:
     ts = a.training_stalled
     yield Alert.of(
         ts,
-        "RLTrainingStalled",
+        TRAINING_STALLED,
         "critical",
         f"({q.s(STEP)} > 0) and (changes({q.s(STEP)}[{ts.window}]) == 0)",
         "The training step is not advancing while the exporter is up.",
@@ -578,7 +586,7 @@ def _system_alerts(q: _Q) -> Iterator[Alert]:
     gi = a.gpu_idle
     yield Alert.of(
         gi,
-        "RLGPUIdle",
+        GPU_IDLE,
         "warning",
         f"{q.recent(GPU_UTIL)} < {gi.threshold:g}",
         "GPUs are idle while the run's exporter is alive.",
@@ -620,7 +628,7 @@ def _system_alerts(q: _Q) -> Iterator[Alert]:
     tp = a.throughput_drop
     yield Alert.of(
         tp,
-        "RLThroughputDrop",
+        THROUGHPUT_DROP,
         "warning",
         " or ".join(
             f'label_replace({rate_ratio_name(m)} < {tp.ratio:g}, "throughput", '

@@ -1,0 +1,625 @@
+"""promtool unit tests of the generated alert rules: ``prometheus/tests/<area>.yml``.
+
+For every alert a scenario that fires it (values worked out by hand in the comments) and, per
+area, a healthy run of several hours in which no alert fires. The scenarios are written for the
+default thresholds and windows, so ``rlpulse generate`` writes them only when the rules are the
+default ones. Expected annotations are the rule's own templates filled in with the expected labels
+and value (only ``$labels.x`` and ``printf "%.3g" $value`` are used in descriptions).
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from rlpulse.stack import rules
+from rlpulse.stack.config import Config
+from rlpulse.stack.promql import sel
+
+M = rules.M
+TARGET = {"job": "rlpulse", "instance": "127.0.0.1:9400", "run_id": "r1", "rank": "0"}
+RUN = {"job": "rlpulse", "run_id": "r1"}
+GPU = {**TARGET, "gpu": "0", "uuid": "GPU-0", "model": "H100"}
+EVALUATION_INTERVAL = "30s"
+SERIES_INTERVAL = "1m"
+
+
+def series(metric: Any, labels: dict[str, str], suffix: str = "") -> str:
+    """An input-series name in promtool notation, checked against the catalog."""
+    name = sel(metric, suffix=suffix)
+    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return f"{name}{{{inner}}}"
+
+
+def const(value: float, n: int) -> str:
+    """``n`` samples of ``value``."""
+    return f"{value:g}x{n - 1}" if n > 1 else f"{value:g}"
+
+
+def ramp(start: float, step: float, n: int) -> str:
+    """``n`` samples from ``start`` growing by ``step``."""
+    return f"{start:g}{step:+g}x{n - 1}"
+
+
+def counter(*segments: tuple[float, int]) -> str:
+    """A counter from 0 growing ``rate`` per sample for ``n`` samples, segment after segment
+    (the first sample is 0; each segment's samples come after the previous one's last)."""
+    parts, value, first = [], 0.0, True
+    for rate, n in segments:
+        start = value if first else value + rate
+        parts.append(ramp(start, rate, n))
+        value = start + rate * (n - 1)
+        first = False
+    return " ".join(parts)
+
+
+def noisy(start: float, end: float, amplitude: float, n: int, seed: int = 1) -> str:
+    """``n`` samples on a line from ``start`` to ``end`` plus deterministic noise in
+    [-amplitude, amplitude] (a small LCG, so the files are stable)."""
+    out, x = [], seed
+    for i in range(n):
+        x = (1103515245 * x + 12345) % 2**31
+        noise = (x / 2**31 * 2 - 1) * amplitude
+        out.append(f"{start + (end - start) * i / max(n - 1, 1) + noise:.4g}")
+    return " ".join(out)
+
+
+def every(value_at: Any, n: int, period: int) -> str:
+    """``n`` samples with a value only every ``period`` (a trainer that logs every N steps)."""
+    return " ".join(f"{value_at(i):.4g}" if i % period == 0 else "_" for i in range(n))
+
+
+@dataclass(frozen=True)
+class Expect:
+    """One alert expected to fire: its severity, labels beyond the alertname, and value."""
+
+    severity: rules.Severity
+    labels: dict[str, str]
+    value: float
+
+
+@dataclass(frozen=True)
+class Check:
+    """What one alert should look like at one time ([] = nothing firing)."""
+
+    alert: str
+    at: str
+    fires: tuple[Expect, ...] = ()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One promtool test: input series and the checks made on them."""
+
+    comment: str
+    inputs: tuple[tuple[str, str], ...]
+    checks: tuple[Check, ...] = ()  # none: a healthy run, every alert checked at HEALTHY_TIMES
+
+
+def _w(metric: Any, labels: dict[str, str] = TARGET, suffix: str = "") -> str:
+    return series(metric, labels, suffix)
+
+
+# ---- rl ---------------------------------------------------------------------------------------
+
+
+def _rl() -> Iterator[Scenario]:
+    r = rules
+    yield Scenario(
+        "Entropy collapse: 1.0 for an hour, then 0.05. The smoothed entropy is below 0.2 of its "
+        "peak from 69m, so the alert is pending at 75m and fires (10m later) at 100m: 0.05/1.0.",
+        ((_w(r.ENTROPY), f"{const(1.0, 60)} {const(0.05, 60)}"),),
+        (
+            Check("RLEntropyCollapse", "75m"),
+            Check("RLEntropyCollapse", "100m", (Expect("critical", TARGET, 0.05),)),
+        ),
+    )
+    yield Scenario(
+        "Entropy under the absolute floor: a run whose entropy starts low (0.012) and sinks to "
+        "0.008 nats is at 0.667 of its peak, above the ratio, but below the 0.01 floor.",
+        ((_w(r.ENTROPY), f"{const(0.012, 60)} {const(0.008, 60)}"),),
+        (Check("RLEntropyCollapse", "100m", (Expect("critical", TARGET, 0.008 / 0.012),)),),
+    )
+    yield Scenario(
+        "KL to the reference: 0.1, then 2 from 30m (warning level 1), then 8 from 60m "
+        "(critical level 5). Median over 10m: warning fires from 45m, critical from 75m.",
+        ((_w(r.KL_REF), f"{const(0.1, 30)} {const(2, 30)} {const(8, 40)}"),),
+        (
+            Check("RLKLReferenceHigh", "50m", (Expect("warning", TARGET, 2),)),
+            Check(
+                "RLKLReferenceHigh",
+                "90m",
+                (Expect("warning", TARGET, 8), Expect("critical", TARGET, 8)),
+            ),
+        ),
+    )
+    yield Scenario(
+        "KL rising fast: 0.05/0.15 alternating (mean 0.1, std 0.05) until 80m, then 1.0. At "
+        "89m30s the recent mean (1.0) is (1.0 - 0.1) / 0.05 = 18 standard deviations up.",
+        ((_w(r.KL_REF), f"{' '.join(['0.05 0.15'] * 40)} {const(1, 20)}"),),
+        (
+            Check("RLKLReferenceRising", "79m30s"),
+            Check("RLKLReferenceRising", "89m30s", (Expect("warning", TARGET, 18),)),
+        ),
+    )
+    yield Scenario(
+        "Update-step KL: 0.01, then 0.2 from 20m; above 0.05 from 22m, fires from 32m.",
+        ((_w(r.APPROX_KL), f"{const(0.01, 20)} {const(0.2, 40)}"),),
+        (Check("RLUpdateKLHigh", "50m", (Expect("warning", TARGET, 0.2),)),),
+    )
+    clip = {**TARGET, "bound": "any"}
+    yield Scenario(
+        "Clip fraction: 0.1, then 0.5 from 20m; fires from about 32m.",
+        ((_w(r.CLIP, clip), f"{const(0.1, 20)} {const(0.5, 40)}"),),
+        (Check("RLClipFractionHigh", "50m", (Expect("warning", clip, 0.5),)),),
+    )
+    policy = {**TARGET, "network": "policy"}
+    yield Scenario(
+        "Non-finite values. A log replay sets the gauge to +Inf (no exporter counter): fires "
+        "at once with the gauge's value. A live exporter also counts NaNs: rl_loss goes NaN at "
+        "10m and the counter grows 1 per minute, so at 15m the count is 6 (the counter wins).",
+        (
+            (_w(r.GRAD_NORM, policy), f"{const(1, 10)} Inf Inf {const(1, 10)}"),
+            (_w(M("rl_loss")), f"{const(0.5, 10)} {' '.join(['NaN'] * 10)}"),
+            (_w(r.NONFINITE, {**TARGET, "metric": "rl_loss"}), f"{const(0, 10)} {ramp(1, 1, 10)}"),
+        ),
+        (
+            Check("RLNonFiniteLoss", "9m"),
+            Check(
+                "RLNonFiniteLoss",
+                "11m",
+                (
+                    Expect("critical", {**policy, "metric": "rl_grad_norm"}, math.inf),
+                    Expect("critical", {**TARGET, "metric": "rl_loss"}, 2),
+                ),
+            ),
+            Check(
+                "RLNonFiniteLoss", "15m", (Expect("critical", {**TARGET, "metric": "rl_loss"}, 6),)
+            ),
+        ),
+    )
+    yield Scenario(
+        "Grad-norm spike: 2.0 for an hour, one step at 50 at 60m. The 10m max over the 1h "
+        "median is 25 until 70m; it fires 1m after the spike.",
+        ((_w(r.GRAD_NORM, policy), f"{const(2, 60)} 50 {const(2, 30)}"),),
+        (
+            Check("RLGradNormSpike", "60m"),
+            Check("RLGradNormSpike", "65m", (Expect("warning", policy, 25),)),
+            Check("RLGradNormSpike", "80m"),
+        ),
+    )
+    yield Scenario(
+        "Value-loss explosion: 1.0 for an hour, then 20. At 85m the recent mean (20) over the "
+        "earlier median (1: 45 of the 61 samples in [15m, 75m] are 1) is 20.",
+        ((_w(r.VALUE_LOSS), f"{const(1, 60)} {const(20, 30)}"),),
+        (Check("RLValueLossExplosion", "85m", (Expect("warning", TARGET, 20),)),),
+    )
+    yield Scenario(
+        "Explained variance: 0.5, then -0.3 from 20m; the 10m mean is negative from 26m and "
+        "fires 15m later.",
+        ((_w(r.EXPLAINED_VAR), f"{const(0.5, 20)} {const(-0.3, 40)}"),),
+        (
+            Check("RLExplainedVarianceNegative", "35m"),
+            Check("RLExplainedVarianceNegative", "50m", (Expect("warning", TARGET, -0.3),)),
+        ),
+    )
+    yield Scenario(
+        "Reward collapse: 1/0 alternating (mean 0.5, std 0.5) until 80m, then -20. At 89m30s the "
+        "recent mean is (-20 - 0.5) / 0.5 = -41 standard deviations, a drop of 4100%.",
+        ((_w(r.REWARD), f"{' '.join(['1 0'] * 40)} {const(-20, 20)}"),),
+        (
+            Check("RLRewardCollapse", "79m30s"),
+            Check("RLRewardCollapse", "89m30s", (Expect("critical", TARGET, -41),)),
+        ),
+    )
+    yield Scenario(
+        "Reward plateau: 0.5 for 200 minutes. From 120m the mean equals the mean 2h earlier "
+        "(change 0); after 30m more the info alert fires.",
+        ((_w(r.REWARD), const(0.5, 200)),),
+        (
+            Check("RLRewardPlateau", "140m"),
+            Check("RLRewardPlateau", "160m", (Expect("info", TARGET, 0),)),
+        ),
+    )
+    yield Scenario(
+        "Zero-std groups: 0.1, then 0.9 from 20m; fires 15m after the mean passes 0.6.",
+        ((_w(r.ZERO_STD), f"{const(0.1, 20)} {const(0.9, 40)}"),),
+        (Check("RLZeroStdGroupsHigh", "50m", (Expect("warning", TARGET, 0.9),)),),
+    )
+    yield Scenario(
+        "Train/inference mismatch: importance ratio 1.0, then 1.5 from 20m: 0.5 away from 1.",
+        ((_w(r.IMPORTANCE), f"{const(1, 20)} {const(1.5, 40)}"),),
+        (Check("RLImportanceRatioDrift", "50m", (Expect("warning", TARGET, 0.5),)),),
+    )
+    n = 480
+    yield Scenario(
+        "Healthy GRPO/PPO run, 8 hours: entropy decays 1.0 -> 0.55, KL grows 0 -> 0.3, reward "
+        "rises 0.2 -> 0.8, value loss falls, explained variance rises; all with noise.",
+        (
+            (_w(r.ENTROPY), noisy(1.0, 0.55, 0.02, n, 1)),
+            (_w(r.KL_REF), noisy(0.01, 0.3, 0.01, n, 2)),
+            (_w(r.APPROX_KL), noisy(0.01, 0.01, 0.003, n, 3)),
+            (_w(r.CLIP, clip), noisy(0.1, 0.08, 0.02, n, 4)),
+            (_w(M("rl_loss")), noisy(0.5, 0.3, 0.1, n, 5)),
+            (_w(r.GRAD_NORM, policy), noisy(1.0, 0.8, 0.3, n, 6)),
+            (_w(r.VALUE_LOSS), noisy(2.0, 0.5, 0.1, n, 7)),
+            (_w(r.EXPLAINED_VAR), noisy(0.2, 0.9, 0.05, n, 8)),
+            (_w(r.REWARD), noisy(0.2, 0.8, 0.05, n, 9)),
+            (_w(r.ZERO_STD), noisy(0.2, 0.2, 0.05, n, 10)),
+            (_w(r.IMPORTANCE), noisy(1.0, 1.0, 0.02, n, 11)),
+            (_w(r.NONFINITE, {**TARGET, "metric": "rl_loss"}), const(0, n)),
+        ),
+    )
+
+
+# ---- task -------------------------------------------------------------------------------------
+
+
+def _task() -> Iterator[Scenario]:
+    r = rules
+    gsm = {**TARGET, "benchmark": "gsm8k", "split": "eval"}
+    yield Scenario(
+        "Reward hacking: training reward climbs 0.2 -> 1.1 over 3h while the held-out eval "
+        "score falls from 0.5 to 0.4 at 60m. From 60m the eval score changed by -0.1 over the "
+        "last hour while reward rose by 0.3; fires 15m later.",
+        (
+            (_w(r.REWARD), ramp(0.2, 0.005, 180)),
+            (_w(r.EVAL_SCORE, gsm), f"{const(0.5, 60)} {const(0.4, 120)}"),
+        ),
+        (
+            Check("RLRewardHacking", "70m"),
+            Check("RLRewardHacking", "100m", (Expect("critical", gsm, 0.4 - 0.5),)),
+        ),
+    )
+    yield Scenario(
+        "No held-out eval series: the same rising reward raises nothing (no guessing).",
+        ((_w(r.REWARD), ramp(0.2, 0.005, 180)),),
+        (Check("RLRewardHacking", "100m"), Check("RLRewardHacking", "170m")),
+    )
+    yield Scenario(
+        "Response-length explosion: 100 tokens for an hour, 300 for an hour, then 500. The "
+        "early floor is 100, so 3x (warning, over 2.5) at 110m and 5x (critical, over 4) at 170m.",
+        ((_w(r.LENGTH_MEAN), f"{const(100, 60)} {const(300, 60)} {const(500, 60)}"),),
+        (
+            Check("RLResponseLengthExplosion", "110m", (Expect("warning", TARGET, 3),)),
+            Check(
+                "RLResponseLengthExplosion",
+                "170m",
+                (Expect("warning", TARGET, 5), Expect("critical", TARGET, 5)),
+            ),
+        ),
+    )
+    buckets = {
+        "64": const(0, 121),
+        "128": counter((10, 61), (0, 60)),
+        "256": counter((10, 61), (0, 60)),
+        "512": counter((10, 121)),
+        "+Inf": counter((10, 121)),
+    }
+    yield Scenario(
+        "Length-distribution drift: 10 responses a minute in (64, 128] for an hour, then in "
+        "(256, 512]. p90 goes from 64 + 0.9 * 64 = 121.6 to 256 + 0.9 * 256 = 486.4 tokens, "
+        "4x the p90 an hour earlier; fires 15m after the shift shows.",
+        tuple((_w(r.LENGTH_HIST, {**TARGET, "le": le}, "_bucket"), v) for le, v in buckets.items()),
+        (
+            Check("RLResponseLengthDrift", "60m"),
+            Check("RLResponseLengthDrift", "100m", (Expect("warning", RUN, 4),)),
+        ),
+    )
+    yield Scenario(
+        "Truncation: 0.05, 0.3 from 20m (warning over 0.2), 0.8 from 60m (critical over 0.5).",
+        ((_w(r.TRUNCATION), f"{const(0.05, 20)} {const(0.3, 40)} {const(0.8, 40)}"),),
+        (
+            Check("RLTruncationHigh", "50m", (Expect("warning", TARGET, 0.3),)),
+            Check(
+                "RLTruncationHigh",
+                "90m",
+                (Expect("warning", TARGET, 0.8), Expect("critical", TARGET, 0.8)),
+            ),
+        ),
+    )
+    yield Scenario(
+        "Format compliance: 0.95 for an hour, then 0.5: 0.5 / 0.95 = 0.526 of its peak.",
+        ((_w(r.FORMAT_OK), f"{const(0.95, 60)} {const(0.5, 60)}"),),
+        (
+            Check("RLFormatComplianceDrop", "70m"),
+            Check("RLFormatComplianceDrop", "100m", (Expect("warning", TARGET, 0.5 / 0.95),)),
+        ),
+    )
+    n = 480
+    yield Scenario(
+        "Healthy run, 8 hours: reward rises 0.2 -> 0.8 and the held-out eval score (logged every "
+        "30 minutes) rises 0.3 -> 0.6; mean length grows 200 -> 400 tokens from a stable "
+        "distribution; truncation 2%; format compliance 0.9 -> 0.95.",
+        (
+            (_w(r.REWARD), noisy(0.2, 0.8, 0.05, n, 9)),
+            (_w(r.EVAL_SCORE, gsm), every(lambda i: 0.3 + 0.3 * i / n, n, 30)),
+            (_w(r.LENGTH_MEAN), noisy(200, 400, 10, n, 12)),
+            (_w(r.LENGTH_HIST, {**TARGET, "le": "128"}, "_bucket"), const(0, n)),
+            (_w(r.LENGTH_HIST, {**TARGET, "le": "256"}, "_bucket"), counter((10, n))),
+            (_w(r.LENGTH_HIST, {**TARGET, "le": "512"}, "_bucket"), counter((11, n))),
+            (_w(r.LENGTH_HIST, {**TARGET, "le": "+Inf"}, "_bucket"), counter((11, n))),
+            (_w(r.TRUNCATION), noisy(0.02, 0.02, 0.01, n, 13)),
+            (_w(r.FORMAT_OK), noisy(0.9, 0.95, 0.02, n, 14)),
+        ),
+    )
+
+
+# ---- system -----------------------------------------------------------------------------------
+
+
+def _system() -> Iterator[Scenario]:
+    r = rules
+    up = {"job": "rlpulse", "instance": "127.0.0.1:9400"}
+    yield Scenario(
+        "Target down: the exporter serves run r1 for 30 minutes, then every scrape fails "
+        "(up 0, its series end). Fires 1m later with the run it last served.",
+        (
+            (series_up(up), f"{const(1, 30)} {const(0, 30)}"),
+            (_w(r.RUN_INFO, {**TARGET, "model": "tiny"}), const(1, 30)),
+        ),
+        (
+            Check(r.TARGET_DOWN, "30m"),
+            Check(r.TARGET_DOWN, "40m", (Expect("critical", TARGET, 0),)),
+        ),
+    )
+    yield Scenario(
+        "Training stalled: the step advances once a minute to 30, then stays at 30 while the "
+        "exporter answers; no change for 15m at 44m, fires at 45m with the step.",
+        ((_w(r.STEP), f"{ramp(1, 1, 30)} {const(30, 40)}"),),
+        (
+            Check(r.TRAINING_STALLED, "43m"),
+            Check(r.TRAINING_STALLED, "60m", (Expect("critical", TARGET, 30),)),
+        ),
+    )
+    yield Scenario(
+        "GPU idle: utilization 0.9, then 0 from 20m; the 10m mean is under 0.05 from 30m.",
+        ((_w(r.GPU_UTIL, GPU), f"{const(0.9, 20)} {const(0, 40)}"),),
+        (Check(r.GPU_IDLE, "50m", (Expect("warning", GPU, 0),)),),
+    )
+    yield Scenario(
+        "GPU memory: 80 GB card at 40 GB, 78 GB from 10m (0.975, warning), 79.6 GB from 30m "
+        "(0.995, critical).",
+        (
+            (_w(r.GPU_MEM_TOTAL, GPU), const(80e9, 50)),
+            (_w(r.GPU_MEM_USED, GPU), f"{const(40e9, 10)} {const(78e9, 20)} {const(79.6e9, 20)}"),
+        ),
+        (
+            Check("RLGPUMemoryFull", "25m", (Expect("warning", GPU, 0.975),)),
+            Check(
+                "RLGPUMemoryFull",
+                "45m",
+                (Expect("warning", GPU, 0.995), Expect("critical", GPU, 0.995)),
+            ),
+        ),
+    )
+    yield Scenario(
+        "GPU temperature: 60 C, 88 C from 10m (warning over 85), 95 C from 30m (critical over 92).",
+        ((_w(r.GPU_TEMP, GPU), f"{const(60, 10)} {const(88, 20)} {const(95, 20)}"),),
+        (
+            Check("RLGPUTemperatureHigh", "25m", (Expect("warning", GPU, 88),)),
+            Check(
+                "RLGPUTemperatureHigh",
+                "45m",
+                (Expect("warning", GPU, 95), Expect("critical", GPU, 95)),
+            ),
+        ),
+    )
+    thermal, power = {**GPU, "reason": "thermal"}, {**GPU, "reason": "power"}
+    yield Scenario(
+        "GPU throttling: thermal slowdown from 10m on; power capping all along is normal and "
+        "is not counted.",
+        (
+            (_w(r.GPU_THROTTLED, thermal), f"{const(0, 10)} {const(1, 40)}"),
+            (_w(r.GPU_THROTTLED, power), const(1, 50)),
+        ),
+        (Check("RLGPUThrottling", "40m", (Expect("warning", thermal, 1),)),),
+    )
+    unc, cor = {**GPU, "error_type": "uncorrected"}, {**GPU, "error_type": "corrected"}
+    yield Scenario(
+        "GPU ECC: 2 uncorrected errors at 20m page at once; corrected errors do not.",
+        (
+            (_w(r.GPU_ECC, unc), f"{const(0, 20)} {const(2, 20)}"),
+            (_w(r.GPU_ECC, cor), counter((1, 40))),
+        ),
+        (
+            Check("RLGPUECCErrors", "19m"),
+            Check("RLGPUECCErrors", "25m", (Expect("critical", unc, 2),)),
+        ),
+    )
+    yield Scenario(
+        "Throughput drop: 10 steps a minute, 2 a minute from 90m. At 115m the last 10m rate "
+        "(20 steps) against the hour before ([45m, 105m]: 450 + 30 steps) is 0.25.",
+        ((_w(r.TRAIN_STEPS), counter((10, 91), (2, 40))),),
+        (
+            Check(r.THROUGHPUT_DROP, "100m"),
+            Check(
+                r.THROUGHPUT_DROP,
+                "115m",
+                (Expect("warning", {**RUN, "throughput": r.TRAIN_STEPS.family}, 0.25),),
+            ),
+        ),
+    )
+    lat = {
+        "0.5": const(0, 40),
+        "1": counter((97, 40)),
+        "60": counter((97, 40)),
+        "120": counter((100, 40)),
+        "+Inf": counter((100, 40)),
+    }
+    yield Scenario(
+        "Rollout-latency tail: of 100 rollouts a minute 97 take up to 1 s and 3 take 1-2 min. "
+        "p50 = 0.5 + 0.5 * 50/97 = 0.758 s, p99 = 60 + 60 * 2/3 = 100 s: 132 times p50.",
+        tuple((_w(r.ROLLOUT, {**TARGET, "le": le}, "_bucket"), v) for le, v in lat.items()),
+        (
+            Check(
+                "RLRolloutLatencyTail",
+                "30m",
+                (Expect("warning", RUN, 100 / (0.5 + 0.25 * 100 / 97)),),
+            ),
+        ),
+    )
+    yield Scenario(
+        "Grader errors: 100 calls a minute; 10 fail from 10m (0.1, warning), 60 from 40m (0.6, "
+        "critical).",
+        (
+            (_w(r.GRADER_CALLS), counter((100, 70))),
+            (_w(r.GRADER_ERRORS), counter((0, 11), (10, 30), (60, 29))),
+        ),
+        (
+            Check("RLGraderErrors", "30m", (Expect("warning", RUN, 0.1),)),
+            Check(
+                "RLGraderErrors", "60m", (Expect("warning", RUN, 0.6), Expect("critical", RUN, 0.6))
+            ),
+        ),
+    )
+    gpu_col = {**TARGET, "collector": "gpu"}
+    yield Scenario(
+        "Collector failing: the GPU collector goes down at 10m and its error count grows 1 a "
+        "minute: 10 errors in the 10m before 30m.",
+        (
+            (_w(r.COLLECTOR_UP, gpu_col), f"{const(1, 10)} {const(0, 30)}"),
+            (_w(r.COLLECTOR_ERRORS, gpu_col), counter((0, 11), (1, 29))),
+        ),
+        (Check("RLExporterCollectorErrors", "30m", (Expect("warning", gpu_col, 10),)),),
+    )
+    dropped = {**TARGET, "reason": "non_numeric"}
+    yield Scenario(
+        "Dropped values: the trainer logs a string every minute; 10 dropped in 10m.",
+        ((_w(r.DROPPED, dropped), counter((1, 40))),),
+        (Check("RLExporterDroppedValues", "30m", (Expect("info", dropped, 10),)),),
+    )
+    n = 480
+    other = {"job": "rlpulse", "instance": "127.0.0.1:9401"}
+    hist = {
+        "0.5": const(0, n),
+        "1": counter((90, n)),
+        "2.5": counter((100, n)),
+        "+Inf": counter((100, n)),
+    }
+    yield Scenario(
+        "Healthy run, 8 hours: up, stepping, GPUs busy at 85% and 70 C with power capping, "
+        "corrected ECC errors only, steady throughput, p99/p50 latency 3, 1% grader errors. A "
+        "second static target that never served a run is down all along: not paged.",
+        (
+            (series_up(up), const(1, n)),
+            (series_up(other), const(0, n)),
+            (_w(r.RUN_INFO, {**TARGET, "model": "tiny"}), const(1, n)),
+            (_w(r.STEP), ramp(1, 1, n)),
+            (_w(r.TRAIN_STEPS), counter((1, n))),
+            (_w(r.SAMPLES), counter((64, n))),
+            (_w(r.GPU_UTIL, GPU), noisy(0.85, 0.85, 0.05, n, 21)),
+            (_w(r.GPU_MEM_TOTAL, GPU), const(80e9, n)),
+            (_w(r.GPU_MEM_USED, GPU), const(60e9, n)),
+            (_w(r.GPU_TEMP, GPU), noisy(70, 72, 3, n, 22)),
+            (_w(r.GPU_THROTTLED, power), every(lambda i: 1, n, 2).replace("_", "0")),
+            (_w(r.GPU_THROTTLED, thermal), const(0, n)),
+            (_w(r.GPU_ECC, cor), counter((0.1, n))),
+            (_w(r.GPU_ECC, unc), const(0, n)),
+            *((_w(r.ROLLOUT, {**TARGET, "le": le}, "_bucket"), v) for le, v in hist.items()),
+            (_w(r.GRADER_CALLS), counter((100, n))),
+            (_w(r.GRADER_ERRORS), counter((1, n))),
+            (_w(r.COLLECTOR_UP, gpu_col), const(1, n)),
+            (_w(r.COLLECTOR_ERRORS, gpu_col), const(0, n)),
+            (_w(r.DROPPED, dropped), const(0, n)),
+        ),
+    )
+
+
+def series_up(labels: dict[str, str]) -> str:
+    """The ``up`` series Prometheus writes for a scrape target."""
+    return "up{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+_SCENARIOS = {"rl": _rl, "task": _task, "system": _system}
+HEALTHY_TIMES = ("1h", "2h30m", "4h", "6h", "7h59m")
+
+
+# ---- rendering ---------------------------------------------------------------------------------
+
+
+def go_g3(value: float) -> str:
+    """``printf "%.3g"`` as Go's text/template prints a float."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return f"{value:.3g}"
+
+
+_LABEL = re.compile(r"\{\{ \$labels\.(\w+) \}\}")
+_VALUE = '{{ printf "%.3g" $value }}'
+
+
+def fill(template: str, labels: dict[str, str], value: float) -> str:
+    """An annotation template with the labels and value filled in."""
+    return _LABEL.sub(lambda m: labels.get(m.group(1), ""), template.replace(_VALUE, go_g3(value)))
+
+
+def _expected(alert: rules.Alert, area: str, exp: Expect) -> dict[str, Any]:
+    labels = {**exp.labels, "severity": exp.severity, "layer": area}
+    notes = {"summary": alert.summary, "description": alert.description, **alert.annotations}
+    return {
+        "exp_labels": labels,
+        "exp_annotations": {k: fill(v, exp.labels, exp.value) for k, v in notes.items()},
+    }
+
+
+def _test(
+    scn: Scenario, area: str, alerts: dict[tuple[str, rules.Severity], rules.Alert]
+) -> dict[str, Any]:
+    names = sorted({a for a, _ in alerts})
+    checks: Sequence[Check] = scn.checks or [
+        Check(name, t) for t in HEALTHY_TIMES for name in names
+    ]
+    return {
+        "interval": SERIES_INTERVAL,
+        "input_series": [{"series": s, "values": v} for s, v in scn.inputs],
+        "alert_rule_test": [
+            {
+                "eval_time": c.at,
+                "alertname": c.alert,
+                "exp_alerts": [_expected(alerts[(c.alert, e.severity)], area, e) for e in c.fires],
+            }
+            for c in checks
+        ],
+    }
+
+
+def scenarios(area: str) -> list[Scenario]:
+    """The scenarios of one area, the healthy run last."""
+    return list(_SCENARIOS[area]())
+
+
+def render(cfg: Config) -> dict[str, str]:
+    """Relative path -> text of each ``prometheus/tests/<area>.yml``."""
+    out = {}
+    for group in rules.groups(cfg):
+        alerts = {(a.name, a.severity): a for a in group.alerts}
+        head = (
+            f"# GENERATED by `rlpulse generate` from rlpulse/stack/ruletests.py; edit the source.\n"
+            f"# Run: promtool test rules prometheus/tests/{group.area}.yml\n"
+            f"rule_files:\n  - ../rules/{group.area}.yml\n"
+            f"evaluation_interval: {EVALUATION_INTERVAL}\ntests:\n"
+        )
+        body = []
+        for scn in scenarios(group.area):
+            text = rules.dump([_test(scn, group.area, alerts)])
+            comment = "".join(f"  # {line}\n" for line in _wrap(scn.comment))
+            body.append(comment + "".join(f"  {line}\n" for line in text.splitlines()))
+        out[f"prometheus/tests/{group.area}.yml"] = head + "\n".join(body)
+    return out
+
+
+def _wrap(text: str, width: int = 96) -> list[str]:
+    lines, cur = [], ""
+    for word in text.split():
+        if cur and len(cur) + 1 + len(word) > width:
+            lines.append(cur)
+            cur = word
+        else:
+            cur = f"{cur} {word}" if cur else word
+    return [*lines, cur] if cur else lines

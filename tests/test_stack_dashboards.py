@@ -327,10 +327,19 @@ def test_render_paths() -> None:
         "grafana/provisioning/datasources/datasources.yml",
         "grafana/provisioning/dashboards/dashboards.yml",
         "docker-compose.yml",
+        "docs/dashboards.md",
     }
     for rel, text in FILES.items():
         if rel.endswith(".json"):
             assert json.loads(text)["uid"].startswith("rlpulse-")
+
+
+def test_docs_list_every_panel() -> None:
+    doc = FILES["docs/dashboards.md"]
+    for model in MODELS.values():
+        assert f"## {model['title']}" in doc
+        for panel in content_panels(model):
+            assert f"- **{panel['title']}**: {panel['description']}" in doc
 
 
 def test_committed_files_are_fresh() -> None:

@@ -97,7 +97,62 @@ def render(config: Config | None = None) -> dict[str, str]:
         dashboard_provider(), sort_keys=False
     )
     files["docker-compose.yml"] = compose.render(cfg)
+    files["docs/dashboards.md"] = markdown(dashboards(cfg))
     return files
+
+
+_DOC_INTRO = """\
+# Dashboards
+
+Generated from `exporter/rlpulse/stack/dashboard_*.py` by `rlpulse generate`; do not edit by hand.
+
+Three Grafana dashboards ship in `grafana/dashboards/`:
+
+- **With docker compose**: `docker compose up` provisions them (folder *rlpulse*) together with
+  the Prometheus and Alertmanager datasources; Grafana is on <http://localhost:3000>.
+- **By hand**: in any Grafana 11, *Dashboards → New → Import*, upload the JSON file and pick
+  your Prometheus datasource in the *Data source* variable at the top. No datasource uid is
+  hard-coded, so the files import into any Grafana.
+
+Every dashboard filters by its variables (`job`, `run_id`, `rank`, …; *All* is the default) and
+draws the alerts firing for the selection as red annotations (the `ALERTS` series). Series are
+per run: RL scalars are averaged over ranks, machine-wide GPU and host series are shown once per
+host (joined to `rl_run_info`'s `host` label). Rates use `$__rate_interval`; latency and length
+quantiles come from `histogram_quantile` over the `_bucket` rates, with exemplars (the
+`rollout_id` of single rollouts) on the rollout-latency and response-length panels.
+
+## The stack with docker compose
+
+`docker-compose.yml` runs Prometheus (with `--enable-feature=exemplar-storage`), Alertmanager,
+Grafana and the demo trainer (`rlpulse demo`, installed from this checkout into a Python image),
+all with pinned image tags and on the host network (Linux), so the generated configuration works
+as it is: Prometheus scrapes `127.0.0.1:9400` and the `file_sd` targets in `prometheus/targets/`,
+and alerts `127.0.0.1:9093`; a trainer started on the host is scraped like the demo. Receiver
+secrets are never committed: put the PagerDuty routing key and the Slack webhook URL in files
+under `./secrets/` (mounted read-only where `alertmanager.yml` reads them, see
+docs/configuration.md) and set `GRAFANA_ADMIN_PASSWORD` in the environment (default `admin`).
+"""
+
+
+def markdown(models: Mapping[str, Mapping[str, Any]]) -> str:
+    """docs/dashboards.md: what each dashboard and panel shows, from the panels' descriptions."""
+    lines = [_DOC_INTRO]
+    for file_name, model in models.items():
+        variables = ", ".join(f"`{v['name']}`" for v in model["templating"]["list"])
+        lines += [
+            f"## {model['title']}",
+            "",
+            f"{model['description']} File `{DASHBOARD_DIR}/{file_name}`, uid `{model['uid']}`;"
+            f" variables {variables}.",
+            "",
+        ]
+        for panel in panels(model):
+            if panel["type"] == "row":
+                lines += ["", f"### {panel['title']}", ""]
+            else:
+                lines.append(f"- **{panel['title']}**: {panel['description']}")
+        lines.append("")
+    return re.sub(r"\n{3,}", "\n\n", "\n".join(lines)).rstrip() + "\n"
 
 
 # ---- reading the generated JSON back ----------------------------------------------------------

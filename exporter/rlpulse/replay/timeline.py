@@ -1,0 +1,176 @@
+"""A finished run's log turned into the series Prometheus would have scraped from it.
+
+Each record goes through a real ``rlpulse.Exporter`` (``log()`` with the framework's key maps,
+``observe_episodes`` for per-episode rows), exactly as in a live run; the exporter's registry is
+read at every scrape time of a simulated clock. Run time comes from the log's own timestamps when
+its first record has one, else from ``step * step_seconds``; it never runs backwards (a restarted
+step counter holds the clock). The exporter starts one scrape before the first record, as in a
+live run where it is up before the trainer's first log. A scrape sees the records logged up to
+its time, as a real scrape would, so several records between two scrapes show only the last.
+"""
+
+from __future__ import annotations
+
+import bisect
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rlpulse import catalog
+from rlpulse.exporter import Exporter
+from rlpulse.logs import Record
+
+LAST_STEP_TS = catalog.get("rl_last_step_timestamp_seconds").name
+ENV_STEPS = catalog.get("rl_env_steps_total").name
+NODE = "replay"
+INSTANCE = "replay:9400"
+
+
+def series_key(name: str, labels: dict[str, str]) -> str:
+    """``name{a="x",b="y"}`` with labels sorted and values escaped as PromQL expects."""
+    parts = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
+    return f"{name}{{{parts}}}"
+
+
+def _escape(value: str) -> str:
+    return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+@dataclass
+class Timeline:
+    """Scraped series on a regular grid: scrape ``i`` happens at ``i * interval`` seconds."""
+
+    run_id: str
+    interval: float
+    scrapes: int = 0
+    # series key -> [(first scrape index, value)], a new entry only where the value changes
+    series: dict[str, list[tuple[int, float]]] = field(default_factory=dict)
+    record_times: list[float] = field(default_factory=list)
+    record_steps: list[int] = field(default_factory=list)
+
+    @property
+    def duration(self) -> float:
+        """Seconds from the first to the last scrape."""
+        return max(self.scrapes - 1, 0) * self.interval
+
+    def step_at(self, seconds: float) -> int | None:
+        """The step of the last record logged at or before ``seconds`` (None before the first)."""
+        i = bisect.bisect_right(self.record_times, seconds + 1e-9)
+        return self.record_steps[i - 1] if i else None
+
+    def values(self, key: str) -> list[float | None]:
+        """The value of series ``key`` at every scrape (None before it first appears)."""
+        out: list[float | None] = [None] * self.scrapes
+        runs = self.series.get(key, [])
+        for n, (start, v) in enumerate(runs):
+            end = runs[n + 1][0] if n + 1 < len(runs) else self.scrapes
+            out[start:end] = [v] * (end - start)
+        return out
+
+    def keys_of(self, metric: str) -> list[str]:
+        """The series keys of one sample name."""
+        return [k for k in self.series if k.split("{", 1)[0] == metric]
+
+    def _observe(self, index: int, sample: dict[str, float]) -> None:
+        for key, value in sample.items():
+            runs = self.series.setdefault(key, [])
+            if not runs or not _same(runs[-1][1], value):
+                runs.append((index, value))
+
+
+def _same(a: float, b: float) -> bool:
+    return a == b or (math.isnan(a) and math.isnan(b))
+
+
+class _Replayer:
+    """Feeds records into an exporter and reads it as Prometheus would."""
+
+    def __init__(self, run_id: str, framework: str | None, job: str) -> None:
+        self.exporter = Exporter(
+            port=0,
+            run_id=run_id,
+            rank=0,
+            local_rank=0,
+            node=NODE,
+            metadata={"framework": framework or "", "host": NODE, "git_sha": "replay"},
+            gpu=False,
+            host=False,
+            process=False,
+        )
+        self.target = {"job": job, "instance": INSTANCE}
+
+    def apply(self, rec: Record, now: float) -> None:
+        exp = self.exporter
+        if rec.kind == "episode":
+            exp.observe_episodes([rec.values["r"]], [rec.values["l"]], rec.values.get("is_success"))
+            exp.count(ENV_STEPS, rec.values["l"])
+            exp.log({}, step=rec.step)
+        else:
+            exp.log(rec.values, step=rec.step)
+        exp.flush()
+        exp.set(LAST_STEP_TS, now)  # the simulated clock, not the wall clock of the replay
+
+    def scrape(self) -> dict[str, float]:
+        out = {series_key("up", self.target): 1.0}
+        for family in self.exporter.registry.collect():
+            for s in family.samples:
+                out[series_key(s.name, {**s.labels, **self.target})] = float(s.value)
+        return out
+
+
+def build(
+    records: Iterable[Record],
+    *,
+    run_id: str,
+    framework: str | None,
+    job: str,
+    scrape_interval: float,
+    step_seconds: float,
+) -> Timeline:
+    """The scraped series of one run's records (see the module docstring for the clock)."""
+    replayer = _Replayer(run_id, framework, job)
+    tl = Timeline(run_id, scrape_interval)
+    origin: tuple[float, int, bool] | None = None  # (first timestamp or 0, first step, real time)
+    now = 0.0
+    last_step = 0
+    dirty = True  # the exporter changed since the last scrape was read
+    for rec in records:
+        if origin is None:  # the exporter starts one scrape before the first record
+            origin = (rec.timestamp or 0.0, rec.step, rec.timestamp is not None)
+            last_step = rec.step
+            replayer.exporter.set(LAST_STEP_TS, 0.0)
+            now = scrape_interval
+        if origin[2] and rec.timestamp is not None:
+            t = scrape_interval + rec.timestamp - origin[0]
+        else:
+            t = now + max(rec.step - last_step, 0) * step_seconds
+        now, last_step = max(now, t), rec.step
+        while tl.scrapes * scrape_interval < now - 1e-9:
+            if dirty:  # unchanged scrapes add nothing to the run-length encoded series
+                tl._observe(tl.scrapes, replayer.scrape())
+                dirty = False
+            tl.scrapes += 1
+        replayer.apply(rec, now)
+        dirty = True
+        tl.record_times.append(now)
+        tl.record_steps.append(rec.step)
+    if origin is None:
+        raise ValueError("the log holds no metric records")
+    tl._observe(tl.scrapes, replayer.scrape())
+    tl.scrapes += 1
+    return tl
+
+
+def framework_hint(path: Path, fmt: str) -> str | None:
+    """The key-map framework a log format implies (searched first by ``keys.resolve``)."""
+    if fmt == "trl":
+        return "trl"
+    if fmt.startswith("verl"):
+        return "verl"
+    if fmt == "sb3-csv":
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            header = fh.readline()
+        # SB3's logger writes section/key columns; OpenAI baselines' plain names
+        return "sb3" if header.startswith("#") or "/" in header else "baselines"
+    return None

@@ -569,10 +569,10 @@ def _system_alerts(q: _Q) -> Iterator[Alert]:
         td,
         TARGET_DOWN,
         "critical",
-        f"({q.up()} == 0) + on(job, instance) group_left(run_id, rank) (0 * {last_run})",
+        f"({q.up()} == 0) + on(job, instance) group_left(run_id, rank) (time() - {last_run})",
         "A trainer exporter that was serving a run cannot be scraped.",
         "Prometheus cannot scrape {{ $labels.instance }} (job {{ $labels.job }}), which served "
-        f"{_ID} within the last {w.baseline}: the trainer died, hung hard or lost its network.",
+        f"{_ID} until {_V} s ago: the trainer died, hung hard or lost its network.",
     )
     ts = a.training_stalled
     yield Alert.of(

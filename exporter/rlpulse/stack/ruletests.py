@@ -356,14 +356,15 @@ def _system() -> Iterator[Scenario]:
     up = {"job": "rlpulse", "instance": "127.0.0.1:9400"}
     yield Scenario(
         "Target down: the exporter serves run r1 for 30 minutes, then every scrape fails "
-        "(up 0, its series end). Fires 1m later with the run it last served.",
+        "(up 0, its series end). Fires 1m later with the run it last served and the time since its "
+        "last sample (29m): 660 s at 40m.",
         (
             (series_up(up), f"{const(1, 30)} {const(0, 30)}"),
             (_w(r.RUN_INFO, {**TARGET, "model": "tiny"}), const(1, 30)),
         ),
         (
             Check(r.TARGET_DOWN, "30m"),
-            Check(r.TARGET_DOWN, "40m", (Expect("critical", TARGET, 0),)),
+            Check(r.TARGET_DOWN, "40m", (Expect("critical", TARGET, 40 * 60 - 29 * 60),)),
         ),
     )
     yield Scenario(

@@ -11,7 +11,14 @@ from rlpulse import __version__
 
 # Subcommand modules; each defines ``register(subparsers)`` which adds its parser and sets
 # ``func`` (a callable taking the parsed namespace and returning an exit code).
-COMMANDS: tuple[str, ...] = ("catalog", "targets", "rollouts", "generate", "tail_tensorboard", "replay")
+COMMANDS: tuple[str, ...] = (
+    "catalog",
+    "targets",
+    "rollouts",
+    "generate",
+    "tail_tensorboard",
+    "replay",
+)
 
 
 def build_parser() -> argparse.ArgumentParser:

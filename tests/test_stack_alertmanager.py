@@ -1,0 +1,311 @@
+"""Generated Alertmanager config: amtool checks and routes, and a real Alertmanager on 127.0.0.1.
+
+The real-process tests post alerts to ``prometheus-alertmanager`` (Debian package) running the
+generated config, with PagerDuty and Slack stood in for by HTTP servers on 127.0.0.1: a critical
+alert reaches the Events API v2 endpoint with the routing key read from its file, and the
+inhibitions silence what they should.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import subprocess
+import threading
+import time
+import urllib.request
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rlpulse.stack import alertmanager, config, rules
+
+AMTOOL = shutil.which("amtool")
+ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+
+
+def _write(tmp: Path, cfg: config.Config) -> Path:
+    for rel, text in alertmanager.render(cfg).items():
+        (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp / rel).write_text(text)
+    return tmp / alertmanager.PATH
+
+
+def _amtool(*args: str) -> subprocess.CompletedProcess[str]:
+    assert AMTOOL, "amtool (Debian package prometheus-alertmanager) is required"
+    return subprocess.run([AMTOOL, *args], capture_output=True, text=True, timeout=60)
+
+
+VARIANTS = {
+    "default": {},
+    "webhook": {"receivers": {"warning": "webhook", "info": "webhook"}},
+    "slack-info": {"receivers": {"info": "slack"}},
+}
+
+
+@pytest.mark.parametrize("variant", sorted(VARIANTS))
+def test_amtool_check_config(tmp_path: Path, variant: str) -> None:
+    path = _write(tmp_path, config.from_dict(VARIANTS[variant]))
+    run = _amtool("check-config", str(path))
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "1 templates" in run.stdout
+
+
+ROUTES = [
+    ("default", "critical", "pagerduty"),
+    ("default", "warning", "slack"),
+    ("default", "info", "null"),
+    ("webhook", "warning", "webhook"),
+    ("webhook", "info", "webhook"),
+    ("slack-info", "info", "slack"),
+]
+
+
+@pytest.mark.parametrize(("variant", "severity", "receiver"), ROUTES)
+def test_amtool_routes_each_severity(
+    tmp_path: Path, variant: str, severity: str, receiver: str
+) -> None:
+    path = _write(tmp_path, config.from_dict(VARIANTS[variant]))
+    run = _amtool(
+        "config",
+        "routes",
+        "test",
+        f"--config.file={path}",
+        f"--verify.receivers={receiver}",
+        f"severity={severity}",
+        "alertname=RLEntropyCollapse",
+        "run_id=r1",
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.stdout.strip() == receiver
+
+
+def test_no_secret_in_the_file_and_routing_by_config(tmp_path: Path) -> None:
+    cfg = config.from_dict(
+        {"receivers": {"pagerduty": {"routing_key_file": "/run/secrets/pd", "url": "http://x/"}}}
+    )
+    doc = yaml.safe_load(_write(tmp_path, cfg).read_text())
+    pd = next(r for r in doc["receivers"] if r["name"] == "pagerduty")["pagerduty_configs"][0]
+    assert pd["routing_key_file"] == "/run/secrets/pd" and pd["url"] == "http://x/"
+    assert "routing_key" not in pd and "service_key" not in pd
+    slack = next(r for r in doc["receivers"] if r["name"] == "slack")["slack_configs"][0]
+    assert "api_url" not in slack and slack["api_url_file"]
+    assert doc["route"]["group_by"] == ["alertname", "run_id"]
+
+
+def test_inhibit_rules_cover_severity_target_down_and_stall() -> None:
+    inhibit = alertmanager.config(config.Config())["inhibit_rules"]
+    by_source = {tuple(r["source_matchers"]): r for r in inhibit}
+    sev = by_source[('severity="critical"',)]
+    assert sev["equal"] == ["alertname", "run_id"]
+    down = [r for r in inhibit if r["source_matchers"] == [f'alertname="{rules.TARGET_DOWN}"']]
+    assert {tuple(r["equal"]) for r in down} == {("job", "instance"), ("run_id",)}
+    run_level = next(r for r in down if r["equal"] == ["run_id"])["target_matchers"][0]
+    for _, alert in rules.all_alerts(config.Config()):
+        assert (alert.name in run_level) == (alert.scope == "run"), alert.name
+
+
+# ---- a real Alertmanager ---------------------------------------------------------------------
+
+
+class _Sink(ThreadingHTTPServer):
+    """An HTTP server on 127.0.0.1 that records every JSON body POSTed to it."""
+
+    def __init__(self) -> None:
+        self.bodies: list[dict[str, Any]] = []
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length", 0))
+                sink.bodies.append(json.loads(self.rfile.read(n)))
+                self.send_response(202)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"status":"success","message":"Event processed"}')
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/"
+
+    def wait(self, n: int, timeout: float = 20) -> list[dict[str, Any]]:
+        deadline = time.monotonic() + timeout
+        while len(self.bodies) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return list(self.bodies)
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _api(url: str, data: Any = None) -> Any:
+    body = None if data is None else json.dumps(data).encode()
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        text = resp.read().decode()
+    return json.loads(text) if text else None
+
+
+@pytest.fixture
+def stack(tmp_path: Path) -> Iterator[tuple[str, _Sink, _Sink]]:
+    """A real Alertmanager with the generated config; PagerDuty and Slack as local sinks."""
+    assert ALERTMANAGER, "prometheus-alertmanager (Debian package) is required"
+    pagerduty, slack = _Sink(), _Sink()
+    (tmp_path / "pd_key").write_text("test-routing-key-0123456789abcdef\n")
+    (tmp_path / "slack_url").write_text(slack.url)
+    cfg = config.from_dict(
+        {
+            "routing": {"group_wait": "100ms", "group_interval": "1s"},
+            "receivers": {
+                "pagerduty": {"url": pagerduty.url, "routing_key_file": str(tmp_path / "pd_key")},
+                "slack": {"api_url_file": str(tmp_path / "slack_url")},
+            },
+        }
+    )
+    path = _write(tmp_path, cfg)
+    port = _free_port()
+    proc = subprocess.Popen(
+        [
+            ALERTMANAGER,
+            f"--config.file={path}",
+            f"--storage.path={tmp_path / 'data'}",
+            f"--web.listen-address=127.0.0.1:{port}",
+            "--cluster.listen-address=",
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                _api(f"{url}/api/v2/status")
+                break
+            except OSError:
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    raise AssertionError(
+                        proc.stderr.read().decode() if proc.stderr else ""
+                    ) from None
+                time.sleep(0.1)
+        yield url, pagerduty, slack
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        pagerduty.shutdown()
+        slack.shutdown()
+
+
+def _alert(name: str, severity: str, **labels: str) -> dict[str, Any]:
+    return {
+        "labels": {"alertname": name, "severity": severity, "layer": "rl", **labels},
+        "annotations": {
+            "summary": f"{name} summary",
+            "description": f"{name} of run {labels.get('run_id')}",
+            "runbook_url": f"https://example.test/docs/runbooks.md#{name.lower()}",
+            "dashboard_url": f"http://grafana.test/d/x?var-run_id={labels.get('run_id')}",
+        },
+    }
+
+
+TARGET = {"job": "rlpulse", "instance": "127.0.0.1:9400", "run_id": "r1", "rank": "0"}
+
+
+def test_critical_pages_pagerduty_with_the_key_from_its_file(
+    stack: tuple[str, _Sink, _Sink],
+) -> None:
+    url, pagerduty, slack = stack
+    _api(f"{url}/api/v2/alerts", [_alert("RLEntropyCollapse", "critical", **TARGET)])
+    (event,) = pagerduty.wait(1)
+    assert event["routing_key"] == "test-routing-key-0123456789abcdef"
+    assert event["event_action"] == "trigger" and event["dedup_key"]
+    payload = event["payload"]
+    assert payload["severity"] == "critical"
+    assert payload["summary"] == "RLEntropyCollapse (run r1): RLEntropyCollapse summary"
+    details = payload["custom_details"]
+    assert details["run_id"] == "r1"
+    assert details["runbook"].endswith("#rlentropycollapse")
+    assert details["dashboard"] == "http://grafana.test/d/x?var-run_id=r1"
+    assert "RLEntropyCollapse of run r1" in details["description"]
+    assert {link["text"] for link in event["links"]} == {"Dashboard", "Runbook"}
+    assert not slack.bodies, "a critical alert does not go to Slack"
+
+
+def test_warning_posts_to_slack(stack: tuple[str, _Sink, _Sink]) -> None:
+    url, pagerduty, slack = stack
+    _api(f"{url}/api/v2/alerts", [_alert("RLUpdateKLHigh", "warning", **TARGET)])
+    (msg,) = slack.wait(1)
+    attachment = msg["attachments"][0]
+    assert attachment["title"] == "[FIRING:1] RLUpdateKLHigh - run r1"
+    assert "RLUpdateKLHigh of run r1" in attachment["text"]
+    assert "#rlupdateklhigh" in attachment["text"]
+    assert not pagerduty.bodies
+
+
+def _states(url: str) -> dict[tuple[str, str, str], str]:
+    return {
+        (a["labels"]["alertname"], a["labels"]["severity"], a["labels"]["run_id"]): a["status"][
+            "state"
+        ]
+        for a in _api(f"{url}/api/v2/alerts")
+    }
+
+
+def test_inhibitions(stack: tuple[str, _Sink, _Sink]) -> None:
+    url, _, _ = stack
+    other = {**TARGET, "run_id": "r2", "instance": "127.0.0.1:9401"}
+    run2 = {"job": "rlpulse", "run_id": "r2"}
+    _api(
+        f"{url}/api/v2/alerts",
+        [
+            # critical silences the warning of the same alert and run, not of another run
+            _alert("RLKLReferenceHigh", "critical", **TARGET),
+            _alert("RLKLReferenceHigh", "warning", **TARGET),
+            _alert("RLKLReferenceHigh", "warning", **other),
+            # a down target silences its other alerts and its run's run-level alerts
+            _alert(rules.TARGET_DOWN, "critical", **other),
+            _alert("RLEntropyCollapse", "critical", **other),
+            _alert(rules.THROUGHPUT_DROP, "warning", **run2, throughput="rl_train_steps"),
+            # a stalled run silences its GPU-idle alert
+            _alert(rules.TRAINING_STALLED, "critical", **TARGET),
+            _alert(rules.GPU_IDLE, "warning", **TARGET, gpu="0"),
+        ],
+    )
+    states = _states(url)
+    assert states == {
+        ("RLKLReferenceHigh", "critical", "r1"): "active",
+        ("RLKLReferenceHigh", "warning", "r1"): "suppressed",
+        ("RLKLReferenceHigh", "warning", "r2"): "suppressed",  # by the target-down of r2
+        (rules.TARGET_DOWN, "critical", "r2"): "active",
+        ("RLEntropyCollapse", "critical", "r2"): "suppressed",
+        (rules.THROUGHPUT_DROP, "warning", "r2"): "suppressed",
+        (rules.TRAINING_STALLED, "critical", "r1"): "active",
+        (rules.GPU_IDLE, "warning", "r1"): "suppressed",
+    }
+
+
+def test_critical_does_not_silence_other_runs_warnings(stack: tuple[str, _Sink, _Sink]) -> None:
+    url, _, _ = stack
+    other = {**TARGET, "run_id": "r3"}
+    _api(
+        f"{url}/api/v2/alerts",
+        [
+            _alert("RLTruncationHigh", "critical", **TARGET),
+            _alert("RLTruncationHigh", "warning", **other),
+        ],
+    )
+    assert _states(url)[("RLTruncationHigh", "warning", "r3")] == "active"

@@ -83,7 +83,7 @@ def all_exprs(model: dict[str, Any]) -> list[tuple[str, str]]:
     out += [(a["name"], a["expr"]) for a in model["annotations"]["list"] if a.get("expr")]
     for var in model["templating"]["list"]:
         if var["type"] == "query":
-            query = var["query"]["query"]
+            query = var["query"]
             assert query.startswith("label_values(") and query.endswith(")"), query
             out.append((var["name"], query[len("label_values(") :].rsplit(",", 1)[0]))
     return out

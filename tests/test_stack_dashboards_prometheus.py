@@ -16,7 +16,6 @@ import threading
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 from urllib.parse import urlencode
 
 import pytest
@@ -61,7 +60,7 @@ def _feed(exp: Exporter, step: int) -> None:
     exp.log({"an_unmapped_key": 1.0, "loss": "not a number"}, step=step)
 
 
-@pytest.fixture
+@pytest.fixture(scope="module")
 def trainer() -> Iterator[Exporter]:
     """An exporter fed every catalog metric a few times a second until the test ends."""
     gpu = FakeGpu(util=80, throttle=0x20, ecc={0: 1, 1: 0})
@@ -87,9 +86,10 @@ def trainer() -> Iterator[Exporter]:
     exp.close()
 
 
-@pytest.fixture
-def prometheus(trainer: Exporter, tmp_path: Path) -> Iterator[str]:
+@pytest.fixture(scope="module")
+def prometheus(trainer: Exporter, tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Prometheus scraping the trainer every second; yields its base URL."""
+    tmp_path = tmp_path_factory.mktemp("prometheus")
     binary = shutil.which("prometheus")
     assert binary, "prometheus is required (apt-get install prometheus)"
     config = tmp_path / "prometheus.yml"
@@ -155,3 +155,16 @@ def test_every_panel_query_returns_data(prometheus: str) -> None:
                 empty.append((name, title, expanded))
     assert not refused, refused
     assert not empty, empty
+
+
+def test_every_variable_lists_values(prometheus: str) -> None:
+    """Each ``label_values(selector, label)`` variable finds series carrying its label."""
+    _wait_for_data(prometheus, catalog.get("rl_gpu_utilization_ratio").name)
+    for model in dashboards.dashboards(Config()).values():
+        for var in model["templating"]["list"]:
+            if var["type"] != "query":
+                continue
+            selector, label = var["query"].removeprefix("label_values(")[:-1].rsplit(", ", 1)
+            result = _query(prometheus, dashboards.expand(selector, {"run_id": RUN}))
+            values = {r["metric"].get(label) for r in result["data"]["result"]} - {None}
+            assert values, f"{model['title']}: variable {var['name']} lists nothing"

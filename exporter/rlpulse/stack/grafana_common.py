@@ -68,7 +68,7 @@ class Selector:
             raise ValueError(f"{series!r} is not a series of catalog metric {name!r}")
         parts = [f'{v}=~"${v}"' for v in self.variables]
         parts += [f'{k}="{v}"' for k, v in matchers.items()]
-        return series + "{" + ", ".join(parts) + "}"
+        return series + "{" + ", ".join(parts) + "}" if parts else series
 
     def rate(self, name: str, suffix: str = "", **matchers: str) -> str:
         """Per-second rate of a counter (or histogram series) over ``$__rate_interval``."""
@@ -307,7 +307,7 @@ def label_variable(
         db.QueryVariable(name)
         .label(label)
         .datasource(PROMETHEUS)
-        .query({"query": f"label_values({depends_on(of)}, {name})", "refId": "PrometheusVariable"})
+        .query(f"label_values({depends_on(of)}, {name})")
         .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
         .sort(dm.VariableSort.ALPHABETICAL_ASC)
         .multi(multi)

@@ -579,7 +579,8 @@ def _system_alerts(q: _Q) -> Iterator[Alert]:
         ts,
         TRAINING_STALLED,
         "critical",
-        f"({q.s(STEP)} > 0) and (changes({q.s(STEP)}[{ts.window}]) == 0)",
+        f"({q.s(STEP)} > 0) and (changes({q.s(STEP)}[{ts.window}]) == 0)"
+        f" and (count_over_time({q.s(STEP)}[{ts.window}]) > 1)",
         "The training step is not advancing while the exporter is up.",
         f"{_ID} has been at step {_V} for over {ts.window} while its exporter still answers.",
     )

@@ -377,6 +377,13 @@ def _system() -> Iterator[Scenario]:
         ),
     )
     yield Scenario(
+        "Sparse logging is not a stall: a replayed log with one step every 12 minutes has one "
+        "sample in the 15m window from 99m30s (the 96m one, still fresh); only a repeated, "
+        "unchanged step counts.",
+        ((_w(r.STEP), every(lambda i: i // 12 + 1, 120, 12)),),
+        (Check(r.TRAINING_STALLED, "28m30s"), Check(r.TRAINING_STALLED, "100m30s")),
+    )
+    yield Scenario(
         "GPU idle: utilization 0.9, then 0 from 20m; the 10m mean is under 0.05 from 30m.",
         ((_w(r.GPU_UTIL, GPU), f"{const(0.9, 20)} {const(0, 40)}"),),
         (Check(r.GPU_IDLE, "50m", (Expect("warning", GPU, 0),)),),

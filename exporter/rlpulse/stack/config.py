@@ -768,9 +768,27 @@ def from_dict(
     """``base`` (default: the defaults) overridden by nested plain data, e.g. parsed YAML."""
     try:
         cfg: Config = _build("", base or Config(), data or {})
+        _check(cfg)
     except ConfigError as exc:
         raise ConfigError(f"{source}: {exc}") from None
     return cfg
+
+
+def _check(cfg: Config) -> None:
+    """Relations between values that each look fine alone."""
+    s, w = cfg.scrape, cfg.windows
+    if seconds(s.timeout) > seconds(s.interval):
+        raise ConfigError(
+            f"scrape.timeout: {s.timeout} is longer than scrape.interval {s.interval}"
+        )
+    for key in ("rate", "recent"):
+        value = getattr(w, key)
+        if seconds(value) < 2 * seconds(s.interval):
+            raise ConfigError(
+                f"windows.{key}: {value} holds fewer than two scrapes (scrape.interval {s.interval})"
+            )
+    if seconds(w.resolution) > seconds(w.recent):
+        raise ConfigError(f"windows.resolution: {w.resolution} is longer than windows.recent")
 
 
 def load(path: str | Path, *, base: Config | None = None) -> Config:

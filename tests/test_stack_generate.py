@@ -123,7 +123,10 @@ BAD = [
     ("windows: 5m\n", "windows: expected a mapping of keys, got '5m'"),
     ("- 1\n- 2\n", "top level: expected a mapping of keys"),
     ("alerts: {ratio: [\n", "not valid YAML"),
-    ("scrape:\n  interval: 15s\n  timeout: 20s\n", "scrape.timeout: 20s is longer than the interval 15s"),
+    (
+        "scrape:\n  interval: 15s\n  timeout: 20s\n",
+        "scrape.timeout: 20s is longer than scrape.interval 15s",
+    ),
     ("windows:\n  rate: 20s\n", "windows.rate: 20s holds fewer than two scrapes"),
 ]
 

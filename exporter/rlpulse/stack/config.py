@@ -785,7 +785,8 @@ def _check(cfg: Config) -> None:
         value = getattr(w, key)
         if seconds(value) < 2 * seconds(s.interval):
             raise ConfigError(
-                f"windows.{key}: {value} holds fewer than two scrapes (scrape.interval {s.interval})"
+                f"windows.{key}: {value} holds fewer than two scrapes "
+                f"(scrape.interval {s.interval})"
             )
     if seconds(w.resolution) > seconds(w.recent):
         raise ConfigError(f"windows.resolution: {w.resolution} is longer than windows.recent")

@@ -75,17 +75,19 @@ def test_exemplar_ids_resolve_to_stored_rollouts(trainer):
     exp, data_dir = trainer
     exemplars = scrape_exemplars(exp.url)
     assert exemplars.get(LATENCY) and exemplars.get(LENGTH)
-    with serve(data_dir) as srv:
+    srv = serve(data_dir)
+    try:
         for rid, value in exemplars[LENGTH]:
             run, rec = find(rid, data_dir)
             assert run == "ex-run" and rec["length"] == value
-            with urllib.request.urlopen(
-                f"{srv.url}/rollouts/{quote(rid, safe='')}", timeout=10
-            ) as r:
+            url = f"http://127.0.0.1:{srv.port}/rollout?id={quote(rid, safe='')}&run=ex-run"
+            with urllib.request.urlopen(url, timeout=10) as r:
                 assert json.loads(r.read())["rollout"]["length"] == value
-        for rid, value in exemplars[LATENCY]:
-            _, rec = find(rid, data_dir, "ex-run")
-            assert rec["metadata"]["latency_seconds"] == pytest.approx(value)
+    finally:
+        srv.close()
+    for rid, value in exemplars[LATENCY]:
+        _, rec = find(rid, data_dir, "ex-run")
+        assert rec["metadata"]["latency_seconds"] == pytest.approx(value)
 
 
 def _free_port() -> int:

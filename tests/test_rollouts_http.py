@@ -8,13 +8,17 @@ import ssl
 import subprocess
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
 from urllib.parse import quote
 
 import numpy as np
 import pytest
 
+from rlpulse.http import Server
 from rlpulse.rollouts import Recorder, SamplingConfig
-from rlpulse.rollouts.server import make_wsgi_app, serve
+from rlpulse.rollouts.server import routes, serve
 
 XSS = "<img src=x onerror=alert(1)>&lt;/script&gt;\x1b[2J"
 
@@ -24,7 +28,7 @@ def data_dir(tmp_path):
     rec = Recorder("web", data_dir=tmp_path, sampling=SamplingConfig(per_step=100, seed=0))
     rec.record(
         step=[0, 0, 1, 1],
-        rollout_ids=["a", "b", "c/with slash", "d"],
+        rollout_ids=["a", "b", "c/with slash&x=1", "d"],
         responses=[XSS, "fine", "also fine", "nan reward"],
         rewards=[0.5, 2.0, -1.0, float("nan")],
         components={"format": [1.0, 0.0, 1.0, np.inf]},
@@ -35,71 +39,78 @@ def data_dir(tmp_path):
     return tmp_path
 
 
-def get(url: str, **kw) -> tuple[int, dict, dict]:
+@contextmanager
+def running(data_dir, **kw: Any) -> Iterator[str]:
+    srv = serve(data_dir, **kw)
+    try:
+        yield f"{'https' if kw.get('certfile') else 'http'}://127.0.0.1:{srv.port}"
+    finally:
+        srv.close()
+
+
+def get(url: str | urllib.request.Request, **kw) -> tuple[int, Any, Any]:
     try:
         with urllib.request.urlopen(url, timeout=10, **kw) as resp:
-            return resp.status, dict(resp.headers), json.loads(resp.read())
+            return resp.status, resp.headers, json.loads(resp.read())
     except urllib.error.HTTPError as err:
-        return err.code, dict(err.headers), json.loads(err.read())
+        body = err.read()
+        return err.code, err.headers, json.loads(body) if body.startswith(b"{") else body
+
+
+def ids(body: dict) -> list[str]:
+    return [r["rollout_id"] for r in body["rollouts"]]
 
 
 def test_routes_and_filters(data_dir):
-    with serve(data_dir) as srv:
-        assert srv.addr == "127.0.0.1"
-        base = srv.url
+    with running(data_dir) as base:
         status, _, body = get(f"{base}/runs")
         assert status == 200 and body == {"runs": ["web"]}
-        _, _, body = get(f"{base}/rollouts?run=web")
-        assert [r["rollout_id"] for r in body["rollouts"]] == ["a", "b", "c/with slash", "d"]
-        _, _, body = get(f"{base}/rollouts?run=web&worst=1")
-        assert [r["rollout_id"] for r in body["rollouts"]] == ["c/with slash"]
-        _, _, body = get(f"{base}/rollouts?run=web&step=0&best=1")
-        assert [r["rollout_id"] for r in body["rollouts"]] == ["b"]
-        _, _, body = get(f"{base}/rollouts?run=web&truncated=1")
-        assert [r["rollout_id"] for r in body["rollouts"]] == ["b"]
-        _, _, body = get(f"{base}/rollouts?run=web&errors=true")
-        assert [r["rollout_id"] for r in body["rollouts"]] == ["c/with slash"]
-        _, _, body = get(f"{base}/rollouts?run=web&component={quote('format>0.5')}")
-        assert [r["rollout_id"] for r in body["rollouts"]] == ["a", "c/with slash"]
-        _, _, body = get(f"{base}/rollouts?run=web&nonfinite=1")
-        [d] = body["rollouts"]
+        assert ids(get(f"{base}/rollouts?run=web")[2]) == ["a", "b", "c/with slash&x=1", "d"]
+        assert ids(get(f"{base}/rollouts?run=web&worst=1")[2]) == ["c/with slash&x=1"]
+        assert ids(get(f"{base}/rollouts?run=web&step=0&best=1")[2]) == ["b"]
+        assert ids(get(f"{base}/rollouts?run=web&truncated=1")[2]) == ["b"]
+        assert ids(get(f"{base}/rollouts?run=web&errors=true")[2]) == ["c/with slash&x=1"]
+        component = quote("format>0.5")
+        assert ids(get(f"{base}/rollouts?run=web&component={component}")[2]) == [
+            "a",
+            "c/with slash&x=1",
+        ]
+        [d] = get(f"{base}/rollouts?run=web&nonfinite=1")[2]["rollouts"]
         assert d["reward"] == "nan" and d["components"] == {"format": "inf"}  # JSON has no NaN
-        status, _, body = get(f"{base}/rollouts/{quote('c/with slash', safe='')}")
+        status, _, body = get(f"{base}/rollout?id={quote('c/with slash&x=1', safe='')}")
         assert status == 200 and body["run"] == "web" and body["rollout"]["error"] == "timeout"
-        status, _, body = get(f"{base}/rollouts/b?run=web")
+        status, _, body = get(f"{base}/rollout?id=b&run=web")
         assert status == 200 and body["rollout"]["truncated"] is True
 
 
 def test_errors_name_the_parameter(data_dir):
-    with serve(data_dir) as srv:
-        for query, needle in (
-            ("", "'run'"),
-            ("run=web&worst=x", "'worst'"),
-            ("run=web&worst=1&best=1", "exclude each other"),
-            ("run=web&colour=red", "'colour'"),
-            ("run=web&component=format~1", "format~1"),
-            ("run=web&truncated=maybe", "'truncated'"),
+    with running(data_dir) as base:
+        for path, needle in (
+            ("/rollouts", "'run'"),
+            ("/rollouts?run=web&worst=x", "'worst'"),
+            ("/rollouts?run=web&worst=1&best=1", "exclude each other"),
+            ("/rollouts?run=web&colour=red", "'colour'"),
+            ("/rollouts?run=web&component=format~1", "format~1"),
+            ("/rollouts?run=web&truncated=maybe", "'truncated'"),
+            ("/rollout", "'id'"),
+            ("/rollout?id=a&worst=1", "'worst'"),
         ):
-            status, _, body = get(f"{srv.url}/rollouts?{query}")
-            assert status == 400 and needle in body["error"], (query, body)
-        status, _, body = get(f"{srv.url}/rollouts?run=other")
+            status, _, body = get(base + path)
+            assert status == 400 and needle in body["error"], (path, body)
+        status, _, body = get(f"{base}/rollouts?run=other")
         assert status == 404 and "'other'" in body["error"]
-        status, _, _ = get(f"{srv.url}/rollouts/zzz")
-        assert status == 404
-        status, _, _ = get(f"{srv.url}/metrics")
-        assert status == 404
-        req = urllib.request.Request(f"{srv.url}/rollouts?run=web", data=b"x", method="POST")
-        status, _, _ = get(req)  # type: ignore[arg-type]
-        assert status == 405
+        status, _, body = get(f"{base}/rollout?id=a&run=other")
+        assert status == 404 and "'other'" in body["error"]
+        assert get(f"{base}/rollout?id=zzz")[0] == 404
+        assert get(f"{base}/metrics")[0] == 404
+        post = urllib.request.Request(f"{base}/rollouts?run=web", data=b"x", method="POST")
+        assert get(post)[0] == 501  # read-only: only GET and HEAD exist
 
 
 def test_rollout_text_cannot_run_in_a_browser(data_dir):
-    with (
-        serve(data_dir) as srv,
-        urllib.request.urlopen(f"{srv.url}/rollouts/a", timeout=10) as resp,
-    ):
-        raw = resp.read()
-        headers = resp.headers
+    with running(data_dir) as base, urllib.request.urlopen(f"{base}/rollout?id=a", timeout=10) as r:
+        raw = r.read()
+        headers = r.headers
     assert headers["Content-Type"] == "application/json; charset=utf-8"
     assert headers["X-Content-Type-Options"] == "nosniff"
     assert "default-src 'none'" in headers["Content-Security-Policy"]
@@ -116,36 +127,23 @@ def test_tls_and_port_release(data_dir, tmp_path):
         check=True,
         capture_output=True,
     )
-    srv = serve(data_dir, certfile=str(cert), keyfile=str(key))
-    try:
-        assert srv.url.startswith("https://127.0.0.1:")
+    with running(data_dir, certfile=str(cert), keyfile=str(key)) as base:
+        assert base.startswith("https://127.0.0.1:")
         ctx = ssl.create_default_context(cafile=str(cert))
-        status, _, body = get(f"{srv.url}/runs", context=ctx)
+        status, _, body = get(f"{base}/runs", context=ctx)
         assert status == 200 and body["runs"] == ["web"]
         with pytest.raises(OSError):  # plain HTTP to the TLS port: no answer
-            urllib.request.urlopen(srv.url.replace("https", "http") + "/runs", timeout=5)
-        status, _, _ = get(f"{srv.url}/runs", context=ctx)  # the server is still fine
-        assert status == 200
+            urllib.request.urlopen(base.replace("https", "http") + "/runs", timeout=5)
+        assert get(f"{base}/runs", context=ctx)[0] == 200  # the server is still fine
+        port = int(base.rsplit(":", 1)[1])
+    serve(data_dir, port=port).close()  # the port was freed
+
+
+def test_routes_mount_on_another_server(data_dir):
+    """What the exporter does when the endpoint is switched on: its /metrics plus these."""
+    srv = Server("127.0.0.1", 0, routes(data_dir)).start()
+    try:
+        status, _, body = get(f"http://127.0.0.1:{srv.port}/rollouts?run=web&worst=2")
+        assert status == 200 and ids(body) == ["c/with slash&x=1", "a"]
     finally:
         srv.close()
-    again = serve(data_dir, port=srv.port)  # the port was freed
-    again.close()
-
-
-def test_wsgi_app_for_mounting(data_dir):
-    app = make_wsgi_app(data_dir)
-    seen = {}
-
-    def start_response(status, headers):
-        seen["status"], seen["headers"] = status, dict(headers)
-
-    body = b"".join(
-        app(
-            {"REQUEST_METHOD": "GET", "PATH_INFO": "/rollouts", "QUERY_STRING": "run=web&worst=2"},
-            start_response,
-        )
-    )
-    assert seen["status"] == "200 OK" and seen["headers"]["X-Content-Type-Options"] == "nosniff"
-    assert [r["rollout_id"] for r in json.loads(body)["rollouts"]] == ["c/with slash", "a"]
-    b"".join(app({"REQUEST_METHOD": "DELETE", "PATH_INFO": "/rollouts"}, start_response))
-    assert seen["status"].startswith("405")

@@ -2,7 +2,7 @@
 
 ``Columns.parse`` only converts the numeric columns to numpy arrays and checks lengths, so its
 cost does not depend on how much text a batch carries. Per-row Python objects are made by
-``Columns.row`` for the few rows the sampler keeps.
+``Columns.rows`` for the few rows the sampler keeps.
 """
 
 from __future__ import annotations
@@ -15,18 +15,6 @@ from typing import Any
 
 import numpy as np
 
-# Per-rollout sequences used only for kept rows (never converted in bulk).
-TEXT_COLUMNS = (
-    "rollout_ids",
-    "group_ids",
-    "prompts",
-    "responses",
-    "verdicts",
-    "errors",
-    "tool_calls",
-    "metadata",
-)
-NUMERIC_COLUMNS = ("rewards", "advantages", "lengths")
 SHORT_TEXT = 256  # chars kept of ids, group ids and verdicts
 ERROR_TEXT = 2048  # chars kept of a grader error
 
@@ -93,23 +81,19 @@ def to_json(value: Any, limit: int) -> str | None:
     return text if len(text) <= limit else json.dumps(clip_text(text, limit), ensure_ascii=False)
 
 
-def _jsonable(value: Any) -> Any:
-    """``value`` with non-finite floats as the strings "nan"/"inf"/"-inf" (JSON has none)."""
+def jsonable(value: Any) -> Any:
+    """``value`` made JSON-safe for output: non-finite floats become "nan"/"inf"/"-inf",
+    numpy scalars plain numbers."""
     if isinstance(value, float | np.floating):
         f = float(value)
         return f if math.isfinite(f) else repr(f)
     if isinstance(value, np.integer | np.bool_):
         return value.item()
     if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in value.items()}
+        return {str(k): jsonable(v) for k, v in value.items()}
     if isinstance(value, list | tuple | np.ndarray):
-        return [_jsonable(v) for v in value]
+        return [jsonable(v) for v in value]
     return value
-
-
-def jsonable(value: Any) -> Any:
-    """A stored record made JSON-safe for output (non-finite floats become strings)."""
-    return _jsonable(value)
 
 
 @dataclass

@@ -89,12 +89,13 @@ def main(argv: list[str] | None = None) -> int:
             ns = statistics.median(recorder(paced) for _ in range(args.repeat))
             results[paced] = (ns, stats)
     print(f"batch {args.batch} rollouts x {args.batches} steps, median of {args.repeat} runs")
-    print(f"  list.append per rollout                          {base:8.1f} ns/rollout")
+    print(f"  {'list.append per rollout':<54} {base:8.1f} ns/rollout")
     for paced, label in ((True, "paced (writer drains between steps)"), (False, "back-to-back")):
         ns, st = results[paced]
         dropped = sum(v for k, v in st.items() if k.startswith("dropped"))
         print(
-            f"  record_rollouts, {label:<35} {ns:8.1f} ns/rollout  ratio {ns / base:5.2f}x  "
+            f"  record_rollouts, {label:<37} {ns:8.1f} ns/rollout "
+            f"({ns * args.batch / 1e3:.0f} µs/step)  ratio {ns / base:5.2f}x  "
             f"(stored {st.get('recorded', 0) / args.batches:.1f}/step, dropped {dropped:.0f})"
         )
     return 0

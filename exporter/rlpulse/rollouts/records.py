@@ -54,6 +54,8 @@ def clip_text(value: Any, limit: int) -> str | None:
     characters (a cut is marked with how much was dropped)."""
     if value is None:
         return None
+    if type(value) is str and len(value) <= limit and value.isascii():
+        return value  # the common case, without a copy
     if isinstance(value, bytes):
         text = value.decode("utf-8", "replace")
     else:

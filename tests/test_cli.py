@@ -52,7 +52,7 @@ def test_catalog_follows_the_naming_conventions() -> None:
 def test_docs_metrics_md_is_fresh() -> None:
     committed = (ROOT / "docs" / "metrics.md").read_text()
     assert committed == reference.as_markdown(), (
-        "docs/metrics.md is stale: run `rlpulse catalog --format markdown > docs/metrics.md`"
+        "docs/metrics.md is stale: run `rlpulse generate`"
     )
 
 

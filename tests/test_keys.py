@@ -483,7 +483,7 @@ def test_aliases_list_keys_and_pattern_templates() -> None:
 
 def test_docs_frameworks_md_is_fresh() -> None:
     doc = (ROOT / "docs" / "frameworks.md").read_text()
-    assert doc == keys.markdown(), "regenerate: python -m rlpulse.keys > docs/frameworks.md"
+    assert doc == keys.markdown(), "docs/frameworks.md is stale: run `rlpulse generate`"
     for framework in keys.FRAMEWORKS:
         assert f"\n## {framework}\n" in doc
 

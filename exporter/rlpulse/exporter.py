@@ -31,7 +31,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.samples import Exemplar as PromExemplar
 
-from rlpulse import __version__, catalog, http
+from rlpulse import __version__, catalog, http, keys
 from rlpulse.catalog import IDENTITY_LABELS, Metric
 from rlpulse.collectors.base import CachedReader
 from rlpulse.collectors.gpu import GpuReader
@@ -384,8 +384,6 @@ class Exporter:
         entry = catalog.BY_NAME.get(key)
         if entry is not None and not entry.labels and entry.type in ("gauge", "counter"):
             return entry, {}, 1.0
-        from rlpulse import keys  # type: ignore[attr-defined]  # keys.py lands separately
-
         target = keys.resolve(key, self._framework)
         if target is None:
             return None

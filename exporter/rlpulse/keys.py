@@ -787,7 +787,7 @@ def aliases(metric: str) -> tuple[str, ...]:
 _DOC_INTRO = """\
 # Framework key maps
 
-Generated from `exporter/rlpulse/keys.py` (`python -m rlpulse.keys > docs/frameworks.md`);
+Generated from `exporter/rlpulse/keys.py` by `rlpulse generate`;
 `tests/test_keys.py` fails when this file is stale. `rlpulse.log(metrics)` maps every key of the
 trainer's own dict through these tables; a key no table knows is kept as
 `rl_unmapped_metric{{key="..."}}` (bounded). Each key was checked in the file named in *Verified in*
@@ -845,6 +845,3 @@ def markdown() -> str:
                     lines.append(f"| `{cell}` | {metric} | {transform} | {source.where} | {note} |")
     return "\n".join(lines) + "\n"
 
-
-if __name__ == "__main__":
-    print(markdown(), end="")

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from rlpulse import catalog
+from rlpulse import catalog, keys
 from rlpulse.catalog import IDENTITY_LABELS, Metric
 
 LAYER_TITLES = {
@@ -18,8 +18,6 @@ LAYER_TITLES = {
 
 
 def _aliases(metric: Metric) -> list[str]:
-    from rlpulse import keys  # type: ignore[attr-defined]  # keys.py lands separately
-
     return list(keys.aliases(metric.name))
 
 

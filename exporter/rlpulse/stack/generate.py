@@ -2,7 +2,7 @@
 
 Prometheus config and rules, their promtool tests, Alertmanager config and templates, the Grafana
 dashboards, provisioning and docker-compose.yml (``rlpulse.stack.dashboards``), and the generated
-docs (runbooks, configuration). ``drift`` compares a directory with it for ``--check``.
+docs (runbooks, configuration, the metric reference and the framework key maps). ``drift`` compares a directory with it for ``--check``.
 """
 
 from __future__ import annotations
@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 from pathlib import Path
 
+from rlpulse import keys, reference
 from rlpulse.stack import alertmanager, configdoc, prometheus, rules, ruletests, runbooks
 from rlpulse.stack.config import Config
 
@@ -34,6 +35,8 @@ def render(cfg: Config) -> dict[str, str]:
     files.update(alertmanager.render(cfg))
     files.update(runbooks.render(cfg))
     files.update(configdoc.render())
+    files["docs/metrics.md"] = reference.as_markdown()
+    files["docs/frameworks.md"] = keys.markdown()
     # imported here: the dashboards pull in grafana-foundation-sdk, which the rules do not need
     dashboards = importlib.import_module("rlpulse.stack.dashboards")
     files.update(dashboards.render(cfg))

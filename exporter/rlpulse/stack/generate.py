@@ -2,7 +2,8 @@
 
 Prometheus config and rules, their promtool tests, Alertmanager config and templates, the Grafana
 dashboards, provisioning and docker-compose.yml (``rlpulse.stack.dashboards``), and the generated
-docs (runbooks, configuration, the metric reference and the framework key maps). ``drift`` compares a directory with it for ``--check``.
+docs (runbooks, configuration, the metric reference and the framework key maps). ``drift``
+compares a directory with it for ``--check``.
 """
 
 from __future__ import annotations

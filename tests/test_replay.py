@@ -191,19 +191,22 @@ def test_series_notation() -> None:
 
 
 def test_parse_promtool_failures() -> None:
-    output = """Unit Testing:  t.yml
-  FAILED:
-    alertname: RLX, time: 1h2m15s, 
-        exp:[], 
-        got:[
-            0:
-              Labels:{alertname="RLX", run_id="a \\"b\\"", severity="critical"}
-              Annotations:{rlpulse_replay_value="0.5", summary="x"},
-            1:
-              Labels:{alertname="RLX", run_id="a", severity="warning"}
-              Annotations:{rlpulse_replay_value="NaN"}
-            ]
-"""
+    output = "\n".join(  # promtool's own layout, trailing blanks included
+        [
+            "Unit Testing:  t.yml",
+            "  FAILED:",
+            "    alertname: RLX, time: 1h2m15s, ",
+            "        exp:[], ",
+            "        got:[",
+            "            0:",
+            '              Labels:{alertname="RLX", run_id="a \\"b\\"", severity="critical"}',
+            '              Annotations:{rlpulse_replay_value="0.5", summary="x"},',
+            "            1:",
+            '              Labels:{alertname="RLX", run_id="a", severity="warning"}',
+            '              Annotations:{rlpulse_replay_value="NaN"}',
+            "            ]",
+        ]
+    )
     a, b = parse_failures(output)
     assert (a.alert, a.seconds, dict(a.labels)["run_id"], a.value) == ("RLX", 3735.0, 'a "b"', 0.5)
     assert dict(b.labels)["severity"] == "warning" and b.value is not None and math.isnan(b.value)

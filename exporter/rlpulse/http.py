@@ -1,7 +1,8 @@
 """The exporter's HTTP endpoint: a route table on a threading HTTP server.
 
 ``Server`` maps paths to handlers (``Request -> Response``); an optional ``guard`` sees every
-request first and may answer it instead (authentication plugs in there). Responses are gzipped
+request first and may answer it instead (authentication plugs in there, ``rlpulse.webconfig``),
+and ``headers`` are added to every response. Responses are gzipped
 when the client asks. With a TLS context the handshake runs in the connection's own thread, so a
 slow client cannot hold up the accept loop. ``metrics_handler`` serves an exposition with content
 negotiation (Prometheus text 0.0.4 or OpenMetrics 1.0.0).
@@ -148,7 +149,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         )
         response = self.server.app.dispatch(request)
         body = response.body
-        headers = dict(response.headers)
+        headers = {**self.server.app.headers, **response.headers}
         if (
             len(body) >= GZIP_MIN_BYTES
             and "Content-Encoding" not in headers
@@ -209,11 +210,13 @@ class Server:
         *,
         tls: ssl.SSLContext | None = None,
         guard: Guard | None = None,
+        headers: Mapping[str, str] | None = None,
     ) -> None:
         self.addr = addr
         self.port = port
         self.tls = tls
         self.guard = guard
+        self.headers: dict[str, str] = dict(headers or {})
         self.routes: dict[str, Handler] = dict(routes or {})
         self.routes.setdefault("/", index_handler(self.routes))
         self.connections: set[Any] = set()
@@ -277,3 +280,20 @@ class Server:
                 conn.shutdown(socket.SHUT_RDWR)
         if self._thread is not None:
             self._thread.join()
+
+    def abandon(self) -> None:
+        """In a forked child: close the inherited listening socket and connections.
+
+        The serving thread did not survive the fork, and the parent still serves through the
+        same sockets, so nothing is shut down (that would cut the parent's connections): the
+        child only lets go of its copies, so the port is freed when the parent closes.
+        """
+        httpd, self._httpd = self._httpd, None
+        self._thread = None
+        if httpd is None:
+            return
+        for conn in list(self.connections):
+            with contextlib.suppress(OSError):
+                conn.close()
+        self.connections = set()
+        httpd.socket.close()

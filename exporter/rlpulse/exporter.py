@@ -2,18 +2,27 @@
 
 ``log()`` and the batch calls only write plain numbers into a ``Store``; ``_Collector`` turns the
 store (plus GPU/host readings) into Prometheus families when Prometheus scrapes.
+
+Process lifecycle (see docs/reliability.md): every serving exporter is closed at interpreter exit
+and on a SIGTERM left at its default action (then the signal is re-delivered, so the process still
+dies of it); a user's own SIGTERM handler is called instead and decides. A child forked after
+``start()`` lets go of the inherited sockets and never serves; its recording calls stay harmless.
 """
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import logging
 import math
 import os
+import signal
 import socket
 import subprocess
 import threading
 import time
 import uuid
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -31,7 +40,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.samples import Exemplar as PromExemplar
 
-from rlpulse import __version__, catalog, http, keys
+from rlpulse import __version__, catalog, http, keys, webconfig
 from rlpulse.catalog import IDENTITY_LABELS, Metric
 from rlpulse.collectors.base import CachedReader
 from rlpulse.collectors.gpu import GpuReader
@@ -118,6 +127,7 @@ class Exporter:
         process: bool = True,
         certfile: str | None = None,
         keyfile: str | None = None,
+        web_config: str | os.PathLike[str] | None = None,
         label_cap: int = 64,
         unmapped_cap: int = 256,
         nvml: Any = None,
@@ -133,6 +143,14 @@ class Exporter:
         self.run_id = run_id or os.environ.get("RLPULSE_RUN_ID") or f"run-{uuid.uuid4().hex[:8]}"
         self.certfile = certfile or os.environ.get("RLPULSE_CERTFILE") or None
         self.keyfile = keyfile or os.environ.get("RLPULSE_KEYFILE") or None
+        web_path = web_config or os.environ.get(webconfig.ENV) or None
+        self.web_config = webconfig.load(web_path) if web_path else None
+        if self.certfile and self.web_config is not None and self.web_config.tls is not None:
+            raise ValueError(
+                f"rlpulse: both certfile ({self.certfile}) and tls_server_config in web config "
+                f"{self.web_config.path}: give the certificate in one place"
+            )
+        self._routes: dict[str, http.Handler] = {}
         self.node = node or os.environ.get("RLPULSE_NODE") or socket.gethostname()
         self.identity = [self.run_id, str(self.rank), str(self.local_rank), self.node]
         self.unmapped_cap = unmapped_cap
@@ -181,9 +199,16 @@ class Exporter:
     @property
     def url(self) -> str:
         """The metrics URL (with the real port once started)."""
-        scheme = "https" if self.certfile else "http"
+        scheme = "https" if self.tls else "http"
         host = "127.0.0.1" if self.addr in ("0.0.0.0", "") else self.addr
         return f"{scheme}://{host}:{self.port}/metrics"
+
+    @property
+    def tls(self) -> bool:
+        """Whether the endpoint serves HTTPS."""
+        return bool(self.certfile) or (
+            self.web_config is not None and self.web_config.tls is not None
+        )
 
     @property
     def serving(self) -> bool:
@@ -195,26 +220,61 @@ class Exporter:
         with self._lock:
             if self._server is not None:
                 return self
-            tls = http.tls_context(self.certfile, self.keyfile) if self.certfile else None
-            server = http.Server(
-                self.addr,
-                self.port,
-                {"/metrics": http.metrics_handler(Renderer(self))},
-                tls=tls,
-            )
+            options = self.web_config.server_options() if self.web_config is not None else {}
+            if self.certfile:  # (a web config with TLS too was refused in __init__)
+                options["tls"] = http.tls_context(self.certfile, self.keyfile)
+            routes = {"/metrics": http.metrics_handler(Renderer(self)), **self._routes}
+            server = http.Server(self.addr, self.port, routes, **options)
             self._server = server.start()
             self.port = server.port
+            _live.add(self)
+            _install_sigterm()
             log.info("rlpulse: serving %s (run_id=%s rank=%s)", self.url, self.run_id, self.rank)
         return self
+
+    def mount(self, routes: Mapping[str, http.Handler]) -> None:
+        """Serve more routes next to ``/metrics``, behind the same TLS and auth (for example the
+        rollout API: ``exp.mount(rlpulse.rollouts.server.routes(data_dir))``)."""
+        with self._lock:
+            self._routes.update(routes)
+            if self._server is not None:
+                for path, handler in routes.items():
+                    self._server.route(path, handler)
+        if not (self.web_config and self.web_config.users) and self.addr not in _LOOPBACK:
+            log.warning(
+                "rlpulse: %s served on %s without basic auth: anyone who reaches the port can "
+                "read them (set a web config with basic_auth_users, or addr='127.0.0.1')",
+                ", ".join(sorted(routes)),
+                self.addr,
+            )
 
     def close(self) -> None:
         """Stop serving and free the port. Recording calls stay harmless afterwards."""
         with self._lock:
-            if self._server is not None:
-                self._server.close()
-                self._server = None
-            for reader in self._readers:
-                reader.close()
+            self._close()
+
+    def _close(self) -> None:
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+        for reader in self._readers:
+            reader.close()
+        _live.discard(self)
+
+    def _after_fork_in_child(self) -> None:
+        """Let go of what the parent still uses; fresh locks (a parent thread may have held one
+        at the fork, and it will never release it here)."""
+        self._lock = threading.Lock()
+        self._drop_lock = threading.Lock()
+        self._apply_lock = threading.RLock()
+        self.store.lock = threading.Lock()
+        for series in self.store.series:
+            if series.hist is not None:
+                series.hist._lock = threading.Lock()
+        self._readers = []  # their worker threads did not survive the fork
+        if self._server is not None:
+            self._server.abandon()
+            self._server = None
 
     # ---- bad input ------------------------------------------------------------------------
     def _drop(self, reason: str, key: str, value: Any) -> None:
@@ -683,6 +743,64 @@ class Exporter:
             for name, labels, value in reading:
                 metric = catalog.get(name)
                 yield metric, tuple(labels[n] for n in metric.labels), value
+
+
+# ---- process lifecycle: exit, SIGTERM, fork ---------------------------------------------------
+
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
+_live: weakref.WeakSet[Exporter] = weakref.WeakSet()  # exporters now serving
+_sigterm_lock = threading.Lock()
+_sigterm_previous: Any = None
+_sigterm_installed = False
+
+
+def _close_all() -> None:
+    """Close every serving exporter; one whose lock is held (by the very frame a signal
+    interrupted) is left to the kernel, which frees its port when the process ends."""
+    for exp in list(_live):
+        if exp._lock.acquire(timeout=1.0):
+            try:
+                with contextlib.suppress(Exception):
+                    exp._close()
+            finally:
+                exp._lock.release()
+
+
+def _on_sigterm(signum: int, frame: Any) -> None:
+    previous = _sigterm_previous
+    if callable(previous):
+        previous(signum, frame)  # the user's handler decides (it may keep training)
+        return
+    _close_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)  # die of SIGTERM, as without rlpulse
+
+
+def _install_sigterm() -> None:
+    """Chain a SIGTERM handler once per process, from the main thread, unless SIGTERM is
+    ignored; a handler installed later replaces it (interpreter exit still closes)."""
+    global _sigterm_previous, _sigterm_installed
+    with _sigterm_lock:
+        if _sigterm_installed or threading.current_thread() is not threading.main_thread():
+            return
+        previous = signal.getsignal(signal.SIGTERM)
+        if previous is not signal.SIG_DFL and not callable(previous):
+            return  # ignored, or a handler set outside Python that cannot be chained
+        _sigterm_previous = previous
+        signal.signal(signal.SIGTERM, _on_sigterm)
+        _sigterm_installed = True
+
+
+def _after_fork_in_child() -> None:
+    global _sigterm_lock
+    _sigterm_lock = threading.Lock()
+    for exp in list(_live):
+        exp._after_fork_in_child()
+    _live.clear()
+
+
+atexit.register(_close_all)
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _Phase:

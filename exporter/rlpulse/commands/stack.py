@@ -1,0 +1,110 @@
+"""``rlpulse stack up|down|status``: Prometheus and Alertmanager run locally, without Docker."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+from rlpulse import stackrun
+
+MISSING_BINARY = 3
+"""Exit status of ``up`` when a binary is not installed (``scripts/demo`` then runs the trainer
+alone)."""
+
+
+def register(sub: Any) -> None:
+    """Add ``stack`` and its ``up``, ``down`` and ``status`` subcommands."""
+    p = sub.add_parser("stack", help="run the generated Prometheus + Alertmanager locally")
+    actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
+    default_dir = Path(os.environ.get(stackrun.DIR_ENV) or stackrun.DEFAULT_DIR)
+
+    def add(name: str, help_text: str) -> argparse.ArgumentParser:
+        q: argparse.ArgumentParser = actions.add_parser(name, help=help_text)
+        q.add_argument(
+            "--dir",
+            type=Path,
+            default=default_dir,
+            help=f"state directory: config, data, logs, pid files (default ${stackrun.DIR_ENV} "
+            f"or {stackrun.DEFAULT_DIR})",
+        )
+        return q
+
+    u = add("up", "generate the config and start Prometheus, Alertmanager and the local inbox")
+    u.add_argument("--fast", action="store_true", help="the fast preset: alerts within seconds")
+    u.add_argument("--config", type=Path, help="YAML overriding thresholds and windows")
+    u.add_argument(
+        "--pagerduty-url",
+        help="Events API v2 endpoint for critical alerts (default: the local inbox)",
+    )
+    u.add_argument(
+        "--pagerduty-key-file",
+        type=Path,
+        help="file holding the routing key (default: a placeholder written into --dir)",
+    )
+    u.add_argument("--prometheus-port", type=int, default=9090)
+    u.add_argument("--alertmanager-port", type=int, default=9093)
+    u.add_argument("--inbox-port", type=int, default=9095, help="local PagerDuty/webhook stand-in")
+    u.set_defaults(func=run_up)
+    add("down", "stop what `stack up` started (idempotent)").set_defaults(func=run_down)
+    add("status", "what runs, and the notifications received so far").set_defaults(func=run_status)
+
+
+def run_up(args: argparse.Namespace) -> int:
+    """Start (or reload) the stack and print what to open."""
+    opts = stackrun.Options(
+        dir=args.dir,
+        fast=args.fast,
+        config=args.config,
+        pagerduty_url=args.pagerduty_url,
+        pagerduty_key_file=args.pagerduty_key_file,
+        prometheus_port=args.prometheus_port,
+        alertmanager_port=args.alertmanager_port,
+        inbox_port=args.inbox_port,
+    )
+    try:
+        svcs = stackrun.up(opts)
+    except stackrun.MissingBinary as exc:
+        print(f"rlpulse stack up: error: {exc}", file=sys.stderr)
+        return MISSING_BINARY
+    except RuntimeError as exc:
+        print(f"rlpulse stack up: error: {exc}", file=sys.stderr)
+        return 1
+    d = args.dir
+    preset = "fast preset: alerts within seconds" if args.fast else "default timings"
+    print(f"rlpulse stack: running from {d} ({preset})")
+    for what, url in stackrun.iter_urls(svcs):
+        print(f"  {what + ':':<55} {url}")
+    critical = args.pagerduty_url or f"the inbox, {d / stackrun.INBOX_FILE}"
+    print(f"  critical alerts page {critical}; warnings go to the inbox")
+    print(f"  logs: {d}/*.log; stop with: rlpulse stack down --dir {d}")
+    prometheus = next(s for s in svcs if s.name == "prometheus").url
+    print(
+        "Dashboards: in Grafana 11, Dashboards > New > Import each of "
+        f"{d / 'grafana' / 'dashboards'}/*.json and pick a Prometheus datasource at {prometheus}"
+    )
+    return 0
+
+
+def run_down(args: argparse.Namespace) -> int:
+    """Stop the stack; saying so when nothing ran."""
+    stopped = stackrun.down(args.dir)
+    print(
+        f"rlpulse stack: stopped {', '.join(stopped)}" if stopped else "rlpulse stack: not running"
+    )
+    return 0
+
+
+def run_status(args: argparse.Namespace) -> int:
+    """Print each service's state and the notifications received; 1 when nothing runs."""
+    state = stackrun.status(args.dir)
+    for name, info in state.items():
+        where = f"pid {info['pid']}, {info['url']}" if info["pid"] else "stopped"
+        print(f"{name:<13} {'ready' if info['ready'] else 'not ready':<10} {where}")
+    notes = stackrun.notifications(args.dir)
+    print(f"{len(notes)} notifications received ({args.dir / stackrun.INBOX_FILE})")
+    for note in notes:
+        print(f"  {stackrun.describe(note)}")
+    return 0 if any(info["pid"] for info in state.values()) else 1

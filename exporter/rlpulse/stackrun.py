@@ -1,0 +1,431 @@
+"""The generated stack run locally from the installed binaries (``rlpulse stack up|down|status``).
+
+``up`` writes the generated Prometheus, Alertmanager and Grafana files into a directory, points
+the receivers at local things (a placeholder PagerDuty routing key file written there, and an
+*inbox*: a small HTTP server, also started in the background, that stands in for PagerDuty and
+the warning webhook and appends every notification to ``inbox.jsonl``), then starts
+``prometheus`` and ``prometheus-alertmanager`` (or ``alertmanager``) in the background with their
+data and logs in the directory, and waits until each answers ``/-/ready``. Pid files in the
+directory let ``down`` stop exactly those processes; both commands are idempotent.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any
+
+from rlpulse.stack import config, generate
+from rlpulse.stack.config import Config
+
+DEFAULT_DIR = Path(".rlpulse/stack")
+DIR_ENV = "RLPULSE_STACK_DIR"
+INSTALL = "apt-get install -y prometheus prometheus-alertmanager"
+PLACEHOLDER_KEY = "rlpulse-local-placeholder-routing-key\n"
+GENERATED = ("prometheus/", "alertmanager/", "grafana/")
+READY_TIMEOUT = 30.0
+STOP_TIMEOUT = 10.0
+INBOX_FILE = "inbox.jsonl"
+
+
+class MissingBinary(FileNotFoundError):
+    """A server binary is not installed; the message says how to install it."""
+
+
+@dataclass(frozen=True)
+class Options:
+    """What ``rlpulse stack up`` was asked for."""
+
+    dir: Path = DEFAULT_DIR
+    fast: bool = False
+    config: Path | None = None
+    pagerduty_url: str | None = None
+    pagerduty_key_file: Path | None = None
+    prometheus_port: int = 9090
+    alertmanager_port: int = 9093
+    inbox_port: int = 9095
+
+
+@dataclass(frozen=True)
+class Service:
+    """One background process of the stack."""
+
+    name: str
+    port: int
+    argv: tuple[str, ...]
+    ready_path: str
+
+    @property
+    def url(self) -> str:
+        """Its base URL."""
+        return f"http://127.0.0.1:{self.port}"
+
+
+def find_binary(*names: str, env: str) -> str:
+    """The path of the first of ``names`` on PATH (or of ``$env`` when set); MissingBinary else."""
+    override = os.environ.get(env)
+    for name in (override,) if override else names:
+        path = shutil.which(name)
+        if path:
+            return path
+    wanted = override or " or ".join(names)
+    raise MissingBinary(f"{wanted} not found (on PATH or ${env}); install it with: {INSTALL}")
+
+
+def stack_config(opts: Options) -> Config:
+    """The generator config for a local stack: the user's (``--config``, ``--fast``) with the
+    receivers pointed at local files and the inbox, and Prometheus alerting this Alertmanager."""
+    cfg = config.load(opts.config) if opts.config else Config()
+    if opts.fast:
+        cfg = config.fast(cfg)
+    inbox = f"http://127.0.0.1:{opts.inbox_port}"
+    key_file = opts.pagerduty_key_file or opts.dir / "secrets" / "pagerduty_routing_key"
+    r = cfg.receivers
+    receivers = dataclasses.replace(
+        r,
+        pagerduty=dataclasses.replace(
+            r.pagerduty,
+            url=opts.pagerduty_url or f"{inbox}/pagerduty",
+            routing_key_file=str(key_file.resolve()),
+        ),
+        warning="webhook",
+        info="none" if r.info == "none" else "webhook",
+        webhook=dataclasses.replace(r.webhook, url=f"{inbox}/webhook"),
+    )
+    scrape = dataclasses.replace(cfg.scrape, alertmanagers=(f"127.0.0.1:{opts.alertmanager_port}",))
+    return dataclasses.replace(cfg, receivers=receivers, scrape=scrape)
+
+
+def write_files(opts: Options, cfg: Config) -> None:
+    """The generated Prometheus/Alertmanager/Grafana files and, when no key file is given, a
+    placeholder routing key, under ``opts.dir``."""
+    files = {p: t for p, t in generate.render(cfg).items() if p.startswith(GENERATED)}
+    generate.write(files, opts.dir)
+    (opts.dir / "prometheus" / "targets").mkdir(exist_ok=True)
+    if opts.pagerduty_key_file is None:
+        key = opts.dir / "secrets" / "pagerduty_routing_key"
+        key.parent.mkdir(mode=0o700, exist_ok=True)
+        if not key.exists():
+            key.write_text(PLACEHOLDER_KEY)
+            key.chmod(0o600)
+    elif not opts.pagerduty_key_file.is_file():
+        raise FileNotFoundError(f"--pagerduty-key-file {opts.pagerduty_key_file}: no such file")
+
+
+def services(opts: Options) -> list[Service]:
+    """The three processes, with their command lines (binaries looked up now)."""
+    d = opts.dir.resolve()
+    prometheus = find_binary("prometheus", env="RLPULSE_PROMETHEUS_BIN")
+    alertmanager = find_binary(
+        "prometheus-alertmanager", "alertmanager", env="RLPULSE_ALERTMANAGER_BIN"
+    )
+    return [
+        Service(
+            "inbox",
+            opts.inbox_port,
+            (sys.executable, "-m", "rlpulse.stackrun", str(opts.inbox_port), str(d / INBOX_FILE)),
+            "/-/ready",
+        ),
+        Service(
+            "alertmanager",
+            opts.alertmanager_port,
+            (
+                alertmanager,
+                f"--config.file={d / 'alertmanager' / 'alertmanager.yml'}",
+                f"--storage.path={d / 'data' / 'alertmanager'}",
+                f"--web.listen-address=127.0.0.1:{opts.alertmanager_port}",
+                "--cluster.listen-address=",
+            ),
+            "/-/ready",
+        ),
+        Service(
+            "prometheus",
+            opts.prometheus_port,
+            (
+                prometheus,
+                f"--config.file={d / 'prometheus' / 'prometheus.yml'}",
+                f"--storage.tsdb.path={d / 'data' / 'prometheus'}",
+                f"--web.listen-address=127.0.0.1:{opts.prometheus_port}",
+                "--enable-feature=exemplar-storage",
+                "--web.enable-lifecycle",
+            ),
+            "/-/ready",
+        ),
+    ]
+
+
+# ---- processes ----------------------------------------------------------------------------------
+
+
+def _pid_file(d: Path, name: str) -> Path:
+    return d / f"{name}.pid"
+
+
+def running_pid(d: Path, name: str) -> int | None:
+    """The pid of ``name`` started from directory ``d``, if that process is still alive (a pid
+    reused by an unrelated process does not count)."""
+    try:
+        pid = int(_pid_file(d, name).read_text().split()[0])
+        os.kill(pid, 0)
+    except (OSError, ValueError, IndexError):
+        return None
+    cmdline = Path(f"/proc/{pid}/cmdline")
+    if cmdline.exists():
+        args = cmdline.read_bytes().decode(errors="replace")
+        if str(d.resolve()) not in args:
+            return None
+        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
+            return None
+    return pid
+
+
+def _port_free(port: int) -> bool:
+    with socket.socket() as s:
+        try:
+            s.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def _log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return ""
+
+
+def _ready(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (OSError, urllib.error.HTTPError):
+        return False
+
+
+def start(svc: Service, d: Path) -> int:
+    """Start ``svc`` in the background (own session, log in ``d``); its pid."""
+    if not _port_free(svc.port):
+        raise ValueError(
+            f"{svc.name}: port 127.0.0.1:{svc.port} is already in use "
+            f"(pass --{svc.name}-port, or stop what listens there)"
+        )
+    log_path = d / f"{svc.name}.log"
+    with open(log_path, "ab") as log:
+        proc = subprocess.Popen(
+            svc.argv,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            cwd=d,
+        )
+    _pid_file(d, svc.name).write_text(f"{proc.pid}\n")
+    return proc.pid
+
+
+def wait_ready(svc: Service, d: Path, timeout: float = READY_TIMEOUT) -> None:
+    """Block until ``svc`` answers its readiness URL; an error with its log tail if it exits."""
+    deadline = time.monotonic() + timeout
+    while not _ready(svc.url + svc.ready_path):
+        if running_pid(d, svc.name) is None:
+            raise RuntimeError(
+                f"{svc.name} exited during startup; {d / (svc.name + '.log')}:\n"
+                + _log_tail(d / f"{svc.name}.log")
+            )
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"{svc.name} not ready at {svc.url} after {timeout:.0f}s")
+        time.sleep(0.1)
+
+
+def stop(d: Path, name: str, timeout: float = STOP_TIMEOUT) -> bool:
+    """SIGTERM (then SIGKILL) the ``name`` process started from ``d``; whether one was running."""
+    pid = running_pid(d, name)
+    _pid_file(d, name).unlink(missing_ok=True)
+    if pid is None:
+        return False
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _alive(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.05)
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except OSError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    try:
+        return stat.read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True
+
+
+# ---- commands -----------------------------------------------------------------------------------
+
+
+def up(opts: Options) -> list[Service]:
+    """Generate into ``opts.dir`` and make sure all three processes run and are ready; a running
+    one is reloaded (SIGHUP) instead of restarted."""
+    svcs = services(opts)  # a missing binary fails before anything is written
+    cfg = stack_config(opts)
+    d = opts.dir
+    state = _state(d)
+    pids = {svc.name: running_pid(d, svc.name) for svc in svcs}
+    for svc in svcs:
+        if pids[svc.name] is not None and state.get(svc.name, {}).get("port") != svc.port:
+            raise ValueError(
+                f"{svc.name} already runs from {d} on port {state.get(svc.name, {}).get('port')}; "
+                f"run `rlpulse stack down --dir {d}` first to change ports"
+            )
+    d.mkdir(parents=True, exist_ok=True)
+    write_files(opts, cfg)
+    for svc in svcs:
+        pid = pids[svc.name]
+        if pid is None:
+            start(svc, d)
+        elif svc.name != "inbox":
+            os.kill(pid, signal.SIGHUP)  # re-read the regenerated configuration
+    for svc in svcs:
+        wait_ready(svc, d)
+    _save_state(d, svcs)
+    return svcs
+
+
+def down(d: Path) -> list[str]:
+    """Stop whatever ``up`` started from ``d`` (Prometheus first); the names that were running."""
+    stopped = [name for name in ("prometheus", "alertmanager", "inbox") if stop(d, name)]
+    (d / "stack.json").unlink(missing_ok=True)
+    return stopped
+
+
+def _state(d: Path) -> dict[str, Any]:
+    try:
+        data: dict[str, Any] = json.loads((d / "stack.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return data
+
+
+def _save_state(d: Path, svcs: Sequence[Service]) -> None:
+    state = {s.name: {"port": s.port, "url": s.url} for s in svcs}
+    (d / "stack.json").write_text(json.dumps(state, indent=2) + "\n")
+
+
+def status(d: Path) -> dict[str, dict[str, Any]]:
+    """Per service of the stack in ``d``: its url, pid (None when stopped) and readiness."""
+    out = {}
+    for name, info in _state(d).items():
+        pid = running_pid(d, name)
+        out[name] = {
+            **info,
+            "pid": pid,
+            "ready": pid is not None and _ready(info["url"] + "/-/ready"),
+        }
+    return out
+
+
+def notifications(d: Path) -> list[dict[str, Any]]:
+    """Every notification the inbox of the stack in ``d`` received, oldest first."""
+    try:
+        lines = (d / INBOX_FILE).read_text().splitlines()
+    except OSError:
+        return []
+    return [json.loads(line) for line in lines if line.strip()]
+
+
+def describe(note: dict[str, Any]) -> str:
+    """One line for an inbox notification (a PagerDuty event or a webhook batch)."""
+    body = note.get("body", {})
+    if note.get("path") == "/pagerduty":
+        details = body.get("payload", {}).get("custom_details", {})
+        return (
+            f"PagerDuty {body.get('event_action')}: {details.get('alertname')} "
+            f"run {details.get('run_id')} ({body.get('payload', {}).get('severity')})"
+        )
+    labels = body.get("commonLabels", {})
+    return (
+        f"webhook {body.get('status')}: {labels.get('alertname')} run {labels.get('run_id')} "
+        f"({labels.get('severity')})"
+    )
+
+
+# ---- the inbox ----------------------------------------------------------------------------------
+
+
+class Inbox(ThreadingHTTPServer):
+    """Answers POSTs like PagerDuty's Events API v2 and appends each JSON body to a file."""
+
+    daemon_threads = True
+
+    def __init__(self, port: int, file: Path) -> None:
+        self.file = file
+        inbox = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self._reply(200 if self.path == "/-/ready" else 404, b"ok\n")
+
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                try:
+                    data = json.loads(body)
+                except ValueError:
+                    self._reply(400, b'{"status":"invalid event"}')
+                    return
+                inbox.record(self.path, data)
+                self._reply(202, b'{"status":"success","message":"Event processed"}')
+
+            def _reply(self, code: int, body: bytes) -> None:
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", port), Handler)
+
+    def record(self, path: str, body: Any) -> None:
+        """Append one notification and print its one-line description (to the inbox log)."""
+        note = {"time": time.time(), "path": path, "body": body}
+        with open(self.file, "a") as f:
+            f.write(json.dumps(note) + "\n")
+        print(describe(note), flush=True)
+
+
+def _serve_inbox(argv: Sequence[str]) -> None:
+    port, path = int(argv[0]), Path(argv[1])
+    Inbox(port, path).serve_forever()
+
+
+def iter_urls(svcs: Sequence[Service]) -> Iterator[tuple[str, str]]:
+    """(what, URL) pairs worth opening for a running stack."""
+    by = {s.name: s for s in svcs}
+    yield "Prometheus", by["prometheus"].url
+    yield "Prometheus alerts", by["prometheus"].url + "/alerts"
+    yield "Alertmanager", by["alertmanager"].url
+    yield "Notifications inbox (PagerDuty and webhook stand-in)", by["inbox"].url
+
+
+if __name__ == "__main__":
+    _serve_inbox(sys.argv[1:])

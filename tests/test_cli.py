@@ -51,9 +51,7 @@ def test_catalog_follows_the_naming_conventions() -> None:
 
 def test_docs_metrics_md_is_fresh() -> None:
     committed = (ROOT / "docs" / "metrics.md").read_text()
-    assert committed == reference.as_markdown(), (
-        "docs/metrics.md is stale: run `rlpulse generate`"
-    )
+    assert committed == reference.as_markdown(), "docs/metrics.md is stale: run `rlpulse generate`"
 
 
 def test_unknown_subcommand_is_a_usage_error() -> None:

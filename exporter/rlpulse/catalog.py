@@ -223,7 +223,7 @@ CATALOG: tuple[Metric, ...] = (
         "gauge",
         "",
         "system",
-        "Throughput as the trainer reports it, per second (unit: env_steps|episodes|tokens_per_gpu).",
+        "Throughput as the trainer reports it (unit: env_steps|episodes|tokens_per_gpu).",
         ("unit",),
     ),
     _m(
@@ -355,7 +355,7 @@ CATALOG: tuple[Metric, ...] = (
         "gauge",
         "ratio",
         "rl",
-        "Fraction of tokens/samples whose probability ratio was clipped (bound: any|low|high|dual).",
+        "Fraction of tokens/samples whose ratio was clipped (bound: any|low|high|dual).",
         ("bound",),
     ),
     _m(

@@ -844,4 +844,3 @@ def markdown() -> str:
                     cell = key.replace("|", "\\|")
                     lines.append(f"| `{cell}` | {metric} | {transform} | {source.where} | {note} |")
     return "\n".join(lines) + "\n"
-

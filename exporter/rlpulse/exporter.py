@@ -257,6 +257,7 @@ class Exporter:
         if self._server is not None:
             self._server.close()
             self._server = None
+            log.info("rlpulse: stopped serving %s", self.url)
         for reader in self._readers:
             reader.close()
         _live.discard(self)

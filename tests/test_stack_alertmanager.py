@@ -8,15 +8,9 @@ inhibitions silence what they should.
 
 from __future__ import annotations
 
-import json
 import shutil
-import socket
 import subprocess
-import threading
-import time
-import urllib.request
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
@@ -24,6 +18,7 @@ import pytest
 import yaml
 
 from rlpulse.stack import alertmanager, config, rules
+from tests.stackutil import Sink, api, free_port, server
 
 AMTOOL = shutil.which("amtool")
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
@@ -113,58 +108,11 @@ def test_inhibit_rules_cover_severity_target_down_and_stall() -> None:
 # ---- a real Alertmanager ---------------------------------------------------------------------
 
 
-class _Sink(ThreadingHTTPServer):
-    """An HTTP server on 127.0.0.1 that records every JSON body POSTed to it."""
-
-    def __init__(self) -> None:
-        self.bodies: list[dict[str, Any]] = []
-        sink = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                n = int(self.headers.get("Content-Length", 0))
-                sink.bodies.append(json.loads(self.rfile.read(n)))
-                self.send_response(202)
-                self.send_header("Content-Type", "application/json")
-                self.end_headers()
-                self.wfile.write(b'{"status":"success","message":"Event processed"}')
-
-            def log_message(self, *args: Any) -> None:
-                pass
-
-        super().__init__(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.serve_forever, daemon=True).start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.server_address[1]}/"
-
-    def wait(self, n: int, timeout: float = 20) -> list[dict[str, Any]]:
-        deadline = time.monotonic() + timeout
-        while len(self.bodies) < n and time.monotonic() < deadline:
-            time.sleep(0.05)
-        return list(self.bodies)
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _api(url: str, data: Any = None) -> Any:
-    body = None if data is None else json.dumps(data).encode()
-    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        text = resp.read().decode()
-    return json.loads(text) if text else None
-
-
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[tuple[str, _Sink, _Sink]]:
+def stack(tmp_path: Path) -> Iterator[tuple[str, Sink, Sink]]:
     """A real Alertmanager with the generated config; PagerDuty and Slack as local sinks."""
     assert ALERTMANAGER, "prometheus-alertmanager (Debian package) is required"
-    pagerduty, slack = _Sink(), _Sink()
+    pagerduty, slack = Sink(), Sink()
     (tmp_path / "pd_key").write_text("test-routing-key-0123456789abcdef\n")
     (tmp_path / "slack_url").write_text(slack.url)
     cfg = config.from_dict(
@@ -177,35 +125,19 @@ def stack(tmp_path: Path) -> Iterator[tuple[str, _Sink, _Sink]]:
         }
     )
     path = _write(tmp_path, cfg)
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            ALERTMANAGER,
-            f"--config.file={path}",
-            f"--storage.path={tmp_path / 'data'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--cluster.listen-address=",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-    )
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
+    argv = [
+        ALERTMANAGER,
+        f"--config.file={path}",
+        f"--storage.path={tmp_path / 'data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+    ]
     try:
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                _api(f"{url}/api/v2/status")
-                break
-            except OSError:
-                if proc.poll() is not None or time.monotonic() > deadline:
-                    raise AssertionError(
-                        proc.stderr.read().decode() if proc.stderr else ""
-                    ) from None
-                time.sleep(0.1)
-        yield url, pagerduty, slack
+        with server(argv, f"{url}/-/ready"):
+            yield url, pagerduty, slack
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
         pagerduty.shutdown()
         slack.shutdown()
 
@@ -226,10 +158,10 @@ TARGET = {"job": "rlpulse", "instance": "127.0.0.1:9400", "run_id": "r1", "rank"
 
 
 def test_critical_pages_pagerduty_with_the_key_from_its_file(
-    stack: tuple[str, _Sink, _Sink],
+    stack: tuple[str, Sink, Sink],
 ) -> None:
     url, pagerduty, slack = stack
-    _api(f"{url}/api/v2/alerts", [_alert("RLEntropyCollapse", "critical", **TARGET)])
+    api(f"{url}/api/v2/alerts", [_alert("RLEntropyCollapse", "critical", **TARGET)])
     (event,) = pagerduty.wait(1)
     assert event["routing_key"] == "test-routing-key-0123456789abcdef"
     assert event["event_action"] == "trigger" and event["dedup_key"]
@@ -245,9 +177,9 @@ def test_critical_pages_pagerduty_with_the_key_from_its_file(
     assert not slack.bodies, "a critical alert does not go to Slack"
 
 
-def test_warning_posts_to_slack(stack: tuple[str, _Sink, _Sink]) -> None:
+def test_warning_posts_to_slack(stack: tuple[str, Sink, Sink]) -> None:
     url, pagerduty, slack = stack
-    _api(f"{url}/api/v2/alerts", [_alert("RLUpdateKLHigh", "warning", **TARGET)])
+    api(f"{url}/api/v2/alerts", [_alert("RLUpdateKLHigh", "warning", **TARGET)])
     (msg,) = slack.wait(1)
     attachment = msg["attachments"][0]
     assert attachment["title"] == "[FIRING:1] RLUpdateKLHigh - run r1"
@@ -261,15 +193,15 @@ def _states(url: str) -> dict[tuple[str, str, str], str]:
         (a["labels"]["alertname"], a["labels"]["severity"], a["labels"]["run_id"]): a["status"][
             "state"
         ]
-        for a in _api(f"{url}/api/v2/alerts")
+        for a in api(f"{url}/api/v2/alerts")
     }
 
 
-def test_inhibitions(stack: tuple[str, _Sink, _Sink]) -> None:
+def test_inhibitions(stack: tuple[str, Sink, Sink]) -> None:
     url, _, _ = stack
     other = {**TARGET, "run_id": "r2", "instance": "127.0.0.1:9401"}
     run2 = {"job": "rlpulse", "run_id": "r2"}
-    _api(
+    api(
         f"{url}/api/v2/alerts",
         [
             # critical silences the warning of the same alert and run, not of another run
@@ -298,10 +230,10 @@ def test_inhibitions(stack: tuple[str, _Sink, _Sink]) -> None:
     }
 
 
-def test_critical_does_not_silence_other_runs_warnings(stack: tuple[str, _Sink, _Sink]) -> None:
+def test_critical_does_not_silence_other_runs_warnings(stack: tuple[str, Sink, Sink]) -> None:
     url, _, _ = stack
     other = {**TARGET, "run_id": "r3"}
-    _api(
+    api(
         f"{url}/api/v2/alerts",
         [
             _alert("RLTruncationHigh", "critical", **TARGET),

@@ -8,15 +8,9 @@ data.
 
 from __future__ import annotations
 
-import json
 import shutil
-import socket
-import subprocess
 import threading
-import time
-import urllib.request
 from collections.abc import Iterator
-from urllib.parse import urlencode
 
 import pytest
 
@@ -25,6 +19,7 @@ from rlpulse.exporter import Exporter
 from rlpulse.stack import dashboards
 from rlpulse.stack.config import Config
 from tests.fake_nvml import FakeGpu, FakeNvml
+from tests.stackutil import free_port, query, server, wait_for_data
 
 RUN = "dash-run"
 # label values used for every catalog label a test series needs
@@ -32,13 +27,6 @@ LABEL_VALUES = {"split": "eval", "bound": "any", "network": "policy", "phase": "
 # series the exporter's collectors and bookkeeping produce themselves
 COLLECTED = ("rl_gpu_", "rl_host_", "rl_process_", "rlpulse_")
 SELF_MADE = {"rl_run_info", "rl_unmapped_metric", "rl_step", "rl_last_step_timestamp_seconds"}
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def _feed(exp: Exporter, step: int) -> None:
@@ -99,56 +87,28 @@ def prometheus(trainer: Exporter, tmp_path_factory: pytest.TempPathFactory) -> I
         "scrape_configs:\n"
         f"  - job_name: {job}\n    static_configs: [{{targets: ['127.0.0.1:{trainer.port}']}}]\n"
     )
-    port = _free_port()
-    proc = subprocess.Popen(
-        [
-            binary,
-            f"--config.file={config}",
-            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{port}",
-            "--enable-feature=exemplar-storage",
-        ],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        yield f"http://127.0.0.1:{port}"
-    finally:
-        proc.terminate()
-        proc.wait(10)
-
-
-def _query(base: str, expr: str) -> dict:
-    url = f"{base}/api/v1/query?{urlencode({'query': expr})}"
-    try:
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            body: dict = json.loads(resp.read())
-    except urllib.error.HTTPError as exc:  # 400: Prometheus refused the expression
-        body = json.loads(exc.read())
-    return body
-
-
-def _wait_for_data(base: str, expr: str, timeout: float = 60.0) -> None:
-    deadline = time.time() + timeout
-    while time.time() < deadline:
-        try:
-            if _query(base, expr).get("data", {}).get("result"):
-                return
-        except OSError:
-            pass  # not up yet
-        time.sleep(0.5)
-    raise AssertionError(f"no data for {expr} within {timeout}s")
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    argv = [
+        binary,
+        f"--config.file={config}",
+        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--enable-feature=exemplar-storage",
+    ]
+    with server(argv, f"{url}/-/ready"):
+        yield url
 
 
 def test_every_panel_query_returns_data(prometheus: str) -> None:
     counter = catalog.get("rl_samples_total").name
-    _wait_for_data(prometheus, f"rate({counter}[4s]) > 0")  # at least two scrapes of a rate
+    wait_for_data(prometheus, f"rate({counter}[4s]) > 0")  # at least two scrapes of a rate
     empty, refused = [], []
     models = dashboards.dashboards(Config())
     for name, model in models.items():
         for title, expr in dashboards.panel_queries(model):
             expanded = dashboards.expand(expr, {"run_id": RUN}, rate_interval="4s")
-            body = _query(prometheus, expanded)
+            body = query(prometheus, expanded)
             if body["status"] != "success":
                 refused.append((name, title, expanded, body.get("error")))
             elif not body["data"]["result"]:
@@ -159,12 +119,12 @@ def test_every_panel_query_returns_data(prometheus: str) -> None:
 
 def test_every_variable_lists_values(prometheus: str) -> None:
     """Each ``label_values(selector, label)`` variable finds series carrying its label."""
-    _wait_for_data(prometheus, catalog.get("rl_gpu_utilization_ratio").name)
+    wait_for_data(prometheus, catalog.get("rl_gpu_utilization_ratio").name)
     for model in dashboards.dashboards(Config()).values():
         for var in model["templating"]["list"]:
             if var["type"] != "query":
                 continue
             selector, label = var["query"].removeprefix("label_values(")[:-1].rsplit(", ", 1)
-            result = _query(prometheus, dashboards.expand(selector, {"run_id": RUN}))
+            result = query(prometheus, dashboards.expand(selector, {"run_id": RUN}))
             values = {r["metric"].get(label) for r in result["data"]["result"]} - {None}
             assert values, f"{model['title']}: variable {var['name']} lists nothing"

@@ -1,0 +1,210 @@
+"""Helpers shared by the tests that run the real Prometheus and Alertmanager on 127.0.0.1.
+
+``Sink`` stands in for PagerDuty (Events API v2) or Slack: a real HTTP server that records every
+JSON body POSTed to it. ``server`` runs a binary until its readiness URL answers; ``api`` and
+``query`` talk to their HTTP APIs. Run as ``python -m tests.stackutil demo ARGS...``, it runs
+``rlpulse demo ARGS`` with the fake NVML installed at the ``pynvml`` import, so the GPU series
+exist on a machine without a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+from typing import Any, TypeVar
+from urllib.parse import urlencode
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def api(url: str, data: Any = None, timeout: float = 10) -> Any:
+    """GET (or POST ``data`` as JSON to) ``url``; the decoded JSON reply (None when empty)."""
+    body = None if data is None else json.dumps(data).encode()
+    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as resp:
+        text = resp.read().decode()
+    return json.loads(text) if text else None
+
+
+def query(base: str, expr: str, at: float | None = None) -> dict[str, Any]:
+    """A Prometheus instant query (at time ``at`` if given); the whole reply, also when
+    Prometheus refuses the expression (status "error")."""
+    params = {"query": expr, **({"time": f"{at:.3f}"} if at is not None else {})}
+    try:
+        return dict(api(f"{base}/api/v1/query?{urlencode(params)}"))
+    except urllib.error.HTTPError as exc:  # 400/422: a refused expression
+        return dict(json.loads(exc.read()))
+
+
+def results(base: str, expr: str, at: float | None = None) -> list[dict[str, Any]]:
+    """The result vector of an instant query that must succeed."""
+    body = query(base, expr, at)
+    assert body["status"] == "success", (expr, body)
+    out: list[dict[str, Any]] = body["data"]["result"]
+    return out
+
+
+def wait_for(probe: Callable[[], T | None], timeout: float, what: str, every: float = 0.25) -> T:
+    """Poll ``probe`` until it returns something truthy; AssertionError naming ``what`` after
+    ``timeout`` seconds. Connection errors count as "not yet"."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            got = probe()
+        except OSError:
+            got = None
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what}")
+        time.sleep(every)
+
+
+def wait_for_data(base: str, expr: str, timeout: float = 60.0) -> list[dict[str, Any]]:
+    """Wait until ``expr`` returns a non-empty vector from the Prometheus at ``base``."""
+    return wait_for(lambda: results(base, expr), timeout, f"data for {expr}", every=0.5)
+
+
+def ready(url: str) -> bool:
+    """Whether GET ``url`` answers 200."""
+    try:
+        with urllib.request.urlopen(url, timeout=2) as resp:
+            return bool(resp.status == 200)
+    except (OSError, urllib.error.HTTPError):
+        return False
+
+
+@contextlib.contextmanager
+def server(argv: Sequence[str], ready_url: str, timeout: float = 30) -> Iterator[None]:
+    """Run ``argv`` until the ``with`` ends; entered once ``ready_url`` answers 200 (the
+    process's stderr in the AssertionError when it exits first)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + timeout
+        while not ready(ready_url):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                proc.kill()
+                err = proc.stderr.read().decode() if proc.stderr else ""
+                raise AssertionError(f"{argv[0]} did not get ready: {err[-3000:]}")
+            time.sleep(0.1)
+        yield
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        if proc.stderr:
+            proc.stderr.close()
+
+
+@dataclass(frozen=True)
+class Received:
+    """One request a ``Sink`` received."""
+
+    time: float  # time.time() on arrival
+    path: str
+    body: dict[str, Any]
+
+
+class Sink(ThreadingHTTPServer):
+    """An HTTP server on 127.0.0.1 that records every JSON body POSTed to it and answers like
+    PagerDuty's Events API v2 (202)."""
+
+    daemon_threads = True
+
+    def __init__(self) -> None:
+        self.received: list[Received] = []
+        self._lock = threading.Lock()
+        sink = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length", 0))
+                body = json.loads(self.rfile.read(n))
+                with sink._lock:
+                    sink.received.append(Received(time.time(), self.path, body))
+                self.send_response(202)
+                self.send_header("Content-Type", "application/json")
+                self.end_headers()
+                self.wfile.write(b'{"status":"success","message":"Event processed"}')
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+        super().__init__(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.serve_forever, daemon=True).start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server_address[1]}/"
+
+    @property
+    def bodies(self) -> list[dict[str, Any]]:
+        """Every JSON body so far, oldest first."""
+        with self._lock:
+            return [r.body for r in self.received]
+
+    def wait(self, n: int, timeout: float = 20) -> list[dict[str, Any]]:
+        """The bodies, once there are ``n`` of them (or ``timeout`` passed)."""
+        deadline = time.monotonic() + timeout
+        while len(self.bodies) < n and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return self.bodies
+
+    def events(self, **details: str) -> list[Received]:
+        """The PagerDuty events whose ``payload.custom_details`` include ``details``."""
+        with self._lock:
+            got = list(self.received)
+        return [
+            r
+            for r in got
+            if details.items() <= r.body.get("payload", {}).get("custom_details", {}).items()
+        ]
+
+
+# ---- the demo with the fake NVML, in its own process --------------------------------------------
+
+
+def demo_argv(*args: str) -> list[str]:
+    """The command line running ``rlpulse demo ARGS`` with the fake NVML installed."""
+    return [sys.executable, "-m", "tests.stackutil", "demo", *args]
+
+
+def _demo_with_fake_nvml(args: Sequence[str]) -> int:
+    from rlpulse.cli import main
+    from tests.fake_nvml import FakeGpu, FakeNvml
+
+    gpu = FakeGpu(util=85, mem_util=40, mem_used=30 << 30, temp_c=61, throttle=0x4)
+    gpu.processes.append((os.getpid(), 12 << 30))
+    sys.modules["pynvml"] = FakeNvml([gpu])  # type: ignore[assignment]
+    return main(["demo", *args])
+
+
+ROOT = Path(__file__).resolve().parent.parent
+
+if __name__ == "__main__":
+    if sys.argv[1:2] != ["demo"]:
+        sys.exit("usage: python -m tests.stackutil demo [rlpulse demo arguments]")
+    sys.exit(_demo_with_fake_nvml(sys.argv[2:]))

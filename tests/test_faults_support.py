@@ -1,148 +1,99 @@
-"""Helpers for the security, hostile-input and fault tests: real Prometheus and Alertmanager
-processes that can be stopped and restarted on the same port and data directory, a throwaway
-PKI, and polling. (No tests here; the Alertmanager stand-ins come from test_stack_alertmanager.)
+"""Helpers for the security, hostile-input and fault tests (no tests here): the generated stack
+run by ``rlpulse.stackrun`` with services that can be stopped and restarted on their ports and
+data, a one-off Prometheus with a given prometheus.yml, a throwaway PKI and bcrypt hashes.
+Process and query helpers come from ``tests.stackutil``.
 """
 
 from __future__ import annotations
 
-import json
+import dataclasses
 import shutil
-import socket
 import subprocess
-import time
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import yaml
 
-from rlpulse.stack import config as stack_config
-from tests.test_stack_alertmanager import _write as write_alertmanager_config
-
-T = TypeVar("T")
+from rlpulse import stackrun
+from tests.stackutil import free_port, server
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+@contextmanager
+def prometheus(workdir: Path, config: dict[str, Any]) -> Iterator[str]:
+    """A real Prometheus running ``config`` (prometheus.yml as data); yields its base URL."""
+    binary = shutil.which("prometheus")
+    assert binary, "prometheus is required (apt-get install prometheus)"
+    path = workdir / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    url = f"http://127.0.0.1:{free_port()}"
+    argv = [
+        binary,
+        f"--config.file={path}",
+        f"--storage.tsdb.path={workdir / 'tsdb'}",
+        f"--web.listen-address={url.removeprefix('http://')}",
+    ]
+    with server(argv, f"{url}/-/ready"):
+        yield url
 
 
-def wait_for(probe: Callable[[], T | None], timeout: float = 30.0, every: float = 0.2) -> T:
-    """The first truthy ``probe()`` result; AssertionError after ``timeout`` seconds."""
-    deadline = time.monotonic() + timeout
-    last: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            got = probe()
-        except OSError as exc:  # the process is not listening (yet)
-            last, got = exc, None
-        if got:
-            return got
-        time.sleep(every)
-    raise AssertionError(f"gave up after {timeout}s (last error: {last})")
+@dataclass
+class LocalStack:
+    """A running ``rlpulse stack`` (fast preset) scraping given targets."""
 
+    dir: Path
+    services: dict[str, stackrun.Service]
 
-def get_json(url: str, data: Any = None) -> Any:
-    body = None if data is None else json.dumps(data).encode()
-    req = urllib.request.Request(url, data=body, headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(req, timeout=10) as resp:
-        text = resp.read().decode()
-    return json.loads(text) if text else None
+    def url(self, name: str) -> str:
+        return self.services[name].url
 
+    def stop(self, name: str) -> None:
+        assert stackrun.stop(self.dir, name), f"{name} was not running"
 
-class Process:
-    """A real server binary on a fixed 127.0.0.1 port; ``stop``/``start`` keep port and data."""
+    def start(self, name: str) -> None:
+        stackrun.start(self.services[name], self.dir)
+        stackrun.wait_ready(self.services[name], self.dir)
 
-    binary_names: tuple[str, ...] = ()
-    ready_path = "/-/ready"
-
-    def __init__(self, workdir: Path) -> None:
-        binary = next(filter(None, map(shutil.which, self.binary_names)), None)
-        assert binary, f"{self.binary_names[0]} is required (Debian package)"
-        self.binary = binary
-        self.workdir = workdir
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log = workdir / f"{self.binary_names[0]}.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-
-    def args(self) -> list[str]:
-        raise NotImplementedError
-
-    def start(self) -> Process:
-        with self.log.open("ab") as log:
-            self.proc = subprocess.Popen(
-                [self.binary, *self.args()], stdout=log, stderr=subprocess.STDOUT
-            )
-        wait_for(self._ready, timeout=30)
-        return self
-
-    def _ready(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(f"{self.binary} exited:\n{self.log.read_text()[-3000:]}")
-        with urllib.request.urlopen(self.url + self.ready_path, timeout=2) as resp:
-            return resp.status == 200
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            self.proc.wait(timeout=20)
-        self.proc = None
-
-
-class Prometheus(Process):
-    """``prometheus`` with a given prometheus.yml (as data) and flags."""
-
-    binary_names = ("prometheus",)
-
-    def __init__(self, workdir: Path, config: dict[str, Any], flags: Sequence[str] = ()) -> None:
-        super().__init__(workdir)
-        self.config_path = workdir / "prometheus.yml"
-        self.config_path.write_text(yaml.safe_dump(config))
-        self.flags = list(flags)
-
-    def args(self) -> list[str]:
+    def pages(self, alertname: str) -> list[dict[str, Any]]:
+        """PagerDuty trigger events for ``alertname`` that reached the inbox, oldest first."""
         return [
-            f"--config.file={self.config_path}",
-            f"--storage.tsdb.path={self.workdir / 'tsdb'}",
-            f"--web.listen-address=127.0.0.1:{self.port}",
-            *self.flags,
+            {**n["body"], "received": n["time"]}
+            for n in stackrun.notifications(self.dir)
+            if n["path"] == "/pagerduty"
+            and n["body"].get("event_action") == "trigger"
+            and n["body"]["payload"]["custom_details"].get("alertname") == alertname
         ]
 
-    def api(self, path: str, **params: Any) -> Any:
-        query = urllib.parse.urlencode(params)
-        return get_json(f"{self.url}/api/v1/{path}?{query}")["data"]
 
-    def query(self, promql: str, **params: Any) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self.api("query", query=promql, **params)["result"]
-        return result
-
-    def targets(self) -> list[dict[str, Any]]:
-        active: list[dict[str, Any]] = self.api("targets")["activeTargets"]
-        return active
-
-
-class Alertmanager(Process):
-    """``prometheus-alertmanager`` running the generated config for ``cfg``."""
-
-    binary_names = ("prometheus-alertmanager", "alertmanager")
-
-    def __init__(self, workdir: Path, cfg: stack_config.Config) -> None:
-        super().__init__(workdir)
-        self.config_path = write_alertmanager_config(workdir, cfg)
-
-    def args(self) -> list[str]:
-        return [
-            f"--config.file={self.config_path}",
-            f"--storage.path={self.workdir / 'am-data'}",
-            f"--web.listen-address=127.0.0.1:{self.port}",
-            "--cluster.listen-address=",
-        ]
+@contextmanager
+def local_stack(
+    d: Path, targets: Sequence[str], prometheus_flags: Sequence[str] = ()
+) -> Iterator[LocalStack]:
+    """``rlpulse stack up --fast`` into ``d`` on free ports, scraping only ``targets``; extra
+    ``prometheus_flags`` go on Prometheus' command line. Stopped (``down``) at the end."""
+    overrides = {"scrape": {"static_targets": list(targets), "file_sd": []}}
+    (d / "overrides.yml").write_text(yaml.safe_dump(overrides))
+    opts = stackrun.Options(
+        dir=d,
+        fast=True,
+        config=d / "overrides.yml",
+        prometheus_port=free_port(),
+        alertmanager_port=free_port(),
+        inbox_port=free_port(),
+    )
+    stackrun.write_files(opts, stackrun.stack_config(opts))
+    services = {s.name: s for s in stackrun.services(opts)}
+    prom = services["prometheus"]
+    services["prometheus"] = dataclasses.replace(prom, argv=(*prom.argv, *prometheus_flags))
+    stack = LocalStack(d, services)
+    try:
+        for name in services:
+            stack.start(name)
+        yield stack
+    finally:
+        stackrun.down(d)
 
 
 @dataclass(frozen=True)

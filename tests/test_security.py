@@ -27,7 +27,8 @@ from rlpulse.exporter import Exporter
 from rlpulse.http import Request
 from rlpulse.rollouts.server import routes as rollout_routes
 from rlpulse.webconfig import BasicAuth, RateLimit, TokenBucket, WebConfigError
-from tests.test_faults_support import Pki, Prometheus, bcrypt_hash, make_pki, wait_for
+from tests.stackutil import api, results, wait_for
+from tests.test_faults_support import Pki, bcrypt_hash, make_pki, prometheus
 
 USER = "prometheus"
 PASSWORD = "scrape-password-\u00e9-7f2c"
@@ -409,40 +410,39 @@ def test_real_prometheus_scrapes_over_tls_with_basic_auth(
         job("mtls-good", "mtls", "pw", **client),
         job("mtls-no-cert", "mtls", "pw"),
     ]
-    prom = Prometheus(
-        tmp_path,
-        {"global": {"scrape_interval": "1s", "scrape_timeout": "1s"}, "scrape_configs": jobs},
-    ).start()
+    config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s"}, "scrape_configs": jobs}
     try:
+        with prometheus(tmp_path, config) as prom:
 
-        def settled() -> dict[str, dict[str, Any]] | None:
-            targets = {t["scrapePool"]: t for t in prom.targets()}
-            done = len(targets) == len(jobs) and all(
-                t["health"] != "unknown" for t in targets.values()
-            )
-            return targets if done else None
+            def settled() -> dict[str, dict[str, Any]] | None:
+                active = api(f"{prom}/api/v1/targets")["data"]["activeTargets"]
+                targets = {t["scrapePool"]: t for t in active}
+                done = len(targets) == len(jobs) and "unknown" not in (
+                    t["health"] for t in targets.values()
+                )
+                return targets if done else None
 
-        targets = wait_for(settled, timeout=60)
-        health = {name: t["health"] for name, t in targets.items()}
-        assert health == {
-            "good": "up",
-            "wrong-password": "down",
-            "no-auth": "down",
-            "mtls-good": "up",
-            "mtls-no-cert": "down",
-        }, {n: t["lastError"] for n, t in targets.items()}
-        for name in ("wrong-password", "no-auth"):
-            assert "401 Unauthorized" in targets[name]["lastError"], targets[name]["lastError"]
-        assert "tls" in targets["mtls-no-cert"]["lastError"].lower()
-        values = {
-            (r["metric"]["job"], r["value"][1])
-            for r in wait_for(
-                lambda: prom.query("rl_step") if len(prom.query("rl_step")) == 2 else None
+            targets = wait_for(settled, 60, "every scrape job to have been tried")
+            health = {name: t["health"] for name, t in targets.items()}
+            assert health == {
+                "good": "up",
+                "wrong-password": "down",
+                "no-auth": "down",
+                "mtls-good": "up",
+                "mtls-no-cert": "down",
+            }, {n: t["lastError"] for n, t in targets.items()}
+            for name in ("wrong-password", "no-auth"):
+                assert "401 Unauthorized" in targets[name]["lastError"], targets[name]
+            assert "tls" in targets["mtls-no-cert"]["lastError"].lower()
+            steps = wait_for(
+                lambda: (lambda r: r if len(r) == 2 else None)(results(prom, "rl_step")),
+                30,
+                "rl_step from both authenticated jobs",
             )
-        }
-        assert values == {("good", "7"), ("mtls-good", "7")}
-        assert PASSWORD not in prom.log.read_text()
+            assert {(r["metric"]["job"], r["value"][1]) for r in steps} == {
+                ("good", "7"),
+                ("mtls-good", "7"),
+            }
     finally:
-        prom.stop()
         for exp in exporters.values():
             exp.close()

@@ -179,17 +179,15 @@ def running_pid(d: Path, name: str) -> int | None:
     reused by an unrelated process does not count)."""
     try:
         pid = int(_pid_file(d, name).read_text().split()[0])
-        os.kill(pid, 0)
     except (OSError, ValueError, IndexError):
         return None
-    cmdline = Path(f"/proc/{pid}/cmdline")
-    if cmdline.exists():
-        args = cmdline.read_bytes().decode(errors="replace")
-        if str(d.resolve()) not in args:
-            return None
-        if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z":
-            return None
-    return pid
+    if not alive(pid):
+        return None
+    try:
+        args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+    except OSError:
+        return pid  # no /proc: trust the pid file
+    return pid if str(d.resolve()) in args else None
 
 
 def _port_free(port: int) -> bool:
@@ -259,14 +257,15 @@ def stop(d: Path, name: str, timeout: float = STOP_TIMEOUT) -> bool:
         return False
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
-    while _alive(pid):
+    while alive(pid):
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
         time.sleep(0.05)
     return True
 
 
-def _alive(pid: int) -> bool:
+def alive(pid: int) -> bool:
+    """Whether process ``pid`` exists and is not a zombie."""
     try:
         os.kill(pid, 0)
     except OSError:

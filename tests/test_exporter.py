@@ -247,3 +247,37 @@ def test_node_readings_come_from_local_rank_zero_only() -> None:
     finally:
         for e in exps:
             e.close()
+
+
+def test_record_rollouts_links_exemplars_to_stored_rollouts(tmp_path: Path) -> None:
+    from rlpulse.rollouts import SamplingConfig, query
+
+    exp = Exporter(
+        port=0,
+        run_id="traces",
+        gpu=False,
+        host=False,
+        rollouts={"data_dir": tmp_path, "sampling": SamplingConfig(per_step=2, extremes=1)},
+    ).start()
+    try:
+        n = 256
+        ids = [f"s1-{i}" for i in range(n)]
+        rewards = np.linspace(0, 1, n)
+        kept = exp.record_rollouts(rollout_ids=ids, step=1, rewards=rewards, lengths=[10] * n)
+        assert 0 < len(kept) < n
+        exp.observe_rollouts(
+            latency_seconds=np.linspace(0.01, 100, n), rewards=rewards, rollout_ids=ids
+        )
+        text = scrape(exp.url, accept="application/openmetrics-text; version=1.0.0")
+        linked = {
+            ln.split('rollout_id="')[1].split('"')[0]
+            for ln in text.splitlines()
+            if 'rollout_id="' in ln
+        }
+        assert linked and linked <= {ids[i] for i in kept}
+        assert value(text, "rlpulse_rollouts_offered_total") == n
+        exp.close()  # flushes the store
+        for rid in linked:
+            assert query.find(rid, tmp_path, "traces") is not None, rid
+    finally:
+        exp.close()

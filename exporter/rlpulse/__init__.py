@@ -27,6 +27,7 @@ __all__ = [
     "observe_episodes",
     "observe_rollouts",
     "phase",
+    "record_rollouts",
     "set",
     "start",
 ]
@@ -80,6 +81,12 @@ def observe_rollouts(**batch: Any) -> None:
     exp = _current
     if exp is not None:
         exp.observe_rollouts(**batch)
+
+
+def record_rollouts(**columns: Any) -> list[int]:
+    """Offer raw rollouts to the run's bounded trace store; see ``Exporter.record_rollouts``."""
+    exp = _current
+    return exp.record_rollouts(**columns) if exp is not None else []
 
 
 def observe_episodes(returns: Any, lengths: Any, success: Any = None) -> None:

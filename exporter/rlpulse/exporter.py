@@ -133,6 +133,7 @@ class Exporter:
         nvml: Any = None,
         collector_timeout: float = 0.5,
         collector_ttl: float = 1.0,
+        rollouts: Mapping[str, Any] | None = None,
     ) -> None:
         self.strict = strict
         self.rank = rank if rank is not None else (_env_int("RANK") or 0)
@@ -167,6 +168,9 @@ class Exporter:
             deque(maxlen=EPISODE_WINDOW),
         )
         self._readers: list[CachedReader] = []
+        self._rollout_options = dict(rollouts or {})
+        self._recorder: Any = None  # a rollouts.Recorder, opened by the first record_rollouts()
+        self._kept_ids: set[str] | None = None
         node_reader = self.local_rank == 0  # node-level readings once per node, by local rank 0
         if node_reader if gpu is None else gpu:
             self._readers.append(
@@ -248,6 +252,31 @@ class Exporter:
                 self.addr,
             )
 
+    # ---- rollout traces --------------------------------------------------------------------
+    def record_rollouts(self, **columns: Any) -> list[int]:
+        """Offer raw rollouts to this run's bounded store (``rlpulse.rollouts.Recorder.record``).
+
+        Returns the batch positions kept. A later ``observe_rollouts(rollout_ids=...)`` uses only
+        kept ids as exemplars, so every exemplar leads to a stored rollout.
+        """
+        try:
+            if self._recorder is None:
+                from rlpulse.rollouts import Recorder
+
+                self._recorder = Recorder(
+                    self.run_id, rank=self.rank, strict=self.strict, **self._rollout_options
+                )
+            kept = self._recorder.record(**columns)
+        except Exception as exc:
+            if self.strict:
+                raise
+            self._drop("bad_call", "record_rollouts", exc)
+            return []
+        ids = columns.get("rollout_ids")
+        if ids is not None:
+            self._kept_ids = {str(ids[i]) for i in kept}
+        return kept
+
     def close(self) -> None:
         """Stop serving and free the port. Recording calls stay harmless afterwards."""
         with self._lock:
@@ -260,6 +289,8 @@ class Exporter:
             log.info("rlpulse: stopped serving %s", self.url)
         for reader in self._readers:
             reader.close()
+        if self._recorder is not None:
+            self._recorder.close()
         _live.discard(self)
 
     def _after_fork_in_child(self) -> None:
@@ -519,6 +550,9 @@ class Exporter:
         if ids is not None and len(ids) != arr.size:
             self._drop("shape_mismatch", f"{series.metric.name} exemplars", len(ids))
             ids = None
+        kept = self._kept_ids
+        if ids is not None and kept is not None:  # exemplars only for rollouts that were stored
+            ids = [i if str(i) in kept else None for i in ids]
         assert series.hist is not None
         series.hist.observe_many(arr, ids)
 
@@ -742,6 +776,10 @@ class Exporter:
             yield catalog.get("rlpulse_collector_duration_seconds"), (st.name,), st.duration
             yield catalog.get("rlpulse_collector_errors_total"), (st.name,), st.errors
             for name, labels, value in reading:
+                metric = catalog.get(name)
+                yield metric, tuple(labels[n] for n in metric.labels), value
+        if self._recorder is not None:
+            for name, labels, value in self._recorder.metric_samples():
                 metric = catalog.get(name)
                 yield metric, tuple(labels[n] for n in metric.labels), value
 

@@ -46,7 +46,8 @@ class Histogram:
             self.sum += value
 
     def observe_many(self, values: np.ndarray, ids: Sequence[Any] | None = None) -> None:
-        """Add a 1-d array of finite values; ``ids`` (same length) become bucket exemplars."""
+        """Add a 1-d array of finite values; ``ids`` (same length, None where a sample has no
+        stored rollout) become bucket exemplars."""
         if values.size == 0:
             return
         idx = np.searchsorted(self.bounds, values, side="left")
@@ -56,13 +57,18 @@ class Histogram:
             self.counts += hits
             self.sum += total
             if ids is not None:
-                now = time.time()
-                # the last sample that fell in each bucket is that bucket's exemplar
-                rev = idx[::-1]
-                buckets, first = np.unique(rev, return_index=True)
-                for b, j in zip(buckets.tolist(), first.tolist(), strict=True):
-                    pos = len(idx) - 1 - j
-                    self.exemplars[b] = Exemplar(str(ids[pos])[:64], float(values[pos]), now)
+                self._exemplars(idx, values, ids)
+
+    def _exemplars(self, idx: np.ndarray, values: np.ndarray, ids: Sequence[Any]) -> None:
+        """Per bucket, the last sample of the batch that has an id (None: no exemplar)."""
+        with_id = np.flatnonzero(np.fromiter((i is not None for i in ids), bool, len(ids)))
+        if with_id.size == 0:
+            return
+        buckets, first = np.unique(idx[with_id][::-1], return_index=True)
+        now = time.time()
+        for b, j in zip(buckets.tolist(), first.tolist(), strict=True):
+            pos = int(with_id[with_id.size - 1 - j])
+            self.exemplars[b] = Exemplar(str(ids[pos])[:64], float(values[pos]), now)
 
     def snapshot(self) -> tuple[list[int], float, list[Exemplar | None]]:
         """Cumulative bucket counts (+Inf last), the sum and the exemplars, consistently."""

@@ -11,14 +11,14 @@ import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from rlpulse import stackrun
-from tests.stackutil import free_port, server
+from tests.stackutil import free_port, ready, server, wait_for
 
 
 @contextmanager
@@ -45,16 +45,42 @@ class LocalStack:
 
     dir: Path
     services: dict[str, stackrun.Service]
+    restarted: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
 
     def url(self, name: str) -> str:
         return self.services[name].url
 
-    def stop(self, name: str) -> None:
-        assert stackrun.stop(self.dir, name), f"{name} was not running"
-
     def start(self, name: str) -> None:
         stackrun.start(self.services[name], self.dir)
+        # /proc/PID/cmdline reads empty for a moment after the exec, and stackrun.running_pid
+        # then says "not running": wait until it sees the process (reported to the stackrun
+        # author), so wait_ready does not mistake the start for an exit and orphan it
+        wait_for(lambda: stackrun.running_pid(self.dir, name), 10, f"{name}'s process")
         stackrun.wait_ready(self.services[name], self.dir)
+
+    def stop(self, name: str) -> None:
+        proc = self.restarted.pop(name, None)
+        if proc is not None:
+            proc.terminate()
+            proc.wait(timeout=20)
+        else:
+            assert stackrun.stop(self.dir, name), f"{name} was not running"
+
+    def restart(self, name: str) -> None:
+        """Start a stopped service again on its port and data. Not through stackrun.start: its
+        free-port check binds without SO_REUSEADDR, so it refuses the port for as long as the
+        stopped server's closed connections sit in TIME_WAIT (~60 s; reported)."""
+        svc = self.services[name]
+        with (self.dir / f"{name}.log").open("ab") as log:
+            self.restarted[name] = subprocess.Popen(
+                svc.argv, stdout=log, stderr=subprocess.STDOUT, cwd=self.dir
+            )
+        wait_for(lambda: ready(svc.url + svc.ready_path), 30, f"{name} ready again")
+
+    def close(self) -> None:
+        for name in list(self.restarted):
+            self.stop(name)
+        stackrun.down(self.dir)
 
     def pages(self, alertname: str) -> list[dict[str, Any]]:
         """PagerDuty trigger events for ``alertname`` that reached the inbox, oldest first."""
@@ -93,7 +119,7 @@ def local_stack(
             stack.start(name)
         yield stack
     finally:
-        stackrun.down(d)
+        stack.close()
 
 
 @dataclass(frozen=True)

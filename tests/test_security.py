@@ -21,6 +21,8 @@ from typing import Any
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from rlpulse import webconfig
 from rlpulse.exporter import Exporter
@@ -446,3 +448,35 @@ def test_real_prometheus_scrapes_over_tls_with_basic_auth(
     finally:
         for exp in exporters.values():
             exp.close()
+
+
+# ---- any document: a WebConfig or a WebConfigError, nothing else ------------------------------
+
+_SCALARS = st.one_of(
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(),
+    st.text(max_size=12),
+    st.binary(max_size=4),
+)
+_KEYS = st.one_of(
+    st.sampled_from(sorted(webconfig._TOP_KEYS | webconfig._TLS_KEYS | {"headers", "http2"})),
+    st.sampled_from(["interval", "burst", "alice", "X-Frame-Options", "min_version"]),
+    st.text(max_size=8),
+    st.integers(),
+)
+_DOCS = st.recursive(
+    _SCALARS,
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(_KEYS, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(doc=_DOCS)
+def test_any_document_parses_or_fails_with_a_web_config_error(doc: Any) -> None:
+    try:
+        webconfig.parse(doc, Path("/nonexistent/web.yml"))
+    except WebConfigError as exc:
+        assert str(exc).startswith("web config /nonexistent/web.yml: ")

@@ -251,7 +251,7 @@ class _Errors:
         return p
 
     def choice(self, value: Any, key: str, choices: Mapping[str, object]) -> str:
-        if value not in choices:
+        if not isinstance(value, str) or value not in choices:
             raise self.fail(key, f"{value!r} is not one of {', '.join(choices)}")
         return str(value)
 

@@ -19,6 +19,7 @@ COMMANDS: tuple[str, ...] = (
     "tail_tensorboard",
     "replay",
     "stack",
+    "demo",
 )
 
 

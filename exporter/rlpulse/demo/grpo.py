@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 
 from rlpulse.demo.collective import CollectiveAborted, PeerGroup
-from rlpulse.demo.policy import DTYPE, Adam, Generation, Policy
+from rlpulse.demo.policy import DTYPE, Adam, Generation
 from rlpulse.demo.pretrain import pretrain
 from rlpulse.demo.rollouts import RolloutBatch
 from rlpulse.demo.task import COMPONENTS, CORRECT, RewardSpec, grade, reward_components
@@ -34,7 +34,7 @@ class TrainConfig:
 
     prompts_per_step: int = 16
     group_size: int = 8
-    max_len: int = 24
+    max_len: int = 64
     lr: float = 0.003
     beta: float = 0.2  # KL penalty weight
     entropy_coef: float = 0.12
@@ -46,8 +46,9 @@ class TrainConfig:
     eval_every: int = 10
     eval_prompts: int = 64
     eval_samples: int = 2
-    sft_steps: int = 40
+    sft_steps: int = 150
     sft_lr: float = 0.05
+    sft_noise: float = 0.3  # chance that a demonstration digit is wrong
     hang_at_step: int | None = None  # the simulated collective deadlocks from this step on
 
     def hyperparameters(self) -> dict[str, float]:
@@ -93,7 +94,12 @@ class Trainer:
         )
         self.held_out = frozenset(p.tobytes() for p in self.eval_prompts)
         self.policy = pretrain(
-            config.max_len, config.sft_steps, config.sft_lr, self.rng, self.held_out
+            config.max_len,
+            config.sft_steps,
+            config.sft_lr,
+            config.sft_noise,
+            self.rng,
+            self.held_out,
         )
         self.reference = self.policy.copy()
         self.opt = Adam(self.policy.W.shape, config.lr)
@@ -110,6 +116,14 @@ class Trainer:
                 yield self.step()
             except CollectiveAborted:
                 return
+
+    def reconfigure(self, config: TrainConfig) -> None:
+        """Continue training under new settings (as a run resumed with a changed config)."""
+        if (config.max_len, config.eval_prompts) != (self.config.max_len, self.config.eval_prompts):
+            raise ValueError("reconfigure cannot change max_len or eval_prompts")
+        self.config = config
+        self.opt.lr = config.lr
+        self.peers.hang_at_step = config.hang_at_step
 
     def stop(self) -> None:
         """Abort a hung (or the next) collective so ``run`` ends."""
@@ -164,8 +178,9 @@ class Trainer:
         lengths = gen.lengths
         for i, p in enumerate(prompts):
             t0 = time.perf_counter()
-            g = grade(p, gen.tokens[i, : lengths[i]], bool(gen.ended[i]), spec.loophole)
-            comps[:, i] = reward_components(spec, p, int(lengths[i]), g)
+            response = gen.tokens[i, : lengths[i]]
+            g = grade(p, response, bool(gen.ended[i]), spec.loophole)
+            comps[:, i] = reward_components(spec, p, response, g)
             seconds[i] = time.perf_counter() - t0
             grades.append(g)
         return grades, dict(zip(COMPONENTS, comps, strict=True)), seconds

@@ -126,7 +126,9 @@ class Policy:
         p = softmax(self.logits(feats))
         return p, np.log(p)
 
-    def token_log_probs(self, feats: np.ndarray, tokens: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    def token_log_probs(
+        self, feats: np.ndarray, tokens: np.ndarray, mask: np.ndarray
+    ) -> np.ndarray:
         """Log-prob of each generated token (shape of ``tokens``; 0 where ``mask`` is False)."""
         out = np.zeros(tokens.shape, dtype=DTYPE)
         _, lp = self.log_probs(feats[mask])
@@ -181,17 +183,19 @@ class Policy:
 class Adam:
     """Adam on one weight matrix."""
 
-    def __init__(self, shape: tuple[int, ...], lr: float, b1: float = 0.9, b2: float = 0.999):
+    def __init__(
+        self, shape: tuple[int, ...], lr: float, b1: float = 0.9, b2: float = 0.999
+    ) -> None:
         self.lr, self.b1, self.b2 = lr, b1, b2
-        self.m = np.zeros(shape, dtype=DTYPE)
-        self.v = np.zeros(shape, dtype=DTYPE)
+        self.m: np.ndarray = np.zeros(shape, dtype=DTYPE)
+        self.v: np.ndarray = np.zeros(shape, dtype=DTYPE)
         self.t = 0
 
     def step(self, w: np.ndarray, grad: np.ndarray) -> None:
         """Update ``w`` in place."""
         self.t += 1
-        self.m = self.b1 * self.m + (1 - self.b1) * grad
-        self.v = self.b2 * self.v + (1 - self.b2) * grad * grad
+        self.m = (self.b1 * self.m + (1 - self.b1) * grad).astype(DTYPE)
+        self.v = (self.b2 * self.v + (1 - self.b2) * grad * grad).astype(DTYPE)
         m_hat = self.m / (1 - self.b1**self.t)
         v_hat = self.v / (1 - self.b2**self.t)
         w -= (self.lr * m_hat / (np.sqrt(v_hat) + 1e-8)).astype(w.dtype)

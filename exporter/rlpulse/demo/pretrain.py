@@ -15,10 +15,14 @@ FILLER_COUNTS = (0, 1, 2)
 FILLER_PROBS = (0.6, 0.25, 0.15)
 
 
-def demonstration(prompt: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """A correct, well-formed response, sometimes with a little reasoning filler."""
+def demonstration(prompt: np.ndarray, rng: np.random.Generator, noise: float) -> np.ndarray:
+    """A well-formed response from a sloppy teacher: each answer digit is a random digit with
+    probability ``noise``; sometimes a little reasoning filler comes first."""
     k = int(rng.choice(FILLER_COUNTS, p=FILLER_PROBS))
-    return np.array([FILLER] * k + [OPEN, *target(prompt).tolist(), CLOSE, EOS])
+    digits = target(prompt)
+    sloppy = rng.random(len(digits)) < noise
+    digits = np.where(sloppy, rng.integers(0, 10, len(digits)), digits)
+    return np.array([FILLER] * k + [OPEN, *digits.tolist(), CLOSE, EOS])
 
 
 def teacher_forced(
@@ -43,6 +47,7 @@ def pretrain(
     max_len: int,
     steps: int,
     lr: float,
+    noise: float,
     rng: np.random.Generator,
     exclude: frozenset[bytes],
     batch: int = 64,
@@ -53,7 +58,7 @@ def pretrain(
     for _ in range(steps):
         prompts = sample_prompts(rng, batch, exclude)
         feats, tokens, mask = teacher_forced(
-            prompts, [demonstration(p, rng) for p in prompts], max_len
+            prompts, [demonstration(p, rng, noise) for p in prompts], max_len
         )
         f, t = feats[mask], tokens[mask]
         dz = softmax(policy.logits(f))  # cross-entropy gradient: p - onehot(target)

@@ -2,14 +2,15 @@
 
 A scenario only changes the trainer's settings (or its grader); the failure then follows from
 the training dynamics. ``signature`` is what to look for, ``within_steps`` how many training
-steps it takes at most to show (seeds 0–4, measured by ``tests/test_demo_scenarios.py``).
+steps it takes at most to show (seeds 0-4, measured by ``tests/test_demo_scenarios.py``).
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, replace
 
-from rlpulse.demo.grpo import TrainConfig
+from rlpulse.demo.grpo import PhaseHook, StepStats, TrainConfig, Trainer
 from rlpulse.demo.task import RewardSpec
 
 HANG_AT_STEP = 20
@@ -24,6 +25,17 @@ class Scenario:
     signature: str
     within_steps: int
     config: TrainConfig
+
+    def trainer(self, seed: int = 0, onset: int = 0, phase: PhaseHook | None = None) -> Trainer:
+        """A trainer for this scenario; with ``onset`` > 0 it starts under the healthy settings."""
+        return Trainer(self.config if onset <= 0 else _BASE, seed=seed, phase=phase)
+
+    def run(self, trainer: Trainer, steps: int, onset: int = 0) -> Iterator[StepStats]:
+        """``steps`` training steps, under this scenario's settings after step ``onset``."""
+        for stats in trainer.run(steps):
+            if onset > 0 and stats.step == onset:
+                trainer.reconfigure(self.config)
+            yield stats
 
 
 _BASE = TrainConfig()
@@ -41,17 +53,19 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "entropy-collapse",
-            "learning rate 100x too high and no entropy bonus",
-            "token entropy falls below 0.05 nats and stays there; groups lose reward variance",
-            60,
-            replace(_BASE, lr=0.3, entropy_coef=0.0),
+            "learning rate ~70x too high (0.2) and no entropy bonus",
+            "token entropy falls below a fifth of its early level, then under 0.05 nats, and "
+            "stays there; groups lose their reward variance",
+            100,
+            replace(_BASE, lr=0.2, entropy_coef=0.0),
         ),
         Scenario(
             "kl-blowup",
-            "no KL penalty and large steps (lr 0.2, 4 PPO epochs per batch)",
-            "KL to the reference above 0.5 for good (spikes far higher); reward and eval fall",
-            40,
-            replace(_BASE, beta=0.0, lr=0.2, ppo_epochs=4),
+            "no KL penalty and large steps (lr 0.1, 16 PPO epochs x 4 minibatches per batch)",
+            "KL to the reference above 1 nat for good (median ~3, spikes far higher); reward "
+            "and eval collapse",
+            60,
+            replace(_BASE, beta=0.0, lr=0.1, ppo_epochs=16, minibatches=4),
         ),
         Scenario(
             "reward-hacking",

@@ -1,4 +1,4 @@
-"""The toy task: ``toy-arith``. A prompt is 2–8 digits; the answer adds 3 to each digit mod 10.
+"""The toy task: ``toy-arith``. A prompt is 2-8 digits; the answer adds 3 to each digit mod 10.
 
 A response is a token sequence ``.* <a> d+ </a> <eos>``: optional "reasoning" filler ``.``, then
 the answer span. Graders turn a response into a verdict and reward components; the training
@@ -134,10 +134,10 @@ COMPONENTS: tuple[str, ...] = ("correctness", "format", "length")
 
 
 def reward_components(
-    spec: RewardSpec, prompt: np.ndarray, n_tokens: int, g: Grade
+    spec: RewardSpec, prompt: np.ndarray, response: np.ndarray, g: Grade
 ) -> tuple[float, float, float]:
     """(correctness, format, length) reward of one graded response."""
-    extra = max(0, n_tokens - (len(prompt) + 3))
+    extra = max(0, len(response) - (len(prompt) + 3))
     return (
         spec.correctness * float(g.correct),
         spec.format * float(g.format_ok),

@@ -1,0 +1,80 @@
+"""Export one demo training step through rlpulse's public API, as a user's trainer would.
+
+Three layers: the trainer's TRL-style log dict (RL), per-rollout arrays and grader timings
+(system and task), the eval scores (task). Phase timings come from ``rlpulse.phase`` wrapped
+around the trainer's phases (see ``Trainer(phase=...)``).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+import rlpulse
+from rlpulse import catalog
+from rlpulse.demo.grpo import StepStats, TrainConfig
+from rlpulse.demo.task import BENCHMARK
+
+EVAL_SCORE = catalog.get("rl_eval_score").name
+GRADER_SECONDS = catalog.get("rl_grader_duration_seconds").name
+GRADER_CALLS = catalog.get("rl_grader_calls_total").name
+KL_COEF = catalog.get("rl_kl_coefficient").name
+HYPERPARAMETER = catalog.get("rl_hyperparameter").name
+ADVANTAGE = {
+    stat: catalog.get(f"rl_advantage_{stat}").name for stat in ("mean", "std", "min", "max")
+}
+
+METADATA = {
+    "model": "toy-loglinear-policy",
+    "framework": "trl",
+    "benchmark": BENCHMARK,
+    "grader_version": "toy-arith-grader/1",
+}
+
+
+def publish_config(config: TrainConfig) -> None:
+    """The run's numeric settings as hyperparameter gauges (again whenever they change)."""
+    for name, value in config.hyperparameters().items():
+        rlpulse.set(HYPERPARAMETER, value, name=name)
+    rlpulse.set(KL_COEF, config.beta)
+
+
+def publish_step(stats: StepStats, record: bool = True) -> None:
+    """Everything one step produced. ``record`` also offers the rollouts to the trace store."""
+    batch = stats.rollouts
+    ids = batch.ids()
+    if record:
+        records = batch.records()
+        rlpulse.record_rollouts(
+            rollout_ids=ids,
+            step=batch.step,
+            group_ids=[f"s{batch.step}-p{r.group}" for r in records],
+            prompts=[r.prompt for r in records],
+            responses=[r.response for r in records],
+            rewards=batch.rewards,
+            components=batch.components,
+            advantages=batch.advantages,
+            lengths=batch.response_tokens,
+            truncated=batch.truncated,
+            verdicts=[r.verdict for r in records],
+        )
+    rlpulse.observe_rollouts(
+        latency_seconds=batch.gen.latency,
+        response_tokens=batch.response_tokens,
+        prompt_tokens=batch.prompt_tokens,
+        rewards=batch.rewards,
+        components=batch.components,
+        truncated=batch.truncated,
+        format_ok=batch.format_ok,
+        success=batch.success,
+        group_size=batch.group_size,
+        rollout_ids=ids,
+    )
+    rlpulse.observe(GRADER_SECONDS, batch.grader_seconds)
+    rlpulse.count(GRADER_CALLS, len(batch.grader_seconds))
+    adv = batch.advantages
+    for stat, fn in (("mean", np.mean), ("std", np.std), ("min", np.min), ("max", np.max)):
+        rlpulse.set(ADVANTAGE[stat], float(fn(adv)))
+    rlpulse.set(EVAL_SCORE, stats.train_score, benchmark=BENCHMARK, split="train")
+    if stats.eval_score is not None:
+        rlpulse.set(EVAL_SCORE, stats.eval_score, benchmark=BENCHMARK, split="eval")
+    rlpulse.log(stats.metrics, step=stats.step)

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
@@ -47,6 +48,19 @@ def promtool_check_metrics(text: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [promtool, "check", "metrics"], input=text, capture_output=True, text=True, check=False
     )
+
+
+def self_signed(folder: Path) -> tuple[str, str]:
+    """A self-signed certificate for 127.0.0.1 and its key, made by the real openssl."""
+    cert, key = folder / "cert.pem", folder / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
+        + ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
+        + ["-keyout", str(key), "-out", str(cert)],
+        check=True,
+        capture_output=True,
+    )
+    return str(cert), str(key)
 
 
 @pytest.fixture

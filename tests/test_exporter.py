@@ -5,7 +5,6 @@ from __future__ import annotations
 import math
 import socket
 import ssl
-import subprocess
 import urllib.request
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 import rlpulse
 from rlpulse import catalog
 from rlpulse.exporter import Exporter, PortInUseError
-from tests.conftest import promtool_check_metrics, samples, scrape, value
+from tests.conftest import promtool_check_metrics, samples, scrape, self_signed, value
 
 
 def test_scrape_passes_promtool_and_covers_three_layers(exporter: Exporter) -> None:
@@ -171,20 +170,13 @@ def test_bad_environment_is_a_clear_error(monkeypatch: pytest.MonkeyPatch) -> No
 
 
 def test_tls_passthrough(tmp_path: Path) -> None:
-    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
-        + ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
-        + ["-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-    )
+    cert, key = self_signed(tmp_path)
     exp = Exporter(
-        port=0, addr="127.0.0.1", gpu=False, host=False, certfile=str(cert), keyfile=str(key)
+        port=0, addr="127.0.0.1", gpu=False, host=False, certfile=cert, keyfile=key
     ).start()
     try:
         assert exp.url.startswith("https://")
-        ctx = ssl.create_default_context(cafile=str(cert))
+        ctx = ssl.create_default_context(cafile=cert)
         with urllib.request.urlopen(exp.url, context=ctx, timeout=10) as resp:
             assert b"rl_run_info" in resp.read()
     finally:

@@ -30,7 +30,7 @@ from rlpulse.http import (
     tls_context,
     wants_openmetrics,
 )
-from tests.conftest import promtool_check_metrics
+from tests.conftest import promtool_check_metrics, self_signed
 
 PROMETHEUS_2_ACCEPT = (
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
@@ -180,16 +180,7 @@ def test_close_drops_keepalive_connections_and_frees_the_port() -> None:
 
 @pytest.fixture(scope="module")
 def cert(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
-    d = tmp_path_factory.mktemp("tls")
-    cert, key = d / "cert.pem", d / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
-        + ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
-        + ["-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-    )
-    return str(cert), str(key)
+    return self_signed(tmp_path_factory.mktemp("tls"))
 
 
 def test_tls_handshake_does_not_block_other_clients(cert: tuple[str, str]) -> None:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import ssl
-import subprocess
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ import pytest
 from rlpulse.http import Server
 from rlpulse.rollouts import Recorder, SamplingConfig
 from rlpulse.rollouts.server import routes, serve
+from tests.conftest import self_signed
 
 XSS = "<img src=x onerror=alert(1)>&lt;/script&gt;\x1b[2J"
 
@@ -119,15 +119,8 @@ def test_rollout_text_cannot_run_in_a_browser(data_dir):
 
 
 def test_tls_and_port_release(data_dir, tmp_path):
-    cert, key = tmp_path / "c.pem", tmp_path / "k.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1"]
-        + ["-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"]
-        + ["-keyout", str(key), "-out", str(cert)],
-        check=True,
-        capture_output=True,
-    )
-    with running(data_dir, certfile=str(cert), keyfile=str(key)) as base:
+    cert, key = self_signed(tmp_path)
+    with running(data_dir, certfile=cert, keyfile=key) as base:
         assert base.startswith("https://127.0.0.1:")
         ctx = ssl.create_default_context(cafile=str(cert))
         status, _, body = get(f"{base}/runs", context=ctx)

@@ -56,15 +56,8 @@ log = logging.getLogger("rlpulse")
 DEFAULT_PORT = 9400
 # Labels whose values come from user data and are bounded by ``label_cap``.
 USER_LABELS = frozenset({"component", "benchmark", "tool", "phase", "name", "key", "split"})
-METADATA_KEYS = (
-    "model",
-    "framework",
-    "framework_version",
-    "benchmark",
-    "grader_version",
-    "git_sha",
-    "host",
-)
+# rl_run_info's labels a trainer may set (rlpulse_version is always rlpulse's own)
+METADATA_KEYS = tuple(n for n in catalog.get("rl_run_info").labels if n != "rlpulse_version")
 METADATA_ALIASES = {"grader": "grader_version", "version": "framework_version", "sha": "git_sha"}
 EPISODE_WINDOW = 100
 MAX_PENDING = 4096  # log() snapshots held for the scrape thread before the trainer applies them

@@ -192,6 +192,7 @@ def running_pid(d: Path, name: str) -> int | None:
 
 def _port_free(port: int) -> bool:
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the Go servers bind
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

@@ -210,3 +210,21 @@ def test_parse_promtool_failures() -> None:
     a, b = parse_failures(output)
     assert (a.alert, a.seconds, dict(a.labels)["run_id"], a.value) == ("RLX", 3735.0, 'a "b"', 0.5)
     assert dict(b.labels)["severity"] == "warning" and b.value is not None and math.isnan(b.value)
+
+
+def test_tensorboard_run_directory_with_real_time(tmp_path: Path) -> None:
+    """A CleanRL-style run written by a real SummaryWriter, replayed on its own wall clock."""
+    from tensorboardX import SummaryWriter
+
+    run = tmp_path / "CartPole__ppo__1"
+    writer = SummaryWriter(str(run))
+    for step in range(40):
+        entropy = 0.69 if step < 10 else 0.0005
+        writer.add_scalar("losses/entropy", entropy, step, walltime=5000.0 + 60 * step)
+        writer.add_scalar("charts/episodic_return", 20.0 + step, step, walltime=5000.0 + 60 * step)
+    writer.close()
+    result = replay(run, step_seconds=1)  # timestamps win over --step-seconds
+    assert result.format == "tensorboard" and result.run_id == "CartPole__ppo__1"
+    assert result.timeline.record_times[-1] == 15 + 39 * 60
+    (hit,) = fired(result, "RLEntropyCollapse")
+    assert 10 < hit.onset_step < 35

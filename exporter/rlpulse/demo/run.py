@@ -61,13 +61,14 @@ def progress_line(stats: StepStats, eval_score: float | None, ms_per_step: float
 
 
 def run_demo(
-    opts: DemoOptions, out: TextIO = sys.stdout, stop: threading.Event | None = None
+    opts: DemoOptions, out: TextIO | None = None, stop: threading.Event | None = None
 ) -> int:
     """Train ``opts.scenario`` for ``opts.steps`` steps while serving /metrics; 0 when done.
 
     ``stop`` (set from another thread) ends the run early, a hung collective included.
     """
     opts.check()
+    out = out or sys.stdout
     scenario = scenarios.get(opts.scenario)
     stop = stop or threading.Event()
     start_kwargs: dict[str, Any] = {

@@ -53,11 +53,12 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "entropy-collapse",
-            "learning rate ~70x too high (0.2) and no entropy bonus",
-            "token entropy falls below a fifth of its early level, then under 0.05 nats, and "
-            "stays there; groups lose their reward variance",
-            100,
-            replace(_BASE, lr=0.2, entropy_coef=0.0),
+            "learning rate ~30x too high (0.1), no entropy bonus and no KL penalty (beta 0, as "
+            "in recent GRPO defaults)",
+            "token entropy falls below a fifth of its early level and on towards 0 (under 0.01 "
+            "nats); groups lose their reward variance",
+            30,
+            replace(_BASE, lr=0.1, beta=0.0, entropy_coef=0.0),
         ),
         Scenario(
             "kl-blowup",
@@ -76,10 +77,12 @@ SCENARIOS: dict[str, Scenario] = {
         ),
         Scenario(
             "length-explosion",
-            "a verbosity reward (+0.05 per extra token) instead of a length penalty",
-            "mean response length doubles and many responses are truncated at the limit",
-            150,
-            replace(_BASE, reward=RewardSpec(length_per_token=0.05)),
+            "a verbosity reward (+0.05 per extra token) instead of a length penalty, and no KL "
+            "penalty (beta 0, as in recent GRPO defaults) to anchor the stopping token",
+            "mean response length grows past 4x its early level and most responses are cut "
+            "at the 64-token limit",
+            200,
+            replace(_BASE, beta=0.0, reward=RewardSpec(length_per_token=0.05)),
         ),
         Scenario(
             "nan-loss",

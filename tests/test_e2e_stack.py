@@ -18,6 +18,7 @@ import pytest
 import yaml
 
 from rlpulse.cli import build_parser
+from rlpulse.exporter import Exporter
 from rlpulse.stack.config import Config
 from rlpulse.stackrun import INSTALL, alive, running_pid
 from tests.stackutil import (
@@ -165,12 +166,17 @@ def test_a_port_in_use_is_named(tmp_path: Path) -> None:
     rlpulse("stack", "down", "--dir", str(tmp_path / "stack"))
 
 
-def test_the_demo_default_port_is_scraped_by_the_generated_config() -> None:
+def test_the_demo_default_port_is_scraped_by_the_generated_config(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv("RLPULSE_PORT", raising=False)
+    monkeypatch.delenv("LOCAL_RANK", raising=False)
     demo = build_parser().parse_args(["demo"])
-    assert f"127.0.0.1:{demo.port}" in Config().scrape.static_targets
+    port = Exporter(port=demo.port, gpu=False, host=False, process=False).port  # not started
+    assert f"127.0.0.1:{port}" in Config().scrape.static_targets
     committed = yaml.safe_load((ROOT / "prometheus" / "prometheus.yml").read_text())
     static = committed["scrape_configs"][0]["static_configs"][0]["targets"]
-    assert f"127.0.0.1:{demo.port}" in static
+    assert f"127.0.0.1:{port}" in static
 
 
 # ---- scripts/demo -------------------------------------------------------------------------------
@@ -183,6 +189,7 @@ def _script_env(d: Path, p: dict[str, int], cfg: Path) -> dict[str, str]:
         "RLPULSE_STACK_DIR": str(d),
         "RLPULSE_STACK_UP_ARGS": " ".join(up_args(d, p, "--config", str(cfg))[4:]),
         "RLPULSE_ADDR": "127.0.0.1",
+        "RLPULSE_DATA_DIR": str(d.parent / "data"),  # the demo's rollout store
     }
 
 

@@ -121,7 +121,7 @@ def test_entropy_collapse() -> None:
     _, stats = train("entropy-collapse", 2 * within)
     h = smooth(series(stats, "entropy"))
     assert (h[within - WINDOW :] < 0.2 * h.max()).all(), "under a fifth of its peak, for good"
-    assert h[-1] < 0.01
+    assert h[-1] < 0.05
     assert smooth(series(stats, "frac_reward_zero_std"))[-1] > 0.3
 
 

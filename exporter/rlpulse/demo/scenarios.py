@@ -55,8 +55,8 @@ SCENARIOS: dict[str, Scenario] = {
             "entropy-collapse",
             "learning rate ~30x too high (0.1), no entropy bonus and no KL penalty (beta 0, as "
             "in recent GRPO defaults)",
-            "token entropy falls below a fifth of its early level and on towards 0 (under 0.01 "
-            "nats); groups lose their reward variance",
+            "token entropy falls below a fifth of its early level by step ~20 and under 0.01 "
+            "nats by step ~65; groups lose their reward variance",
             30,
             replace(_BASE, lr=0.1, beta=0.0, entropy_coef=0.0),
         ),

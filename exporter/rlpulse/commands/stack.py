@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rlpulse import stackrun
+from rlpulse.exporter import DEFAULT_PORT
 
 MISSING_BINARY = 3
 """Exit status of ``up`` when a binary is not installed (``scripts/demo`` then runs the trainer
@@ -80,6 +81,11 @@ def run_up(args: argparse.Namespace) -> int:
     critical = args.pagerduty_url or f"the inbox, {d / stackrun.INBOX_FILE}"
     print(f"  critical alerts page {critical}; warnings go to the inbox")
     print(f"  logs: {d}/*.log; stop with: rlpulse stack down --dir {d}")
+    scraped = ", ".join(stackrun.stack_config(opts).scrape.static_targets) or "no static target"
+    print(
+        f"Trainers: `rlpulse demo` serves 127.0.0.1:{DEFAULT_PORT}; Prometheus scrapes "
+        f"{scraped} and the file_sd targets in {d}/prometheus/targets/*.json"
+    )
     prometheus = next(s for s in svcs if s.name == "prometheus").url
     print(
         "Dashboards: in Grafana 11, Dashboards > New > Import each of "

@@ -300,6 +300,8 @@ def up(opts: Options) -> list[Service]:
     for svc in svcs:
         pid = pids[svc.name]
         if pid is None:
+            if svc.name == "inbox":  # a fresh inbox lists this session's notifications only
+                (d / INBOX_FILE).unlink(missing_ok=True)
             start(svc, d)
         elif svc.name != "inbox":
             os.kill(pid, signal.SIGHUP)  # re-read the regenerated configuration

@@ -123,7 +123,6 @@ class E2E:
 
     dir: Path
     prometheus: str
-    alertmanager: str
     pagerduty: Sink
     up_argv: list[str]
     trainers: dict[str, Trainer]
@@ -163,11 +162,11 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
     pagerduty = Sink()
     (tmp / "routing_key").write_text(ROUTING_KEY + "\n")
     (tmp / "overrides.yml").write_text(yaml.safe_dump({"scrape": {"static_targets": []}}))
-    prom_port, am_port = free_port(), free_port()
+    prom_port = free_port()
     up_argv = [
         "stack", "up", "--fast", "--dir", str(d), "--config", str(tmp / "overrides.yml"),
         "--pagerduty-url", pagerduty.url, "--pagerduty-key-file", str(tmp / "routing_key"),
-        "--prometheus-port", str(prom_port), "--alertmanager-port", str(am_port),
+        "--prometheus-port", str(prom_port), "--alertmanager-port", str(free_port()),
         "--inbox-port", str(free_port()),
     ]  # fmt: skip
     run = _rlpulse(*up_argv)
@@ -186,7 +185,6 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
     env = E2E(
         d,
         f"http://127.0.0.1:{prom_port}",
-        f"http://127.0.0.1:{am_port}",
         pagerduty,
         up_argv,
         trainers,

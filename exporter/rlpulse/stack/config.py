@@ -315,7 +315,7 @@ class GradNormSpike(AlertConfig):
         metadata=_doc("Fire when the recent max is this many times the rolling median."),
     )
     min_level: float = field(
-        default=1.0, metadata=_doc("...and the recent max grad norm is above this.")
+        default=5.0, metadata=_doc("...and the recent max grad norm is above this.")
     )
 
 

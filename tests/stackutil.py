@@ -53,7 +53,10 @@ def query(base: str, expr: str, at: float | None = None) -> dict[str, Any]:
     try:
         return dict(api(f"{base}/api/v1/query?{urlencode(params)}"))
     except urllib.error.HTTPError as exc:  # 400/422: a refused expression
-        return dict(json.loads(exc.read()))
+        try:
+            return dict(json.loads(exc.read()))
+        except ValueError:  # 503 while starting up: an OSError, "not yet" to wait_for
+            raise exc from None
 
 
 def results(base: str, expr: str, at: float | None = None) -> list[dict[str, Any]]:

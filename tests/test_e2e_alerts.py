@@ -69,6 +69,14 @@ EXPECTED: dict[str, Expectation] = {
     "reward-hacking": Expectation("RLRewardHacking", 600, 150),
 }
 HEALTHY_STEPS = 600
+# The generator config the stack runs with (`rlpulse stack up --config`): only this module's
+# file_sd targets, and the KL page level of the toy task. Its k3 KL to the reference saturates
+# at a median of ~3 nats (a 16-token vocabulary, docs/demo.md), under the default critical
+# level of 5 nats. Everything else is the shipped fast preset.
+OVERRIDES = {
+    "scrape": {"static_targets": []},
+    "alerts": {"kl_reference_high": {"critical": 2.0}},
+}
 
 
 @dataclass
@@ -161,7 +169,7 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
     d = tmp / "stack"
     pagerduty = Sink()
     (tmp / "routing_key").write_text(ROUTING_KEY + "\n")
-    (tmp / "overrides.yml").write_text(yaml.safe_dump({"scrape": {"static_targets": []}}))
+    (tmp / "overrides.yml").write_text(yaml.safe_dump(OVERRIDES))
     prom_port = free_port()
     up_argv = [
         "stack", "up", "--fast", "--dir", str(d), "--config", str(tmp / "overrides.yml"),

@@ -155,6 +155,12 @@ def test_a_missing_binary_names_the_install_command(tmp_path: Path) -> None:
     assert not (tmp_path / "stack").exists(), "nothing written or started"
 
 
+def test_port_zero_is_refused_before_anything_starts(tmp_path: Path) -> None:
+    run = rlpulse(*up_args(tmp_path / "stack", {**ports(), "inbox": 0}))
+    assert run.returncode == 2 and "--inbox-port 0" in run.stderr
+    assert not (tmp_path / "stack").exists()
+
+
 def test_a_port_in_use_is_named(tmp_path: Path) -> None:
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

@@ -127,6 +127,10 @@ def write_files(opts: Options, cfg: Config) -> None:
 
 def services(opts: Options) -> list[Service]:
     """The three processes, with their command lines (binaries looked up now)."""
+    for name in ("prometheus", "alertmanager", "inbox"):
+        port = getattr(opts, f"{name}_port")
+        if not 0 < port < 65536:  # each is written into the others' config before they start
+            raise ValueError(f"--{name}-port {port}: expected a port number in 1-65535")
     d = opts.dir.resolve()
     prometheus = find_binary("prometheus", env="RLPULSE_PROMETHEUS_BIN")
     alertmanager = find_binary(

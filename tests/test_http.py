@@ -264,3 +264,22 @@ def test_real_prometheus_scrapes_openmetrics_with_gzip(tmp_path: Path) -> None:
         proc.terminate()
         proc.wait(timeout=10)
         exp.close()
+
+
+def test_a_client_hanging_up_mid_response_is_not_a_traceback(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    exp = Exporter(port=0, addr="127.0.0.1", gpu=False, host=False).start()
+    try:
+        exp.log({f"custom/{i}": float(i) for i in range(200)})
+        for _ in range(20):
+            with socket.create_connection(("127.0.0.1", exp.port)) as s:
+                s.setsockopt(
+                    socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00"
+                )
+                s.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        time.sleep(0.5)
+        assert "Traceback" not in capfd.readouterr().err
+        assert "rl_run_info" in urllib.request.urlopen(exp.url, timeout=10).read().decode()
+    finally:
+        exp.close()

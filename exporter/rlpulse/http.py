@@ -15,6 +15,7 @@ import errno
 import logging
 import socket
 import ssl
+import sys
 import threading
 import zlib
 from collections.abc import Callable, Mapping
@@ -179,6 +180,14 @@ class _HTTPServer(ThreadingHTTPServer):
         self.address_family = family
         self.app = app
         super().__init__(address, _RequestHandler)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hangs up mid-response is routine: debug-logged, not a traceback."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError | TimeoutError | ssl.SSLError):
+            log.debug("rlpulse http: %s went away: %s", client_address, exc)
+            return
+        log.warning("rlpulse http: error serving %s", client_address, exc_info=True)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
         conn = request

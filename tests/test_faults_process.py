@@ -110,10 +110,13 @@ def test_a_handler_installed_after_start_replaces_ours_and_exit_still_closes() -
     body = """
     exp = started()
     signal.signal(signal.SIGTERM, lambda s, f: sys.exit(3))
+    print("handler installed", flush=True)
     while True:
         time.sleep(0.01)
     """
     with script(body) as (proc, port):
+        assert proc.stdout is not None
+        assert proc.stdout.readline().strip() == "handler installed"  # no race with the signal
         proc.send_signal(signal.SIGTERM)
         rc, _, err = finish(proc)
     assert rc == 3 and "stopped serving" in err

@@ -92,12 +92,15 @@ def test_a_users_sigterm_handler_is_chained_and_decides() -> None:
         stop.append(time.monotonic())
     signal.signal(signal.SIGTERM, handler)
     exp = started()
+    exp.log({"rl_entropy": 2.0}, step=1)
+    print("logged", flush=True)
     while not stop or time.monotonic() - stop[0] < 1.0:  # checkpoint, then leave
         exp.log({"rl_entropy": 2.0}, step=1); time.sleep(0.01)
     sys.exit(0)
     """
     with script(body) as (proc, port):
-        proc.send_signal(signal.SIGTERM)
+        assert proc.stdout is not None and proc.stdout.readline() == "logged\n"
+        proc.send_signal(signal.SIGTERM)  # after a step is logged: the scrape below must see it
         assert proc.stdout is not None and proc.stdout.readline() == "user handler\n"
         text = scrape(f"http://127.0.0.1:{port}/metrics")  # still serving: the user decided
         assert value(text, "rl_step") == 1

@@ -134,7 +134,7 @@ def test_datasource_only_through_the_variable(name: str) -> None:
     ("name", "expected"),
     [
         ("rl-training.json", ["datasource", "job", "run_id", "rank"]),
-        ("rl-system.json", ["datasource", "job", "run_id", "rank", "gpu"]),
+        ("rl-system.json", ["datasource", "job", "run_id", "rank", "node", "gpu"]),
         ("rl-comparison.json", ["datasource", "job", "run_id"]),
     ],
 )

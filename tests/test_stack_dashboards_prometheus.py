@@ -2,8 +2,8 @@
 
 A real exporter (fake NVML at the pynvml boundary, real host readings) is fed a value for every
 catalog metric through the public API while the real ``prometheus`` binary scrapes it each
-second; then each panel query, with Grafana's variables expanded, must be accepted and return
-data.
+second and evaluates the generated rules (panels read the recording rules); then each panel
+query, with Grafana's variables expanded, must be accepted and return data.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 
 from rlpulse import catalog
 from rlpulse.exporter import Exporter
-from rlpulse.stack import dashboards
+from rlpulse.stack import dashboards, rules
 from rlpulse.stack.config import Config
 from tests.fake_nvml import FakeGpu, FakeNvml
 from tests.stackutil import free_port, query, server, wait_for_data
@@ -82,8 +82,13 @@ def prometheus(trainer: Exporter, tmp_path_factory: pytest.TempPathFactory) -> I
     assert binary, "prometheus is required (apt-get install prometheus)"
     config = tmp_path / "prometheus.yml"
     job = Config().scrape.job_name
+    rule_files = rules.render(Config())  # the panels read the recording rules too
+    for rel, text in rule_files.items():
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(text)
     config.write_text(
-        "global: {scrape_interval: 1s, scrape_timeout: 1s}\n"
+        "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
+        f"rule_files: {[str(tmp_path / rel) for rel in rule_files]}\n"
         "scrape_configs:\n"
         f"  - job_name: {job}\n    static_configs: [{{targets: ['127.0.0.1:{trainer.port}']}}]\n"
     )
@@ -103,6 +108,7 @@ def prometheus(trainer: Exporter, tmp_path_factory: pytest.TempPathFactory) -> I
 def test_every_panel_query_returns_data(prometheus: str) -> None:
     counter = catalog.get("rl_samples_total").name
     wait_for_data(prometheus, f"rate({counter}[4s]) > 0")  # at least two scrapes of a rate
+    wait_for_data(prometheus, rules.rate_name(catalog.get("rl_samples_total")))  # rules evaluated
     empty, refused = [], []
     models = dashboards.dashboards(Config())
     for name, model in models.items():

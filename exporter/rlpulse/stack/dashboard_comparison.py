@@ -13,8 +13,10 @@ from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from rlpulse import catalog
+from rlpulse.stack import rules
 from rlpulse.stack.grafana_common import (
     Query,
+    Recorded,
     Row,
     Selector,
     alerts_annotation,
@@ -29,6 +31,7 @@ from rlpulse.stack.grafana_common import (
 )
 
 SEL = Selector(("job", "run_id"))
+REC = Recorded(("job", "run_id"))
 RUN = "{{run_id}}"
 
 
@@ -93,7 +96,7 @@ def throughput() -> timeseries.Panel:
         "Samples / s",
         "suffix:/s",
         "Rollouts (samples) generated per second per run.",
-        [Query(f"sum by (run_id) ({SEL.rate('rl_samples_total')})", RUN)],
+        [Query(f"sum by (run_id) ({REC(rules.rate_name(rules.SAMPLES))})", RUN)],
     )
 
 

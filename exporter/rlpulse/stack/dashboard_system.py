@@ -1,7 +1,10 @@
 """The RL system dashboard: GPUs, host, process, rollouts, phases, grader, tools, exporter health.
 
-Every trainer process reads all GPUs and the whole host it runs on, so machine-wide series are
-joined to ``rl_run_info``'s ``host`` label and de-duplicated per host (and GPU).
+Node-level readings (GPUs, host) come from each node's local rank 0 and carry its ``node`` label.
+Panels that would read one series per rank or per GPU read the per-node and per-run recording
+rules of rlpulse.stack.rules instead, so they stay fast at 1,024 ranks x 8 GPUs
+(docs/scaling.md); the per-board panel and the rollout heatmap (its exemplars live on the raw
+buckets) read raw series, narrowed by the ``node`` and ``rank`` variables.
 """
 
 from __future__ import annotations
@@ -10,8 +13,10 @@ from typing import Any
 
 from grafana_foundation_sdk.builders import heatmap, timeseries
 
+from rlpulse.stack import rules
 from rlpulse.stack.grafana_common import (
     Query,
+    Recorded,
     Row,
     Selector,
     alerts_annotation,
@@ -27,23 +32,24 @@ from rlpulse.stack.grafana_common import (
 )
 
 SEL = Selector(("job", "run_id", "rank"))
-GPU_SEL = Selector(("job", "run_id", "rank", "gpu"))
-RANK = "{{run_id}}/{{rank}}"
-GPU = "{{host}} gpu{{gpu}}"
+NODE_SEL = Selector(("job", "run_id", "node"))
+GPU_SEL = Selector(("job", "run_id", "node", "gpu"))
+RUN_REC = Recorded(("job", "run_id"))
+NODE_REC = Recorded(("job", "run_id", "node"))
+RUN = "{{run_id}}"
+NODE = "{{node}}"
 PER_SECOND = "suffix:/s"
-_TARGET = "job, instance, run_id, rank"  # the labels that identify one exporter
+M = rules.M
 
 
-def per_host(name: str, selector: Selector = SEL, by: tuple[str, ...] = ()) -> str:
-    """A machine-wide catalog gauge, one series per host (and ``by`` labels), ranks folded."""
-    labels = ", ".join(("host", *by))
-    info = SEL("rl_run_info")
-    return f"max by ({labels}) ({selector(name)} * on ({_TARGET}) group_left (host) {info})"
+def node_agg(name: str, op: str) -> str:
+    """A node's recorded ``op`` (avg, min, max, sum) over its GPUs or ranks."""
+    return NODE_REC(rules.aggregate_name("node", M(name), op))
 
 
-def per_gpu(name: str) -> str:
-    """A GPU gauge, one series per physical GPU (host, index)."""
-    return per_host(name, GPU_SEL, ("gpu",))
+def per_node(name: str) -> str:
+    """A node-level reading (local rank 0's), one series per node."""
+    return f"max by (node) ({NODE_SEL(name)})"
 
 
 # ---- GPUs ------------------------------------------------------------------------------------
@@ -53,11 +59,13 @@ def gpu_utilization() -> timeseries.Panel:
     panel = graph(
         "GPU utilization",
         unit_of("rl_gpu_utilization_ratio"),
-        "Busy fraction of each GPU (compute) and of its memory controller (dashed). Low while "
-        "the run is alive means the GPUs wait on rollouts, the grader or data.",
+        "Busy fraction of each node's GPUs: mean and least busy board, and the mean "
+        "memory-controller load. Low while the run is alive means the GPUs wait on rollouts, the "
+        "grader or data; a low minimum is one stuck or starved board.",
         [
-            Query(per_gpu("rl_gpu_utilization_ratio"), GPU),
-            Query(per_gpu("rl_gpu_memory_utilization_ratio"), GPU + " mem"),
+            Query(node_agg("rl_gpu_utilization_ratio", "avg"), NODE + " mean"),
+            Query(node_agg("rl_gpu_utilization_ratio", "min"), NODE + " min"),
+            Query(node_agg("rl_gpu_memory_utilization_ratio", "avg"), NODE + " mem"),
         ],
         span=8,
     )
@@ -68,10 +76,11 @@ def gpu_memory() -> timeseries.Panel:
     return graph(
         "GPU memory used",
         unit_of("rl_gpu_memory_used_bytes"),
-        "Framebuffer memory in use against the installed total; near-full precedes OOM.",
+        "Framebuffer memory in use on each node's GPUs against the installed total; near-full "
+        "precedes OOM (the per-board ratio is what RLGPUMemoryFull watches).",
         [
-            Query(per_gpu("rl_gpu_memory_used_bytes"), GPU + " used"),
-            Query(per_gpu("rl_gpu_memory_total_bytes"), GPU + " total"),
+            Query(node_agg("rl_gpu_memory_used_bytes", "sum"), NODE + " used"),
+            Query(node_agg("rl_gpu_memory_total_bytes", "sum"), NODE + " total"),
         ],
         span=8,
     )
@@ -81,10 +90,10 @@ def gpu_power() -> timeseries.Panel:
     return graph(
         "GPU power",
         unit_of("rl_gpu_power_watts"),
-        "Board power draw and the enforced power limit.",
+        "Board power draw of each node's GPUs and their enforced power limits, summed.",
         [
-            Query(per_gpu("rl_gpu_power_watts"), GPU),
-            Query(per_gpu("rl_gpu_power_limit_watts"), GPU + " limit"),
+            Query(node_agg("rl_gpu_power_watts", "sum"), NODE),
+            Query(node_agg("rl_gpu_power_limit_watts", "sum"), NODE + " limit"),
         ],
         span=8,
     )
@@ -94,8 +103,8 @@ def gpu_temperature() -> timeseries.Panel:
     return graph(
         "GPU temperature",
         unit_of("rl_gpu_temperature_celsius"),
-        "Core temperature per GPU.",
-        [Query(per_gpu("rl_gpu_temperature_celsius"), GPU)],
+        "Hottest GPU core of each node.",
+        [Query(node_agg("rl_gpu_temperature_celsius", "max"), NODE)],
         span=8,
     )
 
@@ -104,29 +113,41 @@ def gpu_clock() -> timeseries.Panel:
     return graph(
         "GPU SM clock",
         unit_of("rl_gpu_sm_clock_hertz"),
-        "Streaming-multiprocessor clock: a drop under load is throttling.",
-        [Query(per_gpu("rl_gpu_sm_clock_hertz"), GPU)],
+        "Slowest streaming-multiprocessor clock of each node: a drop under load is throttling.",
+        [Query(node_agg("rl_gpu_sm_clock_hertz", "min"), NODE)],
         span=8,
     )
 
 
 def gpu_throttling_and_errors() -> timeseries.Panel:
-    errors = (
-        "sum by (host, gpu, error_type) (increase("
-        f"{GPU_SEL('rl_gpu_ecc_errors_total')}[$__rate_interval])"
-        f" * on ({_TARGET}) group_left (host) {SEL('rl_run_info')})"
-    )
     panel = graph(
         "GPU throttling and ECC errors",
-        unit_of("rl_gpu_throttled"),
-        "1 while a GPU's clocks are held down (by reason), and new volatile ECC errors (right).",
+        "short",
+        "GPUs of each node whose clocks are held down, by reason (left), and volatile ECC "
+        "errors over the rate window (right).",
         [
-            Query(per_host("rl_gpu_throttled", GPU_SEL, ("gpu", "reason")), GPU + " {{reason}}"),
-            Query(errors, GPU + " ECC {{error_type}}"),
+            Query(NODE_REC(rules.GPU_THROTTLED_COUNT), NODE + " {{reason}}"),
+            Query(NODE_REC(rules.GPU_ECC_INCREASE), NODE + " ECC {{error_type}}"),
         ],
         span=8,
     )
     return right_axis(panel, 1, "short")
+
+
+def gpu_boards() -> timeseries.Panel:
+    panel = graph(
+        "GPU utilization per board",
+        unit_of("rl_gpu_utilization_ratio"),
+        "One line per GPU of the nodes chosen in the Node and GPU variables (raw series: on a "
+        "large job pick a node first).",
+        [
+            Query(
+                f"max by (node, gpu) ({GPU_SEL('rl_gpu_utilization_ratio')})", NODE + " gpu{{gpu}}"
+            )
+        ],
+        span=24,
+    )
+    return panel.min(0).max(1)
 
 
 # ---- host and process ------------------------------------------------------------------------
@@ -136,10 +157,11 @@ def host_cpu() -> timeseries.Panel:
     panel = graph(
         "CPU",
         unit_of("rl_host_cpu_utilization_ratio"),
-        "Host CPU busy fraction (left) and each trainer process's CPU use in cores (right).",
+        "Host CPU busy fraction of each node (left) and the CPU its trainer processes use, in "
+        "cores (right).",
         [
-            Query(per_host("rl_host_cpu_utilization_ratio"), "{{host}}"),
-            Query(f"max by (run_id, rank) ({SEL('rl_process_cpu_utilization_ratio')})", RANK),
+            Query(per_node("rl_host_cpu_utilization_ratio"), NODE),
+            Query(node_agg("rl_process_cpu_utilization_ratio", "sum"), NODE + " trainers"),
         ],
     )
     return right_axis(panel, 1, "none")
@@ -149,15 +171,13 @@ def host_memory() -> timeseries.Panel:
     return graph(
         "Memory",
         unit_of("rl_host_memory_used_bytes"),
-        "Host memory used and installed, each trainer process's resident set and the GPU "
-        "memory it holds.",
+        "Host memory used and installed on each node, the resident set of its trainer processes "
+        "and the GPU memory they hold.",
         [
-            Query(per_host("rl_host_memory_used_bytes"), "{{host}} used"),
-            Query(per_host("rl_host_memory_total_bytes"), "{{host}} total"),
-            Query(
-                f"max by (run_id, rank) ({SEL('rl_process_resident_memory_bytes')})", RANK + " RSS"
-            ),
-            Query(f"sum by (run_id, rank) ({SEL('rl_gpu_process_memory_bytes')})", RANK + " GPU"),
+            Query(per_node("rl_host_memory_used_bytes"), NODE + " used"),
+            Query(per_node("rl_host_memory_total_bytes"), NODE + " total"),
+            Query(node_agg("rl_process_resident_memory_bytes", "sum"), NODE + " trainers RSS"),
+            Query(node_agg("rl_gpu_process_memory_bytes", "sum"), NODE + " trainers GPU"),
         ],
     )
 
@@ -167,11 +187,16 @@ def host_memory() -> timeseries.Panel:
 _ROLLOUT = "rl_rollout_duration_seconds"
 
 
+def _quantiles(recorded: dict[str, str]) -> list[Query]:
+    return [Query(RUN_REC(name), f"{q} · {RUN}") for q, name in recorded.items()]
+
+
 def rollout_heatmap() -> heatmap.Panel:
     return latency_heatmap(
         "Rollout latency distribution",
         unit_of(_ROLLOUT),
-        "Rollouts per latency bucket over time; exemplars mark single rollouts (rollout_id).",
+        "Rollouts per latency bucket over time; exemplars mark single rollouts (rollout_id). "
+        "Raw buckets of the ranks chosen in the Rank variable: on a large job pick a few.",
         f"sum by (le) ({SEL.rate(_ROLLOUT, '_bucket')})",
     )
 
@@ -180,16 +205,9 @@ def rollout_quantiles() -> timeseries.Panel:
     return graph(
         "Rollout latency quantiles",
         unit_of(_ROLLOUT),
-        "p50, p95 and p99 rollout latency per run: p99 far above p50 is a long tail (stragglers "
-        "hold the whole batch).",
-        [
-            Query(
-                SEL.quantile(q, _ROLLOUT, ("run_id",)),
-                f"p{round(q * 100)} · {{{{run_id}}}}",
-                exemplar=True,
-            )
-            for q in (0.5, 0.95, 0.99)
-        ],
+        "p50, p95 and p99 rollout latency per run (recorded over the rules' rate window): p99 "
+        "far above p50 is a long tail (stragglers hold the whole batch).",
+        _quantiles(rules.ROLLOUT_QUANTILES),
     )
 
 
@@ -199,12 +217,7 @@ def phase_breakdown() -> timeseries.Panel:
             "Phase-time breakdown",
             "percentunit",
             "Share of wall time per phase (rollout, reward, ref, update, sync, eval, checkpoint).",
-            [
-                Query(
-                    f"sum by (phase) ({SEL.rate('rl_phase_duration_seconds', '_sum')})",
-                    "{{phase}}",
-                )
-            ],
+            [Query(f"avg by (phase) ({RUN_REC(rules.PHASE_SHARE)})", "{{phase}}")],
         )
     )
 
@@ -214,7 +227,7 @@ def phase_durations() -> timeseries.Panel:
         "Mean phase duration",
         unit_of("rl_phase_duration_seconds"),
         "Mean wall time of one pass through each phase.",
-        [Query(SEL.mean("rl_phase_duration_seconds", ("phase",)), "{{phase}}")],
+        [Query(RUN_REC(rules.PHASE_MEAN), "{{phase}} · " + RUN)],
     )
 
 
@@ -222,30 +235,24 @@ def phase_durations() -> timeseries.Panel:
 
 
 def grader_latency() -> timeseries.Panel:
-    name = "rl_grader_duration_seconds"
     return graph(
         "Grader latency",
-        unit_of(name),
+        unit_of("rl_grader_duration_seconds"),
         "p50, p95 and p99 latency of grader / reward-model calls.",
-        [
-            Query(SEL.quantile(q, name, ("run_id",)), f"p{round(q * 100)} · {{{{run_id}}}}")
-            for q in (0.5, 0.95, 0.99)
-        ],
+        _quantiles(rules.GRADER_QUANTILES),
         span=8,
     )
 
 
 def grader_calls() -> timeseries.Panel:
-    calls = f"sum by (run_id) ({SEL.rate('rl_grader_calls_total')})"
-    errors = f"sum by (run_id) ({SEL.rate('rl_grader_errors_total')})"
     panel = graph(
         "Grader calls and errors",
         PER_SECOND,
         "Grader calls and failures per second (left) and the error ratio (right).",
         [
-            Query(calls, "calls · {{run_id}}"),
-            Query(errors, "errors · {{run_id}}"),
-            Query(f"{errors} / {calls}", "error ratio · {{run_id}}"),
+            Query(RUN_REC(rules.rate_name(rules.GRADER_CALLS)), "calls · " + RUN),
+            Query(RUN_REC(rules.rate_name(rules.GRADER_ERRORS)), "errors · " + RUN),
+            Query(RUN_REC(rules.GRADER_ERROR_RATIO), "error ratio · " + RUN),
         ],
         span=8,
     )
@@ -253,15 +260,15 @@ def grader_calls() -> timeseries.Panel:
 
 
 def tool_calls() -> timeseries.Panel:
-    calls = f"sum by (run_id, tool) ({SEL.rate('rl_tool_calls_total')})"
-    errors = f"sum by (run_id, tool) ({SEL.rate('rl_tool_errors_total')})"
+    calls = RUN_REC(rules.TOOL_RATES[rules.TOOL_CALLS])
+    errors = RUN_REC(rules.TOOL_RATES[rules.TOOL_ERRORS])
     panel = graph(
         "Tool calls and errors",
         PER_SECOND,
         "Tool calls per second by tool (left) and each tool's error ratio (right).",
         [
-            Query(calls, "{{tool}} · {{run_id}}"),
-            Query(f"{errors} / {calls}", "{{tool}} errors · {{run_id}}"),
+            Query(calls, "{{tool}} · " + RUN),
+            Query(f"{errors} / {calls}", "{{tool}} errors · " + RUN),
         ],
         span=8,
     )
@@ -275,11 +282,12 @@ def collectors() -> timeseries.Panel:
     panel = graph(
         "Collectors",
         unit_of("rlpulse_collector_up"),
-        "1 while each collector's last reading succeeded (left) and how long it took (right).",
+        "1 while each collector's last reading succeeded on every rank (left) and the slowest "
+        "reading (right).",
         [
-            Query(f"min by (collector) ({SEL('rlpulse_collector_up')})", "{{collector}} up"),
+            Query(f"min by (collector) ({RUN_REC(rules.COLLECTOR_UP_MIN)})", "{{collector}} up"),
             Query(
-                f"max by (collector) ({SEL('rlpulse_collector_duration_seconds')})",
+                f"max by (collector) ({RUN_REC(rules.COLLECTOR_DURATION_MAX)})",
                 "{{collector}} duration",
             ),
         ],
@@ -296,7 +304,7 @@ def exporter_errors() -> timeseries.Panel:
         "anything non-zero means some data is not on these dashboards.",
         [
             Query(
-                f"sum by (collector) ({SEL.rate('rlpulse_collector_errors_total')})",
+                f"sum by (collector) ({RUN_REC(rules.COLLECTOR_ERROR_RATE)})",
                 "collector {{collector}}",
             ),
             Query(
@@ -336,14 +344,15 @@ def build(uid: str) -> dict[str, Any]:
         .with_variable(label_variable("job", "Job", "rl_run_info", Selector(())))
         .with_variable(label_variable("run_id", "Run", "rl_run_info", Selector(("job",))))
         .with_variable(label_variable("rank", "Rank", "rl_run_info", Selector(("job", "run_id"))))
-        .with_variable(label_variable("gpu", "GPU", "rl_gpu_utilization_ratio", SEL))
+        .with_variable(label_variable("node", "Node", "rl_run_info", Selector(("job", "run_id"))))
+        .with_variable(label_variable("gpu", "GPU", "rl_gpu_utilization_ratio", NODE_SEL))
         .annotation(alerts_annotation(SEL))
     )
     rows = [
         Row(
             "GPUs",
             [gpu_utilization(), gpu_memory(), gpu_power()]
-            + [gpu_temperature(), gpu_clock(), gpu_throttling_and_errors()],
+            + [gpu_temperature(), gpu_clock(), gpu_throttling_and_errors(), gpu_boards()],
         ),
         Row("Host and process", [host_cpu(), host_memory()]),
         Row(

@@ -2,7 +2,9 @@
 
 Rows follow the catalog's layers: run status, reward, policy (entropy and divergence),
 optimisation, task (responses and episodes) and system (throughput, phases, liveness). RL scalars
-are averaged across ranks per run (trainers usually log them on rank 0 only).
+are averaged across ranks per run (trainers usually log them on rank 0 only, so that is one
+series). What every rank exports (its step, liveness, counters, histograms) is read from the
+per-run recording rules of rlpulse.stack.rules, so the panels stay fast at 1,024 ranks.
 """
 
 from __future__ import annotations
@@ -13,8 +15,10 @@ from grafana_foundation_sdk.builders import stat, timeseries
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 
+from rlpulse.stack import rules
 from rlpulse.stack.grafana_common import (
     Query,
+    Recorded,
     Row,
     Selector,
     alerts_annotation,
@@ -34,6 +38,9 @@ from rlpulse.stack.grafana_common import (
 )
 
 SEL = Selector(("job", "run_id", "rank"))
+REC = Recorded(("job", "run_id"))
+LAST_LOG_NEWEST = rules.aggregate_name("run", rules.LAST_LOG, "max")
+LAST_LOG_OLDEST = rules.aggregate_name("run", rules.LAST_LOG, "min")
 RUN = "{{run_id}}"
 PER_SECOND = "suffix:/s"
 
@@ -52,7 +59,7 @@ def current_step() -> stat.Panel:
         "Step",
         unit_of("rl_step"),
         "The trainer's global step, per run.",
-        [Query(f"max by (run_id) ({SEL('rl_step')})", RUN)],
+        [Query(f"max by (run_id) ({REC(rules.aggregate_name('run', rules.STEP, 'max'))})", RUN)],
     )
 
 
@@ -61,7 +68,7 @@ def train_steps_rate() -> stat.Panel:
         "Optimizer steps / s",
         PER_SECOND,
         "Rate of optimizer steps; 0 while the process is up means training stalled.",
-        [Query(f"sum by (run_id) ({SEL.rate('rl_train_steps_total')})", RUN)],
+        [Query(f"max by (run_id) ({REC(rules.rate_name(rules.TRAIN_STEPS))})", RUN)],
     )
 
 
@@ -69,8 +76,8 @@ def since_last_log() -> stat.Panel:
     return single_stat(
         "Since last log",
         "s",
-        "Seconds since the trainer last called log(): grows while a loop hangs.",
-        [Query(f"time() - max by (run_id) ({SEL('rl_last_step_timestamp_seconds')})", RUN)],
+        "Seconds since the trainer last called log() on any rank: grows while a loop hangs.",
+        [Query(f"time() - max by (run_id) ({REC(LAST_LOG_NEWEST)})", RUN)],
     ).thresholds(thresholds((None, "green"), (120.0, "orange"), (600.0, "red")))
 
 
@@ -311,13 +318,14 @@ def response_length() -> timeseries.Panel:
     return graph(
         "Response length",
         unit_of(hist),
-        "Batch mean and max response length, with p50/p95 from the histogram (exemplars link "
-        "to single rollouts). Steady growth against the run's start is length explosion.",
+        "Batch mean and max response length, with p50/p90 of every rank's responses from the "
+        "histogram (recorded per run). Steady growth against the run's start is length "
+        "explosion.",
         [
             Query(avg_run("rl_response_length_mean_tokens"), "mean · " + RUN),
             Query(f"max by (run_id) ({SEL('rl_response_length_max_tokens')})", "max · " + RUN),
-            Query(SEL.quantile(0.5, hist, ("run_id",)), "p50 · " + RUN, exemplar=True),
-            Query(SEL.quantile(0.95, hist, ("run_id",)), "p95 · " + RUN, exemplar=True),
+            Query(REC(rules.LENGTH_QUANTILES["p50"]), "p50 · " + RUN),
+            Query(REC(rules.LENGTH_QUANTILES["p90"]), "p90 · " + RUN),
         ],
         span=8,
     )
@@ -366,10 +374,10 @@ def throughput() -> timeseries.Panel:
         "Samples, env steps and optimizer steps per second (left) and generated tokens per "
         "second (right). A drop against the run's own level is a slowdown.",
         [
-            Query(f"sum by (run_id) ({SEL.rate('rl_samples_total')})", "samples · " + RUN),
-            Query(f"sum by (run_id) ({SEL.rate('rl_env_steps_total')})", "env steps · " + RUN),
-            Query(f"sum by (run_id) ({SEL.rate('rl_train_steps_total')})", "train steps · " + RUN),
-            Query(f"sum by (run_id) ({SEL.rate('rl_completion_tokens_total')})", "tokens · " + RUN),
+            Query(REC(rules.rate_name(rules.SAMPLES)), "samples · " + RUN),
+            Query(REC(rules.rate_name(rules.ENV_STEPS)), "env steps · " + RUN),
+            Query(REC(rules.rate_name(rules.TRAIN_STEPS)), "train steps · " + RUN),
+            Query(REC(rules.rate_name(rules.COMPLETION_TOKENS)), "tokens · " + RUN),
         ],
         span=8,
     )
@@ -383,12 +391,7 @@ def phase_times() -> timeseries.Panel:
             "percentunit",
             "Share of wall time in each phase (rollout, reward, update, sync, eval …): which "
             "phase a slowdown comes from.",
-            [
-                Query(
-                    f"sum by (phase) ({SEL.rate('rl_phase_duration_seconds', '_sum')})",
-                    "{{phase}}",
-                )
-            ],
+            [Query(f"avg by (phase) ({REC(rules.PHASE_SHARE)})", "{{phase}}")],
             span=8,
         )
     )
@@ -398,13 +401,12 @@ def liveness() -> timeseries.Panel:
     return graph(
         "Liveness: seconds since last log",
         "s",
-        "Age of the last log() call per rank. A saw-tooth is healthy; a straight climb is a "
-        "stalled loop (the process may still be up).",
+        "Age of the last log() call of each run's most stalled rank and of its freshest one. A "
+        "saw-tooth is healthy; a straight climb is a stalled loop (the process may still be up); "
+        "only the oldest climbing is one hung rank.",
         [
-            Query(
-                f"time() - max by (run_id, rank) ({SEL('rl_last_step_timestamp_seconds')})",
-                "{{run_id}}/{{rank}}",
-            )
+            Query(f"time() - {REC(LAST_LOG_OLDEST)}", "oldest rank · " + RUN),
+            Query(f"time() - {REC(LAST_LOG_NEWEST)}", "newest rank · " + RUN),
         ],
         span=8,
     )

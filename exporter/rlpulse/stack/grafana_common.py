@@ -24,6 +24,7 @@ from grafana_foundation_sdk.models import heatmap as hm
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from rlpulse import catalog
+from rlpulse.stack import rules
 
 DATASOURCE_VARIABLE = "datasource"
 PROMETHEUS = dm.DataSourceRef(type_val="prometheus", uid="${" + DATASOURCE_VARIABLE + "}")
@@ -86,6 +87,22 @@ class Selector:
             f"sum by ({labels}) ({self.rate(name, '_sum')})"
             f" / sum by ({labels}) ({self.rate(name, '_count')})"
         )
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """Selectors of recorded series (rlpulse.stack.rules) filtered by the dashboard variables
+    they carry: pre-aggregated per run (``job``, ``run_id``) or per node (also ``node``)."""
+
+    variables: tuple[str, ...]
+
+    def __call__(self, record: str, **matchers: str) -> str:
+        """``record{var=~"$var", …, key="value"}`` for a recording rule's name."""
+        if record not in rules.recorded_names():
+            raise ValueError(f"{record!r} is not a recording rule of rlpulse.stack.rules")
+        parts = [f'{v}=~"${v}"' for v in self.variables]
+        parts += [f'{k}="{v}"' for k, v in matchers.items()]
+        return record + "{" + ", ".join(parts) + "}"
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,7 @@ replayed into Prometheus (``rlpulse replay``).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -32,6 +33,7 @@ Scope = Literal["target", "run"]
 
 AREAS: tuple[Area, ...] = ("rl", "task", "system")
 RUN_BY = "job, run_id"
+NODE_BY = "job, run_id, node"
 
 M = catalog.get
 ENTROPY = M("rl_entropy")
@@ -54,6 +56,18 @@ FORMAT_OK = M("rl_format_compliance_ratio")
 RUN_INFO = M("rl_run_info")
 STEP = M("rl_step")
 GPU_UTIL = M("rl_gpu_utilization_ratio")
+GPU_MEM_UTIL = M("rl_gpu_memory_utilization_ratio")
+GPU_POWER = M("rl_gpu_power_watts")
+GPU_POWER_LIMIT = M("rl_gpu_power_limit_watts")
+GPU_CLOCK = M("rl_gpu_sm_clock_hertz")
+GPU_PROCESS_MEM = M("rl_gpu_process_memory_bytes")
+PROCESS_CPU = M("rl_process_cpu_utilization_ratio")
+PROCESS_RSS = M("rl_process_resident_memory_bytes")
+LAST_LOG = M("rl_last_step_timestamp_seconds")
+GRADER_LATENCY = M("rl_grader_duration_seconds")
+TOOL_CALLS = M("rl_tool_calls_total")
+TOOL_ERRORS = M("rl_tool_errors_total")
+COLLECTOR_DURATION = M("rlpulse_collector_duration_seconds")
 GPU_MEM_USED = M("rl_gpu_memory_used_bytes")
 GPU_MEM_TOTAL = M("rl_gpu_memory_total_bytes")
 GPU_TEMP = M("rl_gpu_temperature_celsius")
@@ -77,6 +91,7 @@ OVERFLOW = M("rlpulse_label_overflow_total")
 # Recorded series other modules (dashboards, replay) may query; names do not depend on Config.
 ZSCORE_METRICS = (REWARD, EPISODE_RETURN, ENTROPY, KL_REF, APPROX_KL, GRAD_NORM, VALUE_LOSS, CLIP)
 THROUGHPUT_METRICS = (TRAIN_STEPS, SAMPLES, COMPLETION_TOKENS, PROMPT_TOKENS, ENV_STEPS, EPISODES)
+RATED_METRICS = (*THROUGHPUT_METRICS, GRADER_CALLS, GRADER_ERRORS)
 QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
 ENTROPY_RATIO_TO_PEAK = record_name("rank", ENTROPY, "ratio_to_peak")
 FORMAT_RATIO_TO_PEAK = record_name("rank", FORMAT_OK, "ratio_to_peak")
@@ -88,6 +103,41 @@ PHASE_SHARE = record_name("run_phase", PHASE, "share")
 GRADER_ERROR_RATIO = record_name("run", GRADER_ERRORS, "ratio")
 GPU_MEMORY_RATIO = record_name("gpu", GPU_MEM_USED, "ratio")
 ROLLOUT_QUANTILES = {q: record_name("run", ROLLOUT, q) for q, _ in QUANTILES}
+GRADER_QUANTILES = {q: record_name("run", GRADER_LATENCY, q) for q, _ in QUANTILES}
+PHASE_MEAN = record_name("run_phase", PHASE, "mean")
+GPU_THROTTLED_COUNT = record_name("node_reason", GPU_THROTTLED, "sum")
+GPU_ECC_INCREASE = record_name("node_error_type", GPU_ECC, "increase")
+TOOL_RATES = {m: record_name("run_tool", m, "rate") for m in (TOOL_CALLS, TOOL_ERRORS)}
+COLLECTOR_UP_MIN = record_name("run_collector", COLLECTOR_UP, "min")
+COLLECTOR_DURATION_MAX = record_name("run_collector", COLLECTOR_DURATION, "max")
+COLLECTOR_ERROR_RATE = record_name("run_collector", COLLECTOR_ERRORS, "rate")
+# Pre-aggregations for the dashboards (docs/scaling.md): at 1,024 ranks x 8 GPUs a panel reads
+# one series per run or per node instead of one per rank or per GPU. (metric, operation) pairs:
+# ``node:<metric>:<op>`` is ``<op> by (job, run_id, node)``, ``run:…`` by (job, run_id).
+NODE_AGGREGATES: tuple[tuple[catalog.Metric, str], ...] = (
+    (GPU_UTIL, "avg"),
+    (GPU_UTIL, "min"),
+    (GPU_MEM_UTIL, "avg"),
+    (GPU_MEM_USED, "sum"),
+    (GPU_MEM_TOTAL, "sum"),
+    (GPU_POWER, "sum"),
+    (GPU_POWER_LIMIT, "sum"),
+    (GPU_TEMP, "max"),
+    (GPU_CLOCK, "min"),
+    (GPU_PROCESS_MEM, "sum"),
+    (PROCESS_CPU, "sum"),
+    (PROCESS_RSS, "sum"),
+)
+RUN_AGGREGATES: tuple[tuple[catalog.Metric, str], ...] = (
+    (STEP, "max"),
+    (LAST_LOG, "max"),
+    (LAST_LOG, "min"),
+    (PROCESS_RSS, "max"),
+    (GPU_UTIL, "avg"),
+)
+# Counters every rank holds the same global value of (the step): a run's rate is their max, not
+# their sum. Every other throughput counter counts the rank's own work and is summed.
+GLOBAL_COUNTERS = (TRAIN_STEPS,)
 LENGTH_QUANTILES = {q: record_name("run", LENGTH_HIST, q) for q in ("p50", "p90", "p99")}
 
 
@@ -111,6 +161,11 @@ def drop_ratio_name(metric: catalog.Metric) -> str:
 def rate_name(metric: catalog.Metric) -> str:
     """The recorded per-second rate of a throughput counter, per run."""
     return record_name("run", metric, "rate")
+
+
+def aggregate_name(level: str, metric: catalog.Metric, op: str) -> str:
+    """The recorded ``op`` (avg, min, max, sum) of a gauge per node or per run."""
+    return record_name(level, metric, op)
 
 
 def rate_ratio_name(metric: catalog.Metric) -> str:
@@ -234,8 +289,13 @@ class _Q:
         return f"rate({self.s(metric, suffix=suffix)}[{window or self.w.rate}])"
 
     def run_sum_rate(self, metric: catalog.Metric, window: str = "", offset: str = "") -> str:
+        """A run's rate of a counter: summed over ranks, or their max for a global counter."""
         off = f" offset {offset}" if offset else ""
-        return f"sum by ({RUN_BY}) (rate({self.s(metric)}[{window or self.w.rate}]{off}))"
+        agg = "max" if metric in GLOBAL_COUNTERS else "sum"
+        return f"{agg} by ({RUN_BY}) (rate({self.s(metric)}[{window or self.w.rate}]{off}))"
+
+    def by(self, op: str, labels: str, metric: catalog.Metric) -> str:
+        return f"{op} by ({labels}) ({self.s(metric)})"
 
     def run_quantile(
         self, q: float, metric: catalog.Metric, window: str = "", off: str = ""
@@ -533,7 +593,7 @@ def _system_recordings(q: _Q) -> list[Recording]:
         Recording(name, q.run_quantile(p, ROLLOUT))
         for (n, p), name in zip(QUANTILES, ROLLOUT_QUANTILES.values(), strict=True)
     ]
-    out += [Recording(rate_name(m), q.run_sum_rate(m)) for m in THROUGHPUT_METRICS]
+    out += [Recording(rate_name(m), q.run_sum_rate(m)) for m in RATED_METRICS]
     out += [
         Recording(
             rate_ratio_name(m),
@@ -552,6 +612,41 @@ def _system_recordings(q: _Q) -> list[Recording]:
             GRADER_ERROR_RATIO, f"{q.run_sum_rate(GRADER_ERRORS)} / {q.run_sum_rate(GRADER_CALLS)}"
         ),
         Recording(GPU_MEMORY_RATIO, f"{q.s(GPU_MEM_USED)} / {q.s(GPU_MEM_TOTAL)}"),
+    ]
+    return out + _scale_recordings(q)
+
+
+def _scale_recordings(q: _Q) -> list[Recording]:
+    """Per-node and per-run pre-aggregations the dashboards read (see NODE_AGGREGATES)."""
+    out = [
+        Recording(aggregate_name("node", m, op), q.by(op, NODE_BY, m)) for m, op in NODE_AGGREGATES
+    ]
+    out += [
+        Recording(aggregate_name("run", m, op), q.by(op, RUN_BY, m)) for m, op in RUN_AGGREGATES
+    ]
+    out += [
+        Recording(GPU_THROTTLED_COUNT, q.by("sum", f"{NODE_BY}, reason", GPU_THROTTLED)),
+        Recording(
+            GPU_ECC_INCREASE,
+            f"sum by ({NODE_BY}, error_type) (increase({q.s(GPU_ECC)}[{q.w.rate}]))",
+        ),
+        Recording(
+            PHASE_MEAN,
+            f"sum by ({RUN_BY}, phase) ({q.rate(PHASE, suffix='_sum')}) / "
+            f"sum by ({RUN_BY}, phase) ({q.rate(PHASE, suffix='_count')})",
+        ),
+        Recording(COLLECTOR_UP_MIN, q.by("min", f"{RUN_BY}, collector", COLLECTOR_UP)),
+        Recording(COLLECTOR_DURATION_MAX, q.by("max", f"{RUN_BY}, collector", COLLECTOR_DURATION)),
+        Recording(
+            COLLECTOR_ERROR_RATE, f"sum by ({RUN_BY}, collector) ({q.rate(COLLECTOR_ERRORS)})"
+        ),
+    ]
+    out += [
+        Recording(name, f"sum by ({RUN_BY}, tool) ({q.rate(m)})") for m, name in TOOL_RATES.items()
+    ]
+    out += [
+        Recording(name, q.run_quantile(p, GRADER_LATENCY))
+        for (_, p), name in zip(QUANTILES, GRADER_QUANTILES.values(), strict=True)
     ]
     return out
 
@@ -719,6 +814,12 @@ def groups(cfg: Config) -> list[Group]:
         kept = tuple(_annotate(al, area, cfg) for al in alerts(q) if al.enabled)
         out.append(Group(area, tuple(recordings(q)), kept))
     return out
+
+
+@functools.cache
+def recorded_names() -> frozenset[str]:
+    """Every recording rule's name (the names do not depend on the Config)."""
+    return frozenset(r.record for g in groups(Config()) for r in g.recordings)
 
 
 def all_alerts(cfg: Config) -> list[tuple[Area, Alert]]:

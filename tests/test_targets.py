@@ -1,16 +1,22 @@
-"""``rlpulse targets``: file_sd from host lists, hostfiles and the launcher's environment."""
+"""``rlpulse targets``: file_sd from host lists, hostfiles and the launcher's environment, and
+exporters registering themselves (one file each, gone when the exporter closes)."""
 
 from __future__ import annotations
 
 import json
 import shutil
+import signal
+import socket
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
 from rlpulse import cli, targets
+from rlpulse.exporter import Exporter
+from tests.conftest import self_signed
 
 
 def test_hostlist_ranges() -> None:
@@ -92,3 +98,87 @@ def test_cli_writes_a_file_prometheus_accepts(tmp_path: Path) -> None:
 def test_cli_bad_label_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["targets", "--hosts", "a", "--label", "oops"]) == 2
     assert "--label 'oops': expected NAME=VALUE" in capsys.readouterr().err
+
+
+# ---- self-registration (rlpulse.targets.register) ----------------------------------------------
+
+
+def test_register_writes_one_target_and_removes_it_on_close(tmp_path: Path) -> None:
+    exp = Exporter(port=0, addr="127.0.0.1", run_id="grpo/7", rank=3, gpu=False, host=False)
+    exp.start()
+    try:
+        reg = targets.register(tmp_path / "sd", exp, {"role": "rollout"})
+        assert reg.path == tmp_path / "sd" / "grpo_7-3.json"  # a '/' is no file name
+        assert json.loads(reg.path.read_text()) == [
+            {"targets": [f"127.0.0.1:{exp.port}"], "labels": {"role": "rollout"}}
+        ]
+        assert [p.name for p in (tmp_path / "sd").iterdir()] == [reg.path.name]  # no temp file
+    finally:
+        exp.close()
+    assert not reg.path.exists()
+    reg.close()  # twice is fine
+
+
+def test_register_host_and_scheme(tmp_path: Path) -> None:
+    cert, key = self_signed(tmp_path)
+    exp = Exporter(port=0, run_id="r", certfile=cert, keyfile=key, gpu=False, host=False).start()
+    try:
+        reg = targets.register(tmp_path, exp)  # bound to 0.0.0.0: this machine's name
+        assert reg.address == f"{socket.gethostname()}:{exp.port}"
+        assert json.loads(reg.path.read_text())[0]["labels"] == {"__scheme__": "https"}
+        reg = targets.register(tmp_path, exp, host="fd00::1")
+        assert reg.address == f"[fd00::1]:{exp.port}"
+    finally:
+        exp.close()
+    assert list(tmp_path.glob("*.json")) == []
+
+
+def test_register_refuses_what_would_break_scraping(tmp_path: Path) -> None:
+    exp = Exporter(port=0, run_id="r", gpu=False, host=False)
+    with pytest.raises(ValueError, match="started exporter"):
+        targets.register(tmp_path, exp)
+    exp.start()
+    try:
+        with pytest.raises(ValueError, match=r"\['node', 'rank'\] would clash"):
+            targets.register(tmp_path, exp, {"rank": "0", "node": "a", "role": "x"})
+    finally:
+        exp.close()
+
+
+def test_unregister_after_a_hard_kill(tmp_path: Path) -> None:
+    path = targets.write_target(tmp_path, "run", 5, "10.0.0.5:40123")
+    assert path.name == "run-5.json"
+    assert targets.unregister(tmp_path, "run", 5)
+    assert not targets.unregister(tmp_path, "run", 5)
+
+
+_CHILD = """
+import os, signal, sys, time
+from rlpulse import targets
+from rlpulse.exporter import Exporter
+exp = Exporter(port=0, addr="127.0.0.1", run_id="child", gpu=False, host=False).start()
+reg = targets.register(sys.argv[1], exp)
+if os.fork() == 0:  # a forked child exiting must not take the parent's file with it
+    reg.close()
+    exp.close()
+    os._exit(0)
+os.wait()
+assert reg.path.exists()
+print(reg.path, flush=True)
+if sys.argv[2] == "sigterm":
+    time.sleep(60)
+"""
+
+
+@pytest.mark.parametrize("end", ["exit", "sigterm"])
+def test_the_file_goes_with_the_process(tmp_path: Path, end: str) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-c", _CHILD, str(tmp_path), end], stdout=subprocess.PIPE, text=True
+    )
+    assert proc.stdout is not None
+    path = Path(proc.stdout.readline().strip())
+    assert path.exists()
+    if end == "sigterm":
+        proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=30) == (-signal.SIGTERM if end == "sigterm" else 0)
+    assert not path.exists()

@@ -145,6 +145,7 @@ class Exporter:
                 f"{self.web_config.path}: give the certificate in one place"
             )
         self._routes: dict[str, http.Handler] = {}
+        self._close_hooks: list[Callable[[], None]] = []
         self.node = node or os.environ.get("RLPULSE_NODE") or socket.gethostname()
         self.identity = [self.run_id, str(self.rank), str(self.local_rank), self.node]
         self.unmapped_cap = unmapped_cap
@@ -275,7 +276,20 @@ class Exporter:
         with self._lock:
             self._close()
 
+    def on_close(self, hook: Callable[[], None]) -> None:
+        """Call ``hook`` once when this exporter closes (``close()``, interpreter exit, SIGTERM),
+        before the port is freed; its errors are logged, not raised. A forked child drops the
+        hooks. ``rlpulse.targets.register`` removes its file_sd target this way."""
+        with self._lock:
+            self._close_hooks.append(hook)
+
     def _close(self) -> None:
+        hooks, self._close_hooks = self._close_hooks, []
+        for hook in hooks:  # first: Prometheus should drop the target before scrapes fail
+            try:
+                hook()
+            except Exception:
+                log.warning("rlpulse: close hook %r failed", hook, exc_info=True)
         if self._server is not None:
             self._server.close()
             self._server = None
@@ -297,6 +311,7 @@ class Exporter:
             if series.hist is not None:
                 series.hist._lock = threading.Lock()
         self._readers = []  # their worker threads did not survive the fork
+        self._close_hooks = []  # the parent's to run (a target file is the parent's)
         if self._server is not None:
             self._server.abandon()
             self._server = None

@@ -1,4 +1,6 @@
-"""Prometheus ``file_sd`` target files for a multi-node job, from a host list or the launcher.
+"""Prometheus ``file_sd`` target files for a multi-node job, from a host list or the launcher,
+or written by each exporter itself (:func:`register`, for processes a scheduler such as Ray
+places on ports and nodes chosen at run time).
 
 Each node runs one exporter per local rank on ``base_port + local_rank``; one target group per
 node. The exporters label their own series with ``node`` and ``local_rank``, so the groups add only
@@ -10,9 +12,11 @@ from __future__ import annotations
 import json
 import os
 import re
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 _RANGE = re.compile(r"^(?P<prefix>[^\[\]]*)\[(?P<body>[^\]]+)\](?P<suffix>.*)$")
 
@@ -116,3 +120,102 @@ def write(path: Path, groups: list[dict[str, object]]) -> None:
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(json.dumps(groups, indent=2) + "\n")
     tmp.replace(path)
+
+
+# ---- self-registration: one file per exporter, for processes placed by a scheduler (Ray) -------
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+_WILDCARD = ("", "0.0.0.0", "::")
+
+
+def target_path(directory: Path | str, run_id: str, rank: int) -> Path:
+    """The file of one exporter: ``<run_id>-<rank>.json`` (other characters become ``_``)."""
+    return Path(directory) / f"{_UNSAFE.sub('_', run_id)}-{rank}.json"
+
+
+def write_target(
+    directory: Path | str,
+    run_id: str,
+    rank: int,
+    address: str,
+    labels: Mapping[str, str] | None = None,
+) -> Path:
+    """Write (atomically) the one-target group of ``address`` (``host:port``); its path.
+
+    ``labels`` are target labels: the exporter's own series already carry ``run_id``, ``rank``,
+    ``local_rank`` and ``node``, so those names are refused (Prometheus would rename the
+    exported ones to ``exported_*``). ``__scheme__`` and ``__metrics_path__`` are allowed.
+    """
+    clash = set(labels or {}) & {"run_id", "rank", "local_rank", "node", "job", "instance"}
+    if clash:
+        raise ValueError(
+            f"target label(s) {sorted(clash)} would clash with the exporter's own labels"
+        )
+    path = target_path(directory, run_id, rank)
+    write(path, [{"targets": [address], "labels": dict(labels or {})}])
+    return path
+
+
+def unregister(directory: Path | str, run_id: str, rank: int) -> bool:
+    """Remove one exporter's file (a driver cleaning up after a killed worker); whether it was
+    there."""
+    try:
+        target_path(directory, run_id, rank).unlink()
+    except FileNotFoundError:
+        return False
+    return True
+
+
+class Registration:
+    """One exporter's file_sd entry; removed by ``close()`` or when the exporter closes."""
+
+    def __init__(self, path: Path, address: str) -> None:
+        self.path = path
+        self.address = address
+        self._pid = os.getpid()
+
+    def close(self) -> None:
+        """Remove the file (once; a no-op in a forked child and when it is already gone)."""
+        if os.getpid() == self._pid:
+            self.path.unlink(missing_ok=True)
+
+    def __enter__(self) -> Registration:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Registration({str(self.path)!r}, {self.address!r})"
+
+
+def register(
+    directory: Path | str,
+    exporter: Any,
+    labels: Mapping[str, str] | None = None,
+    *,
+    host: str | None = None,
+) -> Registration:
+    """Announce a started ``Exporter`` to Prometheus' ``file_sd`` (``directory/*.json``).
+
+    Writes ``<run_id>-<rank>.json`` holding ``host:port`` and removes it when the exporter closes
+    (``close()``, interpreter exit, SIGTERM; a SIGKILLed process leaves it, see
+    :func:`unregister`). ``host`` is the address Prometheus reaches the process at: by default
+    the exporter's bind address, or this machine's host name when it listens on all interfaces.
+    An HTTPS exporter gets ``__scheme__: https``.
+    """
+    if not exporter.serving:
+        raise ValueError("register() needs a started exporter (its port is known once serving)")
+    host = host or (exporter.addr if exporter.addr not in _WILDCARD else socket.gethostname())
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # IPv6
+    address = f"{host}:{exporter.port}"
+    labels = dict(labels or {})
+    if exporter.tls:
+        labels.setdefault("__scheme__", "https")
+    Path(directory).mkdir(parents=True, exist_ok=True)
+    reg = Registration(
+        write_target(directory, exporter.run_id, exporter.rank, address, labels), address
+    )
+    exporter.on_close(reg.close)
+    return reg

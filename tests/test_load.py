@@ -74,7 +74,11 @@ def test_concurrent_scrapes_and_writers_lose_nothing() -> None:
         assert "rlpulse_dropped_values_total" not in text
         print(
             f"\nload: {THREADS} writers x {STEPS} steps, {SCRAPERS} scrapers, {elapsed:.1f}s: "
-            f"{sum(served)} scrapes served, max scrape latency {max(worst) * 1000:.1f} ms"
+            f"{THREADS * STEPS} steps logged, {sum(served)} scrapes served, max scrape latency "
+            f"{max(worst) * 1000:.1f} ms; totals exact: rl_env_steps_total "
+            f"{value(text, 'rl_env_steps_total'):.0f}, rl_samples_total "
+            f"{value(text, 'rl_samples_total'):.0f}, rl_completion_tokens_total "
+            f"{value(text, 'rl_completion_tokens_total'):.0f}, 0 drops"
         )
     finally:
         exp.close()
@@ -95,7 +99,8 @@ def test_memory_stays_bounded_over_a_million_steps() -> None:
                 rss.append(proc.memory_info().rss)
         growth = (rss[-1] - rss[1]) / (1 << 20)
         print(
-            f"\nsoak: 1,000,000 log() calls of 32 keys, RSS growth after warm-up {growth:.1f} MiB"
+            f"\nsoak: 1,000,000 log() calls of 32 keys, RSS {rss[1] / (1 << 20):.0f} MiB after "
+            f"warm-up, growth {growth:.1f} MiB over the next 800,000 calls"
         )
         assert growth < 50, rss
         assert value(scrape(exp.url), "rl_step") == 999_999

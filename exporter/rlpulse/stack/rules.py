@@ -47,6 +47,7 @@ EXPLAINED_VAR = M("rl_explained_variance")
 REWARD = M("rl_reward_mean")
 EPISODE_RETURN = M("rl_episode_return")
 ZERO_STD = M("rl_zero_std_groups_ratio")
+GROUP_OUTCOME = M("rl_group_outcome_ratio")
 IMPORTANCE = M("rl_importance_ratio_mean")
 EVAL_SCORE = M("rl_eval_score")
 LENGTH_MEAN = M("rl_response_length_mean_tokens")
@@ -479,11 +480,13 @@ def _rl_alerts(q: _Q) -> Iterator[Alert]:
         f"Mean reward of {_RUN} changed by only {_V} over the last {rp.window}.",
     )
     zs = a.zero_std_groups_high
+    # trainers that log all-good / all-bad group shares instead (tinker) sum to the same fraction
+    agreeing = q.recent(GROUP_OUTCOME, 'outcome=~"all_good|all_bad"')
     yield Alert.of(
         zs,
         "RLZeroStdGroupsHigh",
         "warning",
-        f"{q.recent(ZERO_STD)} > {zs.threshold:g}",
+        f"({q.recent(ZERO_STD)} or sum without (outcome) ({agreeing})) > {zs.threshold:g}",
         "Most prompt groups carry no learning signal (all rewards equal).",
         f"{_V} of the prompt groups of {_ID} have zero reward spread (threshold {zs.threshold:g}).",
     )

@@ -230,6 +230,25 @@ def _rl() -> Iterator[Scenario]:
         (Check("RLZeroStdGroupsHigh", "50m", (Expect("warning", TARGET, 0.9),)),),
     )
     yield Scenario(
+        "Zero-std groups from group outcomes (all_good + all_bad, as tinker logs them): 0.05 + "
+        "0.05, then 0.5 + 0.3 from 20m; fires like the direct fraction.",
+        (
+            (
+                _w(r.GROUP_OUTCOME, {**TARGET, "outcome": "all_good"}),
+                f"{const(0.05, 20)} {const(0.5, 40)}",
+            ),
+            (
+                _w(r.GROUP_OUTCOME, {**TARGET, "outcome": "all_bad"}),
+                f"{const(0.05, 20)} {const(0.3, 40)}",
+            ),
+            (
+                _w(r.GROUP_OUTCOME, {**TARGET, "outcome": "mixed"}),
+                f"{const(0.9, 20)} {const(0.2, 40)}",
+            ),
+        ),
+        (Check("RLZeroStdGroupsHigh", "50m", (Expect("warning", TARGET, 0.8),)),),
+    )
+    yield Scenario(
         "Train/inference mismatch: importance ratio 1.0, then 1.5 from 20m: 0.5 away from 1.",
         ((_w(r.IMPORTANCE), f"{const(1, 20)} {const(1.5, 40)}"),),
         (Check("RLImportanceRatioDrift", "50m", (Expect("warning", TARGET, 0.5),)),),

@@ -25,7 +25,7 @@ from transformers import (
 from rlpulse import catalog, keys
 from rlpulse.exporter import Exporter
 from rlpulse.integrations.trl import RlpulseCallback
-from tests.conftest import promtool_check_metrics, scrape, value
+from tests.conftest import promtool_check_metrics, samples, scrape, value
 
 SPECIALS = ["[PAD]", "[UNK]", "[BOS]", "[EOS]"]
 STEP = catalog.get("rl_step").name
@@ -119,10 +119,22 @@ def test_only_world_process_zero_reports_unless_all_ranks(exporter: Exporter) ->
     assert quiet.exporter is None
     loud = RlpulseCallback(exporter, all_ranks=True)
     loud.on_train_begin(args, worker, control)
+    loud.on_step_begin(args, worker, control)
+    loud.on_step_end(args, worker, control)
     loud.on_log(args, worker, control, logs={"loss": 0.5, "note": "text", "none": None})
     text = scrape(exporter.url)
-    assert value(text, STEP) == 3
-    assert value(text, catalog.get(keys.resolve("loss", "trl").metric).name) == 0.5  # type: ignore[union-attr]
+    assert value(text, STEP) == 3  # its own liveness and step time
+    assert value(text, f"{PHASE}_count", phase="step") == 1
+    loss = catalog.get(keys.resolve("loss", "trl").metric).name  # type: ignore[union-attr]
+    hyper = catalog.get("rl_hyperparameter").name
+    # the gathered statistics and the run's settings are process zero's: not duplicated here
+    assert not {loss, hyper} & {name for name, _ in samples(text)}
+    zero = TrainerState(global_step=3, is_world_process_zero=True)
+    loud.on_train_begin(args, zero, control)
+    loud.on_log(args, zero, control, logs={"loss": 0.5, "note": "text", "none": None})
+    text = scrape(exporter.url)
+    assert value(text, loss) == 0.5
+    assert value(text, hyper, name="learning_rate") == args.learning_rate
     assert exporter.dropped == {}
 
 

@@ -8,7 +8,10 @@ optimizer step's wall time lands in ``rl_phase_duration_seconds{phase="step"}``.
 
 Only the world's process zero reports by default: transformers gathers the logged values across
 processes, so every rank would export the same numbers. ``all_ranks=True`` gives each process
-its own exporter (port = base port + local rank, labelled with its rank).
+its own exporter (port = base port + local rank, labelled with its rank) for what is its own:
+its step (liveness), its step times and, with ``gpu``/``host`` left on, its node's readings;
+the gathered batch statistics and the hyperparameters stay on process zero, so no series is
+duplicated across ranks (docs/scaling.md).
 """
 
 from __future__ import annotations
@@ -107,7 +110,7 @@ class RlpulseCallback(TrainerCallback):
         self.exporter = exporter_for(
             self._given, self.framework, _version(), start=self._start, **start_kwargs
         )
-        if self.exporter is not None:
+        if self.exporter is not None and state.is_world_process_zero:
             params = {k: getattr(args, k, None) for k in HYPERPARAMETERS}
             set_hyperparameters(self.exporter, params)
 
@@ -139,5 +142,7 @@ class RlpulseCallback(TrainerCallback):
         logs: Mapping[str, Any] | None = None,
         **kwargs: Any,
     ) -> None:
-        if self.exporter is not None and logs and self._reports(state):
-            self.exporter.log(numbers(logs), step=int(state.global_step))
+        if self.exporter is None or not logs or not self._reports(state):
+            return
+        gathered = numbers(logs) if state.is_world_process_zero else {}  # the same on every rank
+        self.exporter.log(gathered, step=int(state.global_step))

@@ -6,6 +6,7 @@ import shutil
 import subprocess
 import urllib.request
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -61,6 +62,53 @@ def self_signed(folder: Path) -> tuple[str, str]:
         capture_output=True,
     )
     return str(cert), str(key)
+
+
+@dataclass(frozen=True)
+class Pki:
+    """A CA, a server certificate for 127.0.0.1 and a client certificate, as PEM files."""
+
+    ca: Path
+    server_cert: Path
+    server_key: Path
+    client_cert: Path
+    client_key: Path
+
+
+def _openssl(*args: str) -> None:
+    subprocess.run(["openssl", *args], check=True, capture_output=True)
+
+
+def make_pki(d: Path) -> Pki:
+    """Certificates signed by a throwaway CA (EC P-256: fast to make)."""
+    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
+    _openssl(
+        "req", "-x509", *ec, "-days", "1", "-subj", "/CN=rlpulse test CA",
+        "-addext", "basicConstraints=critical,CA:TRUE",
+        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
+        "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"),
+    )  # fmt: skip
+    for name, ext in (
+        ("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
+        ("client", "extendedKeyUsage=clientAuth\n"),
+    ):
+        (d / f"{name}.ext").write_text(ext)
+        _openssl(
+            "req", *ec, "-subj", f"/CN=rlpulse test {name}",
+            "-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.csr"),
+        )  # fmt: skip
+        _openssl(
+            "x509", "-req", "-in", str(d / f"{name}.csr"), "-days", "1",
+            "-CA", str(d / "ca.crt"), "-CAkey", str(d / "ca.key"), "-CAcreateserial",
+            "-extfile", str(d / f"{name}.ext"), "-out", str(d / f"{name}.crt"),
+        )  # fmt: skip
+    return Pki(d / "ca.crt", d / "server.crt", d / "server.key", d / "client.crt", d / "client.key")
+
+
+def bcrypt_hash(password: str, cost: int = 10) -> str:
+    import bcrypt
+
+    return str(bcrypt.hashpw(password.encode(), bcrypt.gensalt(cost)).decode())
 
 
 @pytest.fixture

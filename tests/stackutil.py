@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -25,6 +26,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlencode
+
+import yaml
 
 T = TypeVar("T")
 
@@ -120,6 +123,26 @@ def server(argv: Sequence[str], ready_url: str, timeout: float = 30) -> Iterator
             proc.wait()
         if proc.stderr:
             proc.stderr.close()
+
+
+@contextlib.contextmanager
+def prometheus(workdir: Path, config: dict[str, Any], flags: Sequence[str] = ()) -> Iterator[str]:
+    """A real Prometheus running ``config`` (prometheus.yml as data) with extra command-line
+    ``flags``; yields its base URL."""
+    binary = shutil.which("prometheus")
+    assert binary, "prometheus is required (apt-get install prometheus)"
+    path = workdir / "prometheus.yml"
+    path.write_text(yaml.safe_dump(config))
+    url = f"http://127.0.0.1:{free_port()}"
+    argv = [
+        binary,
+        f"--config.file={path}",
+        f"--storage.tsdb.path={workdir / 'tsdb'}",
+        f"--web.listen-address={url.removeprefix('http://')}",
+        *flags,
+    ]
+    with server(argv, f"{url}/-/ready"):
+        yield url
 
 
 @dataclass(frozen=True)

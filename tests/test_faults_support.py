@@ -1,13 +1,12 @@
-"""Helpers for the security, hostile-input and fault tests (no tests here): the generated stack
-run by ``rlpulse.stackrun`` with services that can be stopped and restarted on their ports and
-data, a one-off Prometheus with a given prometheus.yml, a throwaway PKI and bcrypt hashes.
-Process and query helpers come from ``tests.stackutil``.
+"""Helpers for the hostile-input and fault tests (no tests here): the generated stack run by
+``rlpulse.stackrun`` with services that can be stopped and restarted on their ports and data.
+Process and query helpers (and a one-off Prometheus) come from ``tests.stackutil``; the PKI and
+bcrypt hashes from ``tests.conftest``.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import shutil
 import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -18,25 +17,7 @@ from typing import Any
 import yaml
 
 from rlpulse import stackrun
-from tests.stackutil import free_port, ready, server, wait_for
-
-
-@contextmanager
-def prometheus(workdir: Path, config: dict[str, Any]) -> Iterator[str]:
-    """A real Prometheus running ``config`` (prometheus.yml as data); yields its base URL."""
-    binary = shutil.which("prometheus")
-    assert binary, "prometheus is required (apt-get install prometheus)"
-    path = workdir / "prometheus.yml"
-    path.write_text(yaml.safe_dump(config))
-    url = f"http://127.0.0.1:{free_port()}"
-    argv = [
-        binary,
-        f"--config.file={path}",
-        f"--storage.tsdb.path={workdir / 'tsdb'}",
-        f"--web.listen-address={url.removeprefix('http://')}",
-    ]
-    with server(argv, f"{url}/-/ready"):
-        yield url
+from tests.stackutil import free_port, ready, wait_for
 
 
 @dataclass
@@ -120,50 +101,3 @@ def local_stack(
         yield stack
     finally:
         stack.close()
-
-
-@dataclass(frozen=True)
-class Pki:
-    """A CA, a server certificate for 127.0.0.1 and a client certificate, as PEM files."""
-
-    ca: Path
-    server_cert: Path
-    server_key: Path
-    client_cert: Path
-    client_key: Path
-
-
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
-def make_pki(d: Path) -> Pki:
-    """Certificates signed by a throwaway CA (EC P-256: fast to make)."""
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl(
-        "req", "-x509", *ec, "-days", "1", "-subj", "/CN=rlpulse test CA",
-        "-addext", "basicConstraints=critical,CA:TRUE",
-        "-addext", "keyUsage=critical,keyCertSign,cRLSign",
-        "-keyout", str(d / "ca.key"), "-out", str(d / "ca.crt"),
-    )  # fmt: skip
-    for name, ext in (
-        ("server", "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n"),
-        ("client", "extendedKeyUsage=clientAuth\n"),
-    ):
-        (d / f"{name}.ext").write_text(ext)
-        _openssl(
-            "req", *ec, "-subj", f"/CN=rlpulse test {name}",
-            "-keyout", str(d / f"{name}.key"), "-out", str(d / f"{name}.csr"),
-        )  # fmt: skip
-        _openssl(
-            "x509", "-req", "-in", str(d / f"{name}.csr"), "-days", "1",
-            "-CA", str(d / "ca.crt"), "-CAkey", str(d / "ca.key"), "-CAcreateserial",
-            "-extfile", str(d / f"{name}.ext"), "-out", str(d / f"{name}.crt"),
-        )  # fmt: skip
-    return Pki(d / "ca.crt", d / "server.crt", d / "server.key", d / "client.crt", d / "client.key")
-
-
-def bcrypt_hash(password: str, cost: int = 10) -> str:
-    import bcrypt
-
-    return str(bcrypt.hashpw(password.encode(), bcrypt.gensalt(cost)).decode())

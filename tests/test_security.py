@@ -29,8 +29,8 @@ from rlpulse.exporter import Exporter
 from rlpulse.http import Request
 from rlpulse.rollouts.server import routes as rollout_routes
 from rlpulse.webconfig import BasicAuth, RateLimit, TokenBucket, WebConfigError
-from tests.stackutil import api, results, wait_for
-from tests.test_faults_support import Pki, bcrypt_hash, make_pki, prometheus
+from tests.conftest import Pki, bcrypt_hash, make_pki
+from tests.stackutil import api, prometheus, results, wait_for
 
 USER = "prometheus"
 PASSWORD = "scrape-password-\u00e9-7f2c"

@@ -18,7 +18,7 @@ import yaml
 
 from rlpulse import webconfig
 from rlpulse.exporter import Exporter
-from tests.test_faults_support import bcrypt_hash
+from tests.conftest import bcrypt_hash
 
 ROOT = Path(__file__).resolve().parents[1]
 ROUTING_KEY = "R0UT1NGKEY-5b1d9e2f7a3c4e6b8d0f"

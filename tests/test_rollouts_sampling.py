@@ -216,8 +216,12 @@ def test_bad_batches_are_counted_not_raised(tmp_path, caplog):
     assert rec.record(rewards=["x", "y"]) == []
     assert rec.record(responses="not a column") == []
     assert rec.record(step=[1, 2, 3], rewards=[1.0, 2.0, 3.0], components=[1, 2, 3]) == []
-    assert rec.stats()["dropped:invalid"] == 4
+    assert rec.record(rewards=[1.0, 2.0], group_ids={"a": 1, "b": 2}) == []  # a dict, not a column
+    assert rec.record(rewards=[1.0, 2.0], prompts={"a", "b"}) == []  # unordered
+    assert rec.stats()["dropped:invalid"] == 6
     assert "columns differ in length" in caplog.text
+    assert "column 'group_ids' must be a sequence" in caplog.text
+    assert "column 'prompts' must be a sequence" in caplog.text
     assert rec.record(rewards=[1.0, 2.0], responses=["a", "b"]) == [0, 1]
     rec.close()
     strict = Recorder("strict", data_dir=tmp_path, strict=True)

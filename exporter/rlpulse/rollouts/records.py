@@ -136,7 +136,9 @@ class Columns:
             if key == "metadata" and isinstance(seq, Mapping):
                 shared = seq
                 continue
-            if isinstance(seq, str | bytes) or not hasattr(seq, "__len__"):
+            if isinstance(seq, str | bytes | Mapping) or not (
+                hasattr(seq, "__len__") and hasattr(seq, "__getitem__")
+            ):
                 raise ColumnError(f"column {key!r} must be a sequence with one item per rollout")
             per_row[key] = seq
         sizes = {k: a.size for k, a in arrays.items()}

@@ -30,6 +30,12 @@ def test_hostlist_ranges() -> None:
     assert targets.expand_hostlist("n[8-10]") == ["n8", "n9", "n10"]
     with pytest.raises(ValueError, match="bad range 'a-b'"):
         targets.expand_hostlist("n[a-b]")
+    with pytest.raises(ValueError, match="bad range '9-3'"):
+        targets.expand_hostlist("n[9-3]")
+    with pytest.raises(ValueError, match="is over 65536 hosts"):  # a typo, refused at once
+        targets.expand_hostlist("gpu[0-99999999]")
+    with pytest.raises(ValueError, match="over 65536 hosts"):  # nested ranges multiply
+        targets.expand_hostlist("r[0-999]n[0-999]")
 
 
 def test_hostfile(tmp_path: Path) -> None:

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 _RANGE = re.compile(r"^(?P<prefix>[^\[\]]*)\[(?P<body>[^\]]+)\](?P<suffix>.*)$")
+MAX_HOSTS = 65536  # far beyond any job's node count; a typo like gpu[0-99999999] stops here
 
 
 def expand_hostlist(spec: str) -> list[str]:
@@ -31,11 +32,15 @@ def expand_hostlist(spec: str) -> list[str]:
             continue
         for item in m["body"].split(","):
             lo, _, hi = item.partition("-")
-            if not lo.isdigit() or (hi and not hi.isdigit()):
+            if not lo.isdigit() or (hi and not hi.isdigit()) or int(hi or lo) < int(lo):
                 raise ValueError(f"host list {spec!r}: bad range {item!r}")
+            if int(hi or lo) - int(lo) >= MAX_HOSTS:
+                raise ValueError(f"host list {spec!r}: range {item!r} is over {MAX_HOSTS} hosts")
             width = len(lo)
             for n in range(int(lo), int(hi or lo) + 1):
                 hosts.extend(expand_hostlist(f"{m['prefix']}{n:0{width}d}{m['suffix']}"))
+                if len(hosts) > MAX_HOSTS:
+                    raise ValueError(f"host list {spec!r}: over {MAX_HOSTS} hosts")
     return hosts
 
 

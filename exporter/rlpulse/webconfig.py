@@ -489,7 +489,7 @@ def _bcrypt() -> Any:
         import bcrypt
     except ImportError:
         raise WebConfigError(
-            "basic_auth_users needs the bcrypt package: pip install 'rlpulse[auth]'"
+            "basic_auth_users needs the bcrypt package (an rlpulse dependency): pip install bcrypt"
         ) from None
     return bcrypt
 

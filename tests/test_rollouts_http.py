@@ -3,6 +3,7 @@ and rollout text that cannot run as HTML in a browser."""
 
 from __future__ import annotations
 
+import base64
 import json
 import ssl
 import urllib.error
@@ -18,7 +19,7 @@ import pytest
 from rlpulse.http import Server
 from rlpulse.rollouts import Recorder, SamplingConfig
 from rlpulse.rollouts.server import routes, serve
-from tests.conftest import self_signed
+from tests.conftest import bcrypt_hash, self_signed
 
 XSS = "<img src=x onerror=alert(1)>&lt;/script&gt;\x1b[2J"
 
@@ -130,6 +131,28 @@ def test_tls_and_port_release(data_dir, tmp_path):
         assert get(f"{base}/runs", context=ctx)[0] == 200  # the server is still fine
         port = int(base.rsplit(":", 1)[1])
     serve(data_dir, port=port).close()  # the port was freed
+
+
+def test_its_own_server_takes_tls_and_basic_auth_from_a_web_config(data_dir, tmp_path):
+    cert, key = self_signed(tmp_path)
+    web = tmp_path / "web.yml"
+    web.write_text(
+        f"tls_server_config: {{cert_file: {cert}, key_file: {key}}}\n"
+        f"basic_auth_users: {{reader: '{bcrypt_hash('s3cret', cost=4)}'}}\n"
+    )
+    ctx = ssl.create_default_context(cafile=cert)
+    srv = serve(data_dir, web_config=web)
+    try:
+        url = f"https://127.0.0.1:{srv.port}/runs"
+        assert get(url, context=ctx)[0] == 401
+        for password, status in (("wrong", 401), ("s3cret", 200)):
+            token = base64.b64encode(f"reader:{password}".encode()).decode()
+            request = urllib.request.Request(url, headers={"Authorization": f"Basic {token}"})
+            assert get(request, context=ctx)[0] == status
+    finally:
+        srv.close()
+    with pytest.raises(ValueError, match="not both"):
+        serve(data_dir, certfile=cert, keyfile=key, web_config=web)
 
 
 def test_routes_mount_on_another_server(data_dir):

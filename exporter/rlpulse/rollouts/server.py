@@ -8,8 +8,9 @@ Routes (GET)::
     /rollout?id=ROLLOUT_ID[&run=ID]         one rollout (the newest with that id)
 
 ``routes(data_dir)`` is the route table to mount on the exporter's ``rlpulse.http.Server``;
-``serve`` runs it on a server of its own, bound to 127.0.0.1 unless told otherwise, with TLS when
-given a certificate. Bodies are ASCII JSON with ``<``, ``>`` and ``&`` escaped, served as
+``serve`` runs it on a server of its own, bound to 127.0.0.1 unless told otherwise, with TLS and
+basic auth from a web config file (the exporter's format, ``rlpulse.webconfig``) or TLS from a
+certificate. Bodies are ASCII JSON with ``<``, ``>`` and ``&`` escaped, served as
 ``application/json`` with ``nosniff`` and a deny-all CSP, so rollout text cannot run as HTML or
 script in a browser.
 """
@@ -20,6 +21,7 @@ import os
 from collections.abc import Callable
 from typing import Any
 
+from rlpulse import webconfig
 from rlpulse.http import Handler, Request, Response, Server, tls_context
 from rlpulse.rollouts.escape import html_safe_json
 from rlpulse.rollouts.paths import list_runs
@@ -156,8 +158,16 @@ def serve(
     port: int = 0,
     certfile: str | None = None,
     keyfile: str | None = None,
+    web_config: str | os.PathLike[str] | None = None,
 ) -> Server:
     """Serve the API on its own started server (port 0: a free one; ``.port`` tells which);
-    HTTPS when ``certfile`` is given. ``close()`` frees the port."""
-    tls = tls_context(certfile, keyfile) if certfile else None
-    return Server(addr, port, routes(data_dir), tls=tls).start()
+    TLS, basic auth and headers from ``web_config``, or HTTPS when ``certfile`` is given (not
+    both). ``close()`` frees the port."""
+    if web_config is not None and certfile:
+        raise ValueError("give the certificate in the web config or as certfile, not both")
+    options: dict[str, Any] = {}
+    if web_config is not None:
+        options = webconfig.load(web_config).server_options()
+    elif certfile:
+        options["tls"] = tls_context(certfile, keyfile)
+    return Server(addr, port, routes(data_dir), **options).start()

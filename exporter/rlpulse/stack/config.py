@@ -106,6 +106,113 @@ class Scrape:
     )
 
 
+Pairs = tuple[tuple[str, str], ...]
+"""A YAML mapping of names to string values (labels, headers), kept in order as (name, value)."""
+
+_LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
+_HEADER_RE = re.compile(r"^[A-Za-z0-9-]+$")
+# headers Prometheus sets itself (it refuses them in remote_write.headers) or that carry a secret
+_RESERVED_HEADERS = frozenset(
+    h.lower()
+    for h in (
+        "Authorization",
+        "Host",
+        "Content-Encoding",
+        "Content-Type",
+        "Content-Length",
+        "Connection",
+        "Keep-Alive",
+        "Proxy-Authenticate",
+        "Proxy-Authorization",
+        "Www-Authenticate",
+        "Accept-Encoding",
+        "User-Agent",
+        "X-Prometheus-Remote-Write-Version",
+        "X-Prometheus-Remote-Read-Version",
+    )
+)
+
+
+@dataclass(frozen=True)
+class RemoteWrite:
+    """One remote_write endpoint: a scalable store (VictoriaMetrics, Thanos Receive, Mimir)."""
+
+    url: str = field(
+        default="",
+        metadata=_doc(
+            "Write endpoint, e.g. http://vm:8428/api/v1/write (no credentials in the URL)."
+        ),
+    )
+    name: str = field(
+        default="",
+        metadata=_doc(
+            'Name of the queue in Prometheus\' remote-write metrics (unique; "": hashed).'
+        ),
+    )
+    send: Literal["all", "recorded"] = field(
+        default="all",
+        metadata=_doc(
+            "'all': every series; 'recorded': only the recording rules, ALERTS and rl_run_info "
+            "(a central store holding per-run/per-node aggregates)."
+        ),
+    )
+    username: str = field(default="", metadata=_doc("Basic-auth user (with password_file)."))
+    password_file: str = field(default="", metadata=_doc("File holding the basic-auth password."))
+    bearer_token_file: str = field(
+        default="", metadata=_doc("File holding a bearer token (instead of basic auth).")
+    )
+    headers: Pairs = field(
+        default=(),
+        metadata=_doc(
+            "Extra HTTP headers, e.g. {X-Scope-OrgID: team-a} for Mimir (no secrets: use files)."
+        ),
+    )
+    remote_timeout: Duration = field(
+        default=Duration("30s"), metadata=_doc("Timeout of one write request.")
+    )
+    batch_send_deadline: Duration = field(
+        default=Duration("5s"),
+        metadata=_doc("Longest a sample waits for a full batch (the delay a store lags by)."),
+    )
+    max_samples_per_send: int = field(
+        default=0,
+        metadata=_doc(
+            "Samples per request (0: Prometheus' default); raise it for fewer, larger requests."
+        ),
+    )
+    capacity: int = field(
+        default=0,
+        metadata=_doc("Samples queued per shard (0: Prometheus' default); 3-10x the batch size."),
+    )
+    max_shards: int = field(
+        default=0,
+        metadata=_doc(
+            "Most parallel senders (0: Prometheus' default); lower it to spare a small store."
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Federation:
+    """The scrape job a global Prometheus adds to federate aggregates from leaves (federate.yml)."""
+
+    job_name: str = field(
+        default="rlpulse-federate", metadata=_doc("Job name on the global server.")
+    )
+    leaves: tuple[str, ...] = field(
+        default=("127.0.0.1:9090",),
+        metadata=_doc("host:port of each leaf Prometheus (give each its own external_labels)."),
+    )
+    scheme: Literal["http", "https"] = field(
+        default="http", metadata=_doc("Scheme of the leaves' /federate endpoint.")
+    )
+    interval: Duration = field(
+        default=Duration("30s"),
+        metadata=_doc("Federation scrape interval (at least the leaves' evaluation interval)."),
+    )
+    timeout: Duration = field(default=Duration("20s"), metadata=_doc("Federation scrape timeout."))
+
+
 @dataclass(frozen=True)
 class Routing:
     """Alertmanager grouping and repeat timings."""
@@ -697,6 +804,19 @@ class Config:
     selectors: Selectors = field(default_factory=Selectors, metadata=_doc("Series selection."))
     windows: Windows = field(default_factory=Windows, metadata=_doc("Shared PromQL windows."))
     alerts: Alerts = field(default_factory=Alerts, metadata=_doc("Alert thresholds."))
+    external_labels: Pairs = field(
+        default=(),
+        metadata=_doc(
+            "Labels this Prometheus adds to remote-written, federated and alerted series, "
+            "e.g. {cluster: a, replica: prom-0} (needed by federation and HA dedup)."
+        ),
+    )
+    remote_write: tuple[RemoteWrite, ...] = field(
+        default=(), metadata=_doc("Remote-write endpoints (none by default).")
+    )
+    federation: Federation = field(
+        default_factory=Federation, metadata=_doc("Federation of leaves into a global server.")
+    )
 
 
 # ---- YAML loading -------------------------------------------------------------------------------
@@ -717,6 +837,17 @@ def _coerce(where: str, f: dataclasses.Field[Any], hint: Any, value: Any) -> Any
         if not isinstance(value, bool):
             raise ConfigError(f"{where}: expected true or false, got {value!r}")
         return value
+    if hint is int:
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"{where}: expected a whole number >= 0, got {value!r}")
+        return value
+    if hint == Pairs:
+        if not isinstance(value, Mapping):
+            raise ConfigError(f"{where}: expected a mapping of names to strings, got {value!r}")
+        for k, v in value.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise ConfigError(f"{where}.{k}: expected a string, got {v!r}")
+        return tuple(value.items())
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
@@ -737,7 +868,9 @@ def _coerce(where: str, f: dataclasses.Field[Any], hint: Any, value: Any) -> Any
     if origin is tuple:
         if not isinstance(value, list | tuple):
             raise ConfigError(f"{where}: expected a list, got {value!r}")
-        item = get_args(hint)[0]
+        item: Any = get_args(hint)[0]
+        if isinstance(item, type) and dataclasses.is_dataclass(item):  # a list of sections
+            return tuple(_build(f"{where}[{i}]", item(), v) for i, v in enumerate(value))
         return tuple(_coerce(f"{where}[{i}]", f, item, v) for i, v in enumerate(value))
     raise TypeError(f"unsupported config type {hint!r} at {where}")
 
@@ -790,6 +923,40 @@ def _check(cfg: Config) -> None:
             )
     if seconds(w.resolution) > seconds(w.recent):
         raise ConfigError(f"windows.resolution: {w.resolution} is longer than windows.recent")
+    for name, _ in cfg.external_labels:
+        if not _LABEL_RE.match(name) or name == "__name__":
+            raise ConfigError(f"external_labels.{name}: not a label name")
+    names = [rw.name for rw in cfg.remote_write if rw.name]
+    for i, rw in enumerate(cfg.remote_write):
+        _check_remote_write(f"remote_write[{i}]", rw)
+        if rw.name and names.count(rw.name) > 1:
+            raise ConfigError(f"remote_write[{i}].name: {rw.name!r} is used twice")
+    fed = cfg.federation
+    if seconds(fed.timeout) > seconds(fed.interval):
+        raise ConfigError(
+            f"federation.timeout: {fed.timeout} is longer than federation.interval {fed.interval}"
+        )
+
+
+def _check_remote_write(where: str, rw: RemoteWrite) -> None:
+    """One endpoint: a URL without credentials, one auth method, secrets only from files."""
+    if not re.match(r"^https?://[^/@\s]+(/\S*)?$", rw.url):
+        raise ConfigError(
+            f"{where}.url: expected http(s)://host[:port]/path without credentials, got "
+            f"{'a URL with user info' if '@' in rw.url else repr(rw.url)}"
+        )
+    if bool(rw.username) != bool(rw.password_file):
+        raise ConfigError(f"{where}: username and password_file go together")
+    if rw.username and rw.bearer_token_file:
+        raise ConfigError(f"{where}: basic auth and bearer_token_file exclude each other")
+    for name, _ in rw.headers:
+        if not _HEADER_RE.match(name):
+            raise ConfigError(f"{where}.headers.{name}: not an HTTP header name")
+        if name.lower() in _RESERVED_HEADERS:
+            raise ConfigError(
+                f"{where}.headers.{name}: set by Prometheus or a credential "
+                "(use username/password_file or bearer_token_file)"
+            )
 
 
 def load(path: str | Path, *, base: Config | None = None) -> Config:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, get_args, get_origin, get_type_hints
 
 from rlpulse.stack import config as c
 
@@ -48,13 +48,25 @@ def _value(v: Any) -> str:
     return str(v) if v != "" else '""'
 
 
+def _item(obj: Any, f: dataclasses.Field[Any]) -> Any:
+    """The section type of a list-of-sections field (``remote_write``), else None."""
+    hint = get_type_hints(type(obj))[f.name]
+    args = get_args(hint)
+    return args[0] if get_origin(hint) is tuple and dataclasses.is_dataclass(args[0]) else None
+
+
 def _rows(obj: Any, prefix: str) -> Iterator[tuple[str, str, str]]:
+    hints = get_type_hints(type(obj))
     for f in dataclasses.fields(obj):
         value = getattr(obj, f.name)
         key = f"{prefix}{c.yaml_key(f)}"
         if dataclasses.is_dataclass(value):
             continue
-        yield key, _value(value), c.doc(f)
+        if hints[f.name] == c.Pairs:
+            shown = "{" + ", ".join(f"{k}: {v}" for k, v in value) + "}"
+        else:
+            shown = _value(value)
+        yield key, shown, c.doc(f)
 
 
 def _sections(obj: Any, prefix: str = "") -> Iterator[str]:
@@ -68,6 +80,8 @@ def _sections(obj: Any, prefix: str = "") -> Iterator[str]:
         value = getattr(obj, f.name)
         if dataclasses.is_dataclass(value):
             yield from _sections(value, f"{prefix}{c.yaml_key(f)}.")
+        elif (item := _item(obj, f)) is not None:  # each list entry: the item's defaults
+            yield from _sections(item(), f"{prefix}{c.yaml_key(f)}[].")
 
 
 def render() -> dict[str, str]:

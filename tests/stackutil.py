@@ -16,6 +16,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -101,34 +102,38 @@ def ready(url: str) -> bool:
 
 
 @contextlib.contextmanager
-def server(argv: Sequence[str], ready_url: str, timeout: float = 30) -> Iterator[None]:
-    """Run ``argv`` until the ``with`` ends; entered once ``ready_url`` answers 200 (the
-    process's stderr in the AssertionError when it exits first)."""
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + timeout
-        while not ready(ready_url):
-            if proc.poll() is not None or time.monotonic() > deadline:
-                proc.kill()
-                err = proc.stderr.read().decode() if proc.stderr else ""
-                raise AssertionError(f"{argv[0]} did not get ready: {err[-3000:]}")
-            time.sleep(0.1)
-        yield
-    finally:
-        proc.terminate()
+def server(argv: Sequence[str], ready_url: str, timeout: float = 30) -> Iterator[Path]:
+    """Run ``argv`` until the ``with`` ends; entered once ``ready_url`` answers 200. Yields the
+    file its stdout and stderr go to (a file, not a pipe: a chatty server never blocks on a full
+    pipe; its tail is in the AssertionError when it exits before getting ready)."""
+    with tempfile.TemporaryDirectory(prefix="rlpulse-server-") as tmp:
+        log_path = Path(tmp) / f"{Path(argv[0]).name}.log"
+        with open(log_path, "wb") as log:
+            proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
         try:
-            proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        if proc.stderr:
-            proc.stderr.close()
+            deadline = time.monotonic() + timeout
+            while not ready(ready_url):
+                if proc.poll() is not None or time.monotonic() > deadline:
+                    proc.kill()
+                    proc.wait()
+                    err = log_path.read_text(errors="replace")
+                    raise AssertionError(f"{argv[0]} did not get ready: {err[-3000:]}")
+                time.sleep(0.1)
+            yield log_path
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 @contextlib.contextmanager
 def prometheus(workdir: Path, config: dict[str, Any], flags: Sequence[str] = ()) -> Iterator[str]:
     """A real Prometheus running ``config`` (prometheus.yml as data) with extra command-line
-    ``flags``; yields its base URL."""
+    ``flags``; yields its base URL. Its log is copied to ``workdir / "prometheus.log"`` as the
+    ``with`` ends."""
     binary = shutil.which("prometheus")
     assert binary, "prometheus is required (apt-get install prometheus)"
     path = workdir / "prometheus.yml"
@@ -141,8 +146,11 @@ def prometheus(workdir: Path, config: dict[str, Any], flags: Sequence[str] = ())
         f"--web.listen-address={url.removeprefix('http://')}",
         *flags,
     ]
-    with server(argv, f"{url}/-/ready"):
-        yield url
+    with server(argv, f"{url}/-/ready") as log:
+        try:
+            yield url
+        finally:
+            shutil.copyfile(log, workdir / "prometheus.log")
 
 
 @dataclass(frozen=True)

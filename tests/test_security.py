@@ -445,6 +445,8 @@ def test_real_prometheus_scrapes_over_tls_with_basic_auth(
                 ("good", "7"),
                 ("mtls-good", "7"),
             }
+        log = (tmp_path / "prometheus.log").read_text()
+        assert "scrape" in log and PASSWORD not in log  # its own log never holds the password
     finally:
         for exp in exporters.values():
             exp.close()

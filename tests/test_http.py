@@ -5,10 +5,8 @@ from __future__ import annotations
 import gzip
 import http.client
 import json
-import shutil
 import socket
 import ssl
-import subprocess
 import time
 import urllib.parse
 import urllib.request
@@ -31,6 +29,7 @@ from rlpulse.http import (
     wants_openmetrics,
 )
 from tests.conftest import promtool_check_metrics, self_signed
+from tests.stackutil import api, prometheus, results, wait_for_data
 
 PROMETHEUS_2_ACCEPT = (
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"
@@ -198,21 +197,7 @@ def test_tls_handshake_does_not_block_other_clients(cert: tuple[str, str]) -> No
         server.close()
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-def _api(base: str, path: str, **params: Any) -> Any:
-    url = f"{base}/api/v1/{path}?{urllib.parse.urlencode(params)}"
-    with urllib.request.urlopen(url, timeout=5) as resp:
-        return json.load(resp)["data"]
-
-
 def test_real_prometheus_scrapes_openmetrics_with_gzip(tmp_path: Path) -> None:
-    prometheus = shutil.which("prometheus")
-    assert prometheus, "prometheus is required (apt-get install prometheus)"
     run_id = 'prom "quoted" \\ é'  # series labels with escapes survive the round trip
     exp = Exporter(port=0, addr="127.0.0.1", run_id=run_id, gpu=False, host=False)
     exp.log({"rl_entropy": 1.25, "rl_loss": float("nan")}, step=4)
@@ -224,45 +209,27 @@ def test_real_prometheus_scrapes_openmetrics_with_gzip(tmp_path: Path) -> None:
     exp._server.guard = lambda req: asked.append(
         (req.headers.get("Accept", ""), req.headers.get("Accept-Encoding", ""))
     )
-    config = tmp_path / "prometheus.yml"
-    config.write_text(
-        "global: {scrape_interval: 1s}\n"
-        "scrape_configs:\n"
-        f"  - job_name: rl\n    static_configs: [{{targets: ['127.0.0.1:{exp.port}']}}]\n"
-    )
-    web = f"127.0.0.1:{_free_port()}"
-    proc = subprocess.Popen(
-        [prometheus, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}"]
-        + [f"--web.listen-address={web}", "--enable-feature=exemplar-storage"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    base = f"http://{web}"
+    config = {
+        "global": {"scrape_interval": "1s"},
+        "scrape_configs": [
+            {"job_name": "rl", "static_configs": [{"targets": [f"127.0.0.1:{exp.port}"]}]}
+        ],
+    }
     try:
-        entropy: list[Any] = []
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline and not entropy:
-            time.sleep(0.5)
-            try:
-                entropy = _api(base, "query", query="rl_entropy")["result"]
-            except OSError:
-                continue
-        assert entropy, "Prometheus never ingested the scrape"
-        target = _api(base, "targets")["activeTargets"][0]
-        assert target["health"] == "up" and target["lastError"] == ""
-        assert entropy[0]["value"][1] == "1.25" and entropy[0]["metric"]["run_id"] == run_id
-        assert _api(base, "query", query="rl_loss")["result"][0]["value"][1] == "NaN"
-        now = time.time()
-        found = _api(
-            base, "query_exemplars", query=f"{rollout}_bucket", start=now - 600, end=now + 60
-        )
-        ids = {e["labels"]["rollout_id"] for series in found for e in series["exemplars"]}
-        assert ids == {"r-1", "r 2 é"}  # (Prometheus 2.42 keeps escapes in exemplar labels)
-        accept, encoding = asked[0]
-        assert wants_openmetrics(accept) and accepts_gzip(encoding)
+        with prometheus(tmp_path, config, ["--enable-feature=exemplar-storage"]) as base:
+            entropy = wait_for_data(base, "rl_entropy")
+            target = api(f"{base}/api/v1/targets")["data"]["activeTargets"][0]
+            assert target["health"] == "up" and target["lastError"] == ""
+            assert entropy[0]["value"][1] == "1.25" and entropy[0]["metric"]["run_id"] == run_id
+            assert results(base, "rl_loss")[0]["value"][1] == "NaN"
+            now = time.time()
+            params = {"query": f"{rollout}_bucket", "start": now - 600, "end": now + 60}
+            found = api(f"{base}/api/v1/query_exemplars?{urllib.parse.urlencode(params)}")["data"]
+            ids = {e["labels"]["rollout_id"] for series in found for e in series["exemplars"]}
+            assert ids == {"r-1", "r 2 é"}  # (Prometheus 2.42 keeps escapes in exemplar labels)
+            accept, encoding = asked[0]
+            assert wants_openmetrics(accept) and accepts_gzip(encoding)
     finally:
-        proc.terminate()
-        proc.wait(timeout=10)
         exp.close()
 
 

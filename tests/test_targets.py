@@ -159,7 +159,7 @@ def test_unregister_after_a_hard_kill(tmp_path: Path) -> None:
 
 
 _CHILD = """
-import os, signal, sys, time
+import os, sys
 from rlpulse import targets
 from rlpulse.exporter import Exporter
 exp = Exporter(port=0, addr="127.0.0.1", run_id="child", gpu=False, host=False).start()
@@ -171,20 +171,26 @@ if os.fork() == 0:  # a forked child exiting must not take the parent's file wit
 os.wait()
 assert reg.path.exists()
 print(reg.path, flush=True)
-if sys.argv[2] == "sigterm":
-    time.sleep(60)
+sys.stdin.readline()  # then exit (or wait here for the SIGTERM)
 """
 
 
 @pytest.mark.parametrize("end", ["exit", "sigterm"])
 def test_the_file_goes_with_the_process(tmp_path: Path, end: str) -> None:
     proc = subprocess.Popen(
-        [sys.executable, "-c", _CHILD, str(tmp_path), end], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", _CHILD, str(tmp_path)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
     )
-    assert proc.stdout is not None
+    assert proc.stdout is not None and proc.stdin is not None
     path = Path(proc.stdout.readline().strip())
     assert path.exists()
     if end == "sigterm":
         proc.send_signal(signal.SIGTERM)
+    else:
+        proc.stdin.close()
     assert proc.wait(timeout=30) == (-signal.SIGTERM if end == "sigterm" else 0)
+    proc.stdin.close()
+    proc.stdout.close()
     assert not path.exists()

@@ -1,4 +1,5 @@
-"""``rlpulse generate``: write (or ``--check``) the Prometheus, Alertmanager and Grafana files."""
+"""``rlpulse generate``: write (or ``--check``) the Prometheus, Alertmanager and Grafana files
+(and, with ``--kubernetes``, the prometheus-operator manifests)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,13 @@ def register(sub: Any) -> None:
         action="store_true",
         help="compress intervals, windows and `for` durations so alerts fire within seconds",
     )
+    p.add_argument(
+        "--kubernetes",
+        action="store_true",
+        help="also write (or --check) kubernetes/: a PodMonitor, a PrometheusRule and the "
+        "dashboards as ConfigMaps for the Grafana sidecar (prometheus-operator); implied where "
+        "the output root already has a kubernetes/ folder",
+    )
     p.set_defaults(func=run)
 
 
@@ -36,7 +44,9 @@ def run(args: argparse.Namespace) -> int:
     cfg = config.load(args.config) if args.config else config.Config()
     if args.fast:
         cfg = config.fast(cfg)
-    files = generate.render(cfg)
+    # once kubernetes/ exists, every generate keeps it in step with the rules and dashboards
+    kubernetes = args.kubernetes or (args.out / generate.KUBERNETES_DIR).is_dir()
+    files = generate.render(cfg, kubernetes=kubernetes)
     if args.check:
         drifted = generate.drift(files, args.out)
         if drifted:

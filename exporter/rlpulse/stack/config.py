@@ -34,6 +34,10 @@ _UNITS: dict[str, float] = {
 }
 _DURATION_RE = re.compile(r"^(?:\d+(?:ms|s|m|h|d|w|y))+$")
 _PART_RE = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
+# a Kubernetes label as key=value: an optional DNS prefix/, a name, a value (may be empty)
+_K8S_LABEL_RE = re.compile(
+    r"^([a-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?=([A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?)?$"
+)
 
 
 class ConfigError(ValueError):
@@ -335,6 +339,67 @@ class Windows:
     )
     resolution: Duration = field(
         default=Duration("1m"), metadata=_doc("Step of the subqueries behind baselines.")
+    )
+
+
+@dataclass(frozen=True)
+class Kubernetes:
+    """prometheus-operator manifests and Grafana dashboard ConfigMaps (``--kubernetes``)."""
+
+    name: str = field(default="rlpulse", metadata=_doc("Name (prefix) of every generated object."))
+    namespace: str = field(
+        default="monitoring",
+        metadata=_doc("Namespace of the PodMonitor, PrometheusRule and dashboard ConfigMaps."),
+    )
+    labels: tuple[str, ...] = field(
+        default=("release=kube-prometheus-stack",),
+        metadata=_doc(
+            "key=value labels on every object; kube-prometheus-stack selects PodMonitors and "
+            "PrometheusRules by release=<its Helm release>."
+        ),
+    )
+    pod_selector: tuple[str, ...] = field(
+        default=("app.kubernetes.io/component=rl-trainer",),
+        metadata=_doc("key=value labels that select the trainer pods."),
+    )
+    pod_namespaces: tuple[str, ...] = field(
+        default=(), metadata=_doc("Namespaces the trainer pods run in (empty: any).")
+    )
+    port_name: str = field(
+        default="rlpulse",
+        metadata=_doc(
+            "Container port name of the exporter; a pod with several exporters names them "
+            "<port_name>-<local rank>."
+        ),
+    )
+    pod_target_labels: tuple[str, ...] = field(
+        default=(), metadata=_doc("Pod labels copied onto every scraped series.")
+    )
+    tls_secret: str = field(
+        default="rlpulse-scrape-tls",
+        metadata=_doc("Secret (key ca.crt) with the CA of the exporter certificates (https)."),
+    )
+    tls_server_name: str = field(
+        default="", metadata=_doc("Name the exporter certificates are issued for (https).")
+    )
+    basic_auth_secret: str = field(
+        default="",
+        metadata=_doc(
+            "Secret (keys username, password) for exporters behind basic auth (empty: none)."
+        ),
+    )
+    dashboard_label: str = field(
+        default="grafana_dashboard=1",
+        metadata=_doc("key=value label the Grafana dashboard sidecar watches for."),
+    )
+    dashboard_folder_annotation: str = field(
+        default="grafana_folder",
+        metadata=_doc(
+            "Annotation the sidecar reads the Grafana folder from (its folderAnnotation)."
+        ),
+    )
+    dashboard_folder: str = field(
+        default="rlpulse", metadata=_doc("Grafana folder of the dashboards.")
     )
 
 
@@ -803,6 +868,9 @@ class Config:
     links: Links = field(default_factory=Links, metadata=_doc("Dashboard and runbook links."))
     selectors: Selectors = field(default_factory=Selectors, metadata=_doc("Series selection."))
     windows: Windows = field(default_factory=Windows, metadata=_doc("Shared PromQL windows."))
+    kubernetes: Kubernetes = field(
+        default_factory=Kubernetes, metadata=_doc("prometheus-operator manifests.")
+    )
     alerts: Alerts = field(default_factory=Alerts, metadata=_doc("Alert thresholds."))
     external_labels: Pairs = field(
         default=(),
@@ -923,6 +991,12 @@ def _check(cfg: Config) -> None:
             )
     if seconds(w.resolution) > seconds(w.recent):
         raise ConfigError(f"windows.resolution: {w.resolution} is longer than windows.recent")
+    k = cfg.kubernetes
+    for key in ("labels", "pod_selector", "dashboard_label"):
+        value = getattr(k, key)
+        for item in (value,) if isinstance(value, str) else value:
+            if not _K8S_LABEL_RE.match(item):
+                raise ConfigError(f"kubernetes.{key}: {item!r} is not a key=value label")
     for name, _ in cfg.external_labels:
         if not _LABEL_RE.match(name) or name == "__name__":
             raise ConfigError(f"external_labels.{name}: not a label name")

@@ -1,8 +1,9 @@
 """Everything ``rlpulse generate`` writes, as one mapping of relative path -> text.
 
 Prometheus config and rules, their promtool tests, Alertmanager config and templates, the Grafana
-dashboards, provisioning and docker-compose.yml (``rlpulse.stack.dashboards``), and the generated
-docs (runbooks, configuration, the metric reference and the framework key maps). ``drift``
+dashboards, provisioning and docker-compose.yml (``rlpulse.stack.dashboards``), the generated
+docs (runbooks, configuration, the metric reference and the framework key maps) and, with
+``kubernetes=True``, the prometheus-operator manifests (``rlpulse.stack.kubernetes``). ``drift``
 compares a directory with it for ``--check``.
 """
 
@@ -22,11 +23,17 @@ OWNED_DIRS: dict[str, tuple[str, ...]] = {
     "prometheus/tests": (".yml",),
     "alertmanager/templates": (".tmpl",),
     "grafana/dashboards": (".json",),
+    "kubernetes": (".yaml",),
 }
+# Owned directories written only on request (``--kubernetes``): owned only when generated, so a
+# plain ``rlpulse generate`` neither reports nor removes them.
+KUBERNETES_DIR = "kubernetes"
+OPTIONAL_DIRS = frozenset({KUBERNETES_DIR})
 
 
-def render(cfg: Config) -> dict[str, str]:
-    """Relative path -> text of every generated file for ``cfg``."""
+def render(cfg: Config, *, kubernetes: bool = False) -> dict[str, str]:
+    """Relative path -> text of every generated file for ``cfg`` (and the Kubernetes manifests
+    when ``kubernetes``)."""
     files: dict[str, str] = {}
     files.update(prometheus.render(cfg))
     rule_files = rules.render(cfg)
@@ -41,6 +48,8 @@ def render(cfg: Config) -> dict[str, str]:
     # imported here: the dashboards pull in grafana-foundation-sdk, which the rules do not need
     dashboards = importlib.import_module("rlpulse.stack.dashboards")
     files.update(dashboards.render(cfg))
+    if kubernetes:
+        files.update(importlib.import_module("rlpulse.stack.kubernetes").render(cfg))
     return dict(sorted(files.items()))
 
 
@@ -49,6 +58,8 @@ def _stale(files: dict[str, str], out: Path) -> list[str]:
     for sub, suffixes in OWNED_DIRS.items():
         folder = out / sub
         if not folder.is_dir():
+            continue
+        if sub in OPTIONAL_DIRS and not any(rel.startswith(f"{sub}/") for rel in files):
             continue
         for p in sorted(folder.iterdir()):
             rel = p.relative_to(out).as_posix()

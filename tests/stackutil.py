@@ -153,6 +153,24 @@ def prometheus(workdir: Path, config: dict[str, Any], flags: Sequence[str] = ())
             shutil.copyfile(log, workdir / "prometheus.log")
 
 
+@contextlib.contextmanager
+def victoria_metrics(workdir: Path) -> Iterator[str]:
+    """A real single-node VictoriaMetrics on a free port; yields its base URL (remote-write
+    endpoint ``/api/v1/write``, Prometheus query API ``/api/v1/query``)."""
+    binary = shutil.which("victoria-metrics")
+    assert binary, "victoria-metrics is required (apt-get install victoria-metrics)"
+    url = f"http://127.0.0.1:{free_port()}"
+    argv = [
+        binary,
+        f"-storageDataPath={workdir}",
+        f"-httpListenAddr={url.removeprefix('http://')}",
+        "-search.latencyOffset=0s",  # answer with the newest samples (default: 30s behind)
+        "-search.disableCache",
+    ]
+    with server(argv, f"{url}/health"):
+        yield url
+
+
 @dataclass(frozen=True)
 class Received:
     """One request a ``Sink`` received."""

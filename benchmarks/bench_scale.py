@@ -837,9 +837,14 @@ def report(r: Mapping[str, Any]) -> str:
 def machine() -> dict[str, Any]:
     """Where the measurement ran."""
     versions = {}
-    for binary, flag in (("prometheus", "--version"), ("victoria-metrics", "-version")):
-        out = subprocess.run([binary, flag], capture_output=True, text=True, check=False)
-        versions[binary] = (out.stdout or out.stderr).splitlines()[0].strip()
+    for binary in ("prometheus", "victoria-metrics"):  # the Debian packages' versions
+        out = subprocess.run(
+            ["dpkg-query", "-W", "-f", "${Version}", binary],
+            capture_output=True,
+            text=True,
+            check=False,
+        )
+        versions[binary] = out.stdout.strip() if out.returncode == 0 else "?"
     return {
         "cpus": os.cpu_count(),
         "memory_bytes": os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"),

@@ -28,6 +28,8 @@ from rlpulse import webconfig
 from rlpulse.exporter import Exporter
 from rlpulse.http import Request
 from rlpulse.rollouts.server import routes as rollout_routes
+from rlpulse.stack import config as stack_config
+from rlpulse.stack.prometheus import config as prometheus_config
 from rlpulse.webconfig import BasicAuth, RateLimit, TokenBucket, WebConfigError
 from tests.conftest import Pki, bcrypt_hash, make_pki
 from tests.stackutil import api, prometheus, results, wait_for
@@ -395,15 +397,21 @@ def test_real_prometheus_scrapes_over_tls_with_basic_auth(
     client = {"cert_file": str(pki.client_cert), "key_file": str(pki.client_key)}
 
     def job(name: str, target: str, password: str | None, **tls: str) -> dict[str, Any]:
-        j: dict[str, Any] = {
+        """The scrape job `rlpulse generate` writes for these settings (scrape.* config)."""
+        scrape: dict[str, Any] = {
             "job_name": name,
+            "interval": "1s",
+            "timeout": "1s",
             "scheme": "https",
-            "tls_config": {"ca_file": str(pki.ca), **tls},
-            "static_configs": [{"targets": [f"127.0.0.1:{exporters[target].port}"]}],
+            "ca_file": str(pki.ca),
+            "static_targets": [f"127.0.0.1:{exporters[target].port}"],
+            "file_sd": [],
+            **tls,
         }
         if password is not None:
-            j["basic_auth"] = {"username": USER, "password_file": str(tmp_path / password)}
-        return j
+            scrape |= {"username": USER, "password_file": str(tmp_path / password)}
+        generated = prometheus_config(stack_config.from_dict({"scrape": scrape}))
+        return dict(generated["scrape_configs"][0])
 
     jobs = [
         job("good", "basic", "pw"),

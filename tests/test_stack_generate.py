@@ -121,6 +121,12 @@ BAD = [
         "alerts.gpu_idle.enabled: expected true or false, got 'yes'",
     ),
     ("windows: 5m\n", "windows: expected a mapping of keys, got '5m'"),
+    (
+        "alerts:\n  entropy_collapse:\n    ratio: .nan\n",
+        "alerts.entropy_collapse.ratio: expected a finite number, got nan",
+    ),
+    ("scrape:\n  username: prom\n", "scrape: username and password_file go together"),
+    ("scrape:\n  ca_file: ca.crt\n", "scrape: ca_file, server_name, cert_file need scheme https"),
     ("- 1\n- 2\n", "top level: expected a mapping of keys"),
     ("alerts: {ratio: [\n", "not valid YAML"),
     (

@@ -9,6 +9,7 @@ demo sees alerts within seconds (``rlpulse generate --fast``, ``rlpulse stack up
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -94,6 +95,26 @@ class Scrape:
     )
     scheme: Literal["http", "https"] = field(
         default="http", metadata=_doc("Scheme of the exporter endpoints.")
+    )
+    ca_file: str = field(
+        default="",
+        metadata=_doc(
+            "CA file that signed the exporters' certificates (https; empty: system CAs)."
+        ),
+    )
+    server_name: str = field(
+        default="", metadata=_doc("Name the exporter certificates are issued for (https).")
+    )
+    cert_file: str = field(
+        default="",
+        metadata=_doc("Client certificate for exporters that require one (mutual TLS, https)."),
+    )
+    key_file: str = field(default="", metadata=_doc("Key of cert_file."))
+    username: str = field(
+        default="", metadata=_doc("Basic-auth user for exporters behind basic_auth_users.")
+    )
+    password_file: str = field(
+        default="", metadata=_doc("File holding that user's password (never the password itself).")
     )
     static_targets: tuple[str, ...] = field(
         default=("127.0.0.1:9400",),
@@ -919,6 +940,8 @@ def _coerce(where: str, f: dataclasses.Field[Any], hint: Any, value: Any) -> Any
     if hint is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if not math.isfinite(value):  # a NaN threshold would silently never fire
+            raise ConfigError(f"{where}: expected a finite number, got {value!r}")
         return float(value)
     if hint is str:
         if not isinstance(value, str):
@@ -982,6 +1005,13 @@ def _check(cfg: Config) -> None:
         raise ConfigError(
             f"scrape.timeout: {s.timeout} is longer than scrape.interval {s.interval}"
         )
+    if bool(s.username) != bool(s.password_file):
+        raise ConfigError("scrape: username and password_file go together")
+    if bool(s.cert_file) != bool(s.key_file):
+        raise ConfigError("scrape: cert_file and key_file go together")
+    tls = ("ca_file", "server_name", "cert_file")
+    if s.scheme == "http" and any(getattr(s, key) for key in tls):
+        raise ConfigError(f"scrape: {', '.join(tls)} need scheme https")
     for key in ("rate", "recent"):
         value = getattr(w, key)
         if seconds(value) < 2 * seconds(s.interval):

@@ -71,6 +71,11 @@ def config(cfg: Config) -> dict[str, Any]:
         "scrape_timeout": s.timeout,
         "metrics_path": "/metrics",
     }
+    tls = {k: getattr(s, k) for k in ("ca_file", "server_name", "cert_file", "key_file")}
+    if any(tls.values()):
+        job["tls_config"] = {k: v for k, v in tls.items() if v}
+    if s.username:
+        job["basic_auth"] = {"username": s.username, "password_file": s.password_file}
     for part in sd:
         job.update(part)
     glob: dict[str, Any] = {

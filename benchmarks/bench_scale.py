@@ -53,7 +53,14 @@ from rlpulse.exporter import Exporter  # noqa: E402
 from rlpulse.stack import config as cfgmod  # noqa: E402
 from rlpulse.stack import dashboards, prometheus, rules  # noqa: E402
 from tests.fake_nvml import FakeGpu, FakeNvml  # noqa: E402
-from tests.stackutil import api, free_port, results, server, wait_for  # noqa: E402
+from tests.stackutil import (  # noqa: E402
+    api,
+    free_port,
+    results,
+    server,
+    victoria_metrics,
+    wait_for,
+)
 
 RUN_ID = "scale-sim"
 JOB = cfgmod.Config().scrape.job_name
@@ -222,11 +229,6 @@ PROMETHEUS_ACCEPT = (  # what Prometheus 2.x sends when it scrapes
     "q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1"
 )
 TEXT_ACCEPT = "text/plain;version=0.0.4"
-VM_FLAGS = (  # instant queries see samples up to 1 s old (default 30 s); no response cache
-    "-search.latencyOffset=1s",
-    "-search.disableCache",
-    "-retentionPeriod=1d",
-)
 
 
 def node_host(node: int) -> str:
@@ -287,9 +289,10 @@ def _free_base_port(hosts: Sequence[str], ranks_per_node: int, tries: int = 50) 
     raise RuntimeError("no free base port on the simulated node addresses")
 
 
-def stack_config(interval: str, targets_file: Path) -> cfgmod.Config:
+def stack_config(interval: str, targets_file: Path, write_url: str) -> cfgmod.Config:
     """The shipped defaults, scraping ``targets_file`` every ``interval`` (rules evaluated as
-    often), no static target and no Alertmanager."""
+    often), no static target and no Alertmanager, remote-writing every series to ``write_url``
+    (the default queue settings) with a ``cluster`` external label."""
     base = cfgmod.Config()
     secs = cfgmod.seconds(interval)
     scrape = dataclasses.replace(
@@ -301,14 +304,12 @@ def stack_config(interval: str, targets_file: Path) -> cfgmod.Config:
         file_sd=(str(targets_file),),
         alertmanagers=(),
     )
-    return dataclasses.replace(base, scrape=scrape)
-
-
-def prometheus_yml(cfg: cfgmod.Config, write_url: str) -> dict[str, Any]:
-    """The generated prometheus.yml for ``cfg``, remote-writing everything to ``write_url``."""
-    doc = prometheus.config(cfg)
-    doc["remote_write"] = [{"url": write_url}]
-    return doc
+    return dataclasses.replace(
+        base,
+        scrape=scrape,
+        external_labels=(("cluster", "scale-sim"),),
+        remote_write=(cfgmod.RemoteWrite(url=write_url, name="vm"),),
+    )
 
 
 @dataclass
@@ -345,9 +346,8 @@ def simulate(
     timeout: float = 180.0,
 ) -> Iterator[Sim]:
     """Run the simulation until the ``with`` ends; entered once every target is up."""
-    prom_bin, vm_bin = shutil.which("prometheus"), shutil.which("victoria-metrics")
+    prom_bin = shutil.which("prometheus")
     assert prom_bin, "prometheus is required (apt-get install prometheus)"
-    assert vm_bin, "victoria-metrics is required (apt-get install victoria-metrics)"
     nodes = [
         targets.Node(node_host(n), min(gpus, ranks - n * gpus)) for n in range(-(-ranks // gpus))
     ]
@@ -358,15 +358,7 @@ def simulate(
         for local in range(n.ranks)
     }
     with contextlib.ExitStack() as stack:
-        vm_port = free_port()
-        vm = f"http://127.0.0.1:{vm_port}"
-        vm_argv = [
-            vm_bin,
-            f"-storageDataPath={workdir / 'vm'}",
-            f"-httpListenAddr=127.0.0.1:{vm_port}",
-            *VM_FLAGS,
-        ]
-        stack.enter_context(server(vm_argv, f"{vm}/health"))
+        vm = stack.enter_context(victoria_metrics(workdir / "vm"))
 
         t0 = time.time()
         procs: list[subprocess.Popen[str]] = []
@@ -401,14 +393,14 @@ def simulate(
         targets_file.parent.mkdir(parents=True, exist_ok=True)
         targets.write(targets_file, targets.file_sd(nodes, base))
 
-        cfg = stack_config(interval, targets_file)
+        cfg = stack_config(interval, targets_file, f"{vm}/api/v1/write")
         prom_dir = workdir / "prometheus"
         prom_dir.mkdir(parents=True, exist_ok=True)
         for rel, text in rules.render(cfg).items():
             (workdir / rel).parent.mkdir(parents=True, exist_ok=True)
             (workdir / rel).write_text(text)
         config_file = prom_dir / "prometheus.yml"
-        config_file.write_text(rules.dump(prometheus_yml(cfg, f"{vm}/api/v1/write")))
+        config_file.write_text(rules.dump(prometheus.config(cfg)))
         prom_port = free_port()
         prom = f"http://127.0.0.1:{prom_port}"
         prom_argv = [

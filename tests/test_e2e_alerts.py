@@ -305,6 +305,12 @@ def test_healthy_run_pages_nothing(e2e: E2E) -> None:
     ]
     assert not while_alive, f"the healthy run paged: {while_alive}"
     assert ended - t.started > 60, "long enough to have exercised every window of the fast preset"
+    # it ended on purpose (finish(): a last scrape carried the mark) while its target stays
+    # listed: Prometheus finds it down, and RLTargetDown (for 1 s here) must not page
+    assert "finished (a last scrape carried the finish mark)" in t.log.read_text()
+    wait_for_data(e2e.prometheus, f'up{{instance="127.0.0.1:{t.port}"}} == 0', 30)
+    time.sleep(5)
+    assert not e2e.pagerduty.events(run_id=t.run_id, alertname=rules.TARGET_DOWN)
 
 
 def test_every_dashboard_panel_query_returns_data_from_the_demo_run(e2e: E2E) -> None:

@@ -5,6 +5,8 @@ from __future__ import annotations
 import math
 import socket
 import ssl
+import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -273,3 +275,44 @@ def test_record_rollouts_links_exemplars_to_stored_rollouts(tmp_path: Path) -> N
             assert query.find(rid, tmp_path, "traces") is not None, rid
     finally:
         exp.close()
+
+
+def test_finish_waits_for_a_scrape_to_carry_the_mark_then_frees_the_port() -> None:
+    exp = Exporter(port=0, addr="127.0.0.1", run_id="done", gpu=False, host=False).start()
+    exp.log({"rl_entropy": 1.0}, step=9)
+    port, seen = exp.port, []
+    finished = catalog.get("rl_run_finished_timestamp_seconds").name
+
+    def scraper() -> None:
+        while not seen:
+            try:
+                text = scrape(f"http://127.0.0.1:{port}/metrics")
+            except OSError:
+                return
+            if any(name == finished for name, _ in samples(text)):
+                seen.append(value(text, finished))
+
+    scrape(exp.url)  # Prometheus has been scraping it
+    t0 = time.time()
+    thread = threading.Thread(target=scraper)
+    thread.start()
+    assert exp.finish(wait=30) is True  # returned once a scrape carried the mark
+    thread.join(timeout=10)
+    assert seen and t0 <= seen[0] <= time.time()
+    assert not exp.serving
+    Exporter(port=port, addr="127.0.0.1", gpu=False, host=False).start().close()  # port freed
+
+
+def test_finish_gives_up_after_wait_and_skips_it_when_never_scraped(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    exp = rlpulse.start(port=0, addr="127.0.0.1", run_id="lonely", gpu=False, host=False)
+    scrape(exp.url)  # a scraper was there once, then went away
+    assert rlpulse.finish(wait=0.2) is False
+    assert not exp.serving and rlpulse.get_exporter() is None
+    assert "no scrape within 0 s after finish()" in caplog.text
+    assert rlpulse.finish() is False  # nothing running: a no-op
+    caplog.clear()
+    unscraped = Exporter(port=0, addr="127.0.0.1", gpu=False, host=False).start()
+    assert unscraped.finish(wait=600) is False and not unscraped.serving
+    assert "no scrape within" not in caplog.text  # nobody scrapes it: nobody to tell, no wait

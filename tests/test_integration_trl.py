@@ -22,6 +22,7 @@ from transformers import (
     TrainingArguments,
 )
 
+import rlpulse
 from rlpulse import catalog, keys
 from rlpulse.exporter import Exporter
 from rlpulse.integrations.trl import RlpulseCallback
@@ -136,6 +137,22 @@ def test_only_world_process_zero_reports_unless_all_ranks(exporter: Exporter) ->
     assert value(text, loss) == 0.5
     assert value(text, hyper, name="learning_rate") == args.learning_rate
     assert exporter.dropped == {}
+
+
+def test_train_end_finishes_only_an_exporter_the_callback_started(exporter: Exporter) -> None:
+    args = TrainingArguments(output_dir="unused", report_to="none", use_cpu=True)
+    state, control = TrainerState(global_step=2, is_world_process_zero=True), TrainerControl()
+    given = RlpulseCallback(exporter)
+    given.on_train_begin(args, state, control)
+    given.on_train_end(args, state, control)
+    assert exporter.serving  # the user's exporter: theirs to end
+    rlpulse.close()
+    own = RlpulseCallback(port=0, addr="127.0.0.1", run_id="trl-own", gpu=False, host=False)
+    own.on_train_begin(args, state, control)
+    started = own.exporter
+    assert started is not None and started is rlpulse.get_exporter()
+    own.on_train_end(args, state, control)
+    assert rlpulse.get_exporter() is None and not started.serving
 
 
 @pytest.mark.heavy

@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 from verl.utils.tracking import Tracking
 
+import rlpulse
 from rlpulse import catalog, keys
 from rlpulse.exporter import Exporter
 from rlpulse.integrations.verl import JsonlFollower, VerlBackend, attach, register
@@ -78,6 +79,25 @@ def test_attached_backend_gets_what_tracking_logs(exporter: Exporter, file_log: 
     assert value(text, PHASE + "_count", phase="gen") == 3
     assert value(text, PHASE + "_sum", phase="gen") == pytest.approx(4 + 5 + 6)
     assert exporter.dropped == {}
+
+
+def test_finish_ends_the_run_only_of_an_exporter_the_backend_started(
+    exporter: Exporter, file_log: Path
+) -> None:
+    """Tracking.finish() at the end of fit: the backend's own exporter finish()es (a scraped
+    endpoint would first wait for a scrape to carry the mark); a given one keeps serving."""
+    tracking = Tracking("proj", "exp", default_backend=["file"])
+    attach(tracking, exporter)
+    tracking.log(verl_step(1), step=1)
+    tracking.finish()
+    assert exporter.serving
+    rlpulse.close()
+    own = VerlBackend(port=0, addr="127.0.0.1", run_id="verl-own", gpu=False, host=False)
+    own.log(verl_step(1), step=1)
+    assert own.exporter is rlpulse.get_exporter() and own.exporter is not None
+    started = own.exporter
+    own.finish()
+    assert rlpulse.get_exporter() is None and not started.serving
 
 
 @pytest.mark.heavy

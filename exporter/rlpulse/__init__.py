@@ -21,6 +21,7 @@ __all__ = [
     "PortInUseError",
     "close",
     "count",
+    "finish",
     "get_exporter",
     "log",
     "observe",
@@ -61,6 +62,15 @@ def close() -> None:
         if _current is not None:
             _current.close()
             _current = None
+
+
+def finish(wait: float = 60.0) -> bool:
+    """End the run on purpose (``Exporter.finish``): a last scrape carries the mark, then the
+    process-wide exporter stops, and ``RLTargetDown`` does not page for it."""
+    global _current
+    with _lock:
+        exp, _current = _current, None
+    return exp.finish(wait) if exp is not None else False
 
 
 def log(metrics: Mapping[str, Any], step: int | None = None) -> None:

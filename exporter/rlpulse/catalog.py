@@ -284,6 +284,14 @@ CATALOG: tuple[Metric, ...] = (
         "system",
         "Unix time of the last log() call that carried metrics (liveness).",
     ),
+    _m(
+        "rl_run_finished_timestamp_seconds",
+        "gauge",
+        "seconds",
+        "system",
+        "Unix time the trainer declared its run finished (finish()): the exporter then stops "
+        "serving on purpose, so its target going away is not RLTargetDown.",
+    ),
     # ---- RL: reward -----------------------------------------------------------------------------
     _m("rl_reward_mean", "gauge", "", "rl", "Mean total reward of the last batch."),
     _m(

@@ -58,6 +58,7 @@ DEFAULT_PORT = 9400
 USER_LABELS = frozenset({"component", "benchmark", "tool", "phase", "name", "key", "split"})
 # rl_run_info's labels a trainer may set (rlpulse_version is always rlpulse's own)
 METADATA_KEYS = tuple(n for n in catalog.get("rl_run_info").labels if n != "rlpulse_version")
+FINISHED = catalog.get("rl_run_finished_timestamp_seconds")
 METADATA_ALIASES = {"grader": "grader_version", "version": "framework_version", "sha": "git_sha"}
 EPISODE_WINDOW = 100
 MAX_PENDING = 4096  # log() snapshots held for the scrape thread before the trainer applies them
@@ -270,6 +271,27 @@ class Exporter:
         if ids is not None:
             self._kept_ids = {str(ids[i]) for i in kept}
         return kept
+
+    def finish(self, wait: float = 60.0) -> bool:
+        """End the run on purpose: set ``rl_run_finished_timestamp_seconds``, wait (up to
+        ``wait`` s) until a scrape has carried it, then ``close()``. Prometheus then knows the
+        target went away because the run ended, and ``RLTargetDown`` does not page (a crash, a
+        kill or a hang, which never gets here, still does). An endpoint nobody has scraped yet
+        does not wait. Whether a scrape saw the mark."""
+        self.set(FINISHED.name, time.time())
+        server = self._server
+        seen = False
+        if server is not None and wait > 0 and server.arrived("/metrics"):
+            seen = server.wait_answered("/metrics", server.arrived("/metrics"), wait)
+            if not seen:
+                log.warning(
+                    "rlpulse: no scrape within %.0f s after finish(): Prometheus may report "
+                    "%s down",
+                    wait,
+                    self.url,
+                )
+        self.close()
+        return seen
 
     def close(self) -> None:
         """Stop serving and free the port. Recording calls stay harmless afterwards."""

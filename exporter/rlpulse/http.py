@@ -148,7 +148,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         request = Request(
             self.command, url.path, parse_qs(url.query), self.headers, self.client_address[:2]
         )
-        response = self.server.app.dispatch(request)
+        app = self.server.app
+        n = app._arrive(url.path)
+        response = app.dispatch(request)
         body = response.body
         headers = {**self.server.app.headers, **response.headers}
         if (
@@ -167,6 +169,9 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self.end_headers()
         if send_body:
             self.wfile.write(body)
+            self.wfile.flush()
+            if response.status == 200:
+                app._answer(url.path, n)
 
     def log_message(self, format: str, *args: Any) -> None:
         log.debug("rlpulse http: %s " + format, self.address_string(), *args)
@@ -229,12 +234,37 @@ class Server:
         self.routes: dict[str, Handler] = dict(routes or {})
         self.routes.setdefault("/", index_handler(self.routes))
         self.connections: set[Any] = set()
+        self._sent = threading.Condition()
+        self._arrived: dict[str, int] = {}  # path -> requests dispatched so far
+        self._answered: dict[str, int] = {}  # path -> highest such number answered with 200
         self._httpd: _HTTPServer | None = None
         self._thread: threading.Thread | None = None
 
     def route(self, path: str, handler: Handler) -> None:
         """Serve ``handler`` at ``path`` (replacing any handler there)."""
         self.routes[path] = handler
+
+    def arrived(self, path: str) -> int:
+        """How many requests for ``path`` have been dispatched so far."""
+        with self._sent:
+            return self._arrived.get(path, 0)
+
+    def wait_answered(self, path: str, after: int, timeout: float) -> bool:
+        """Wait (up to ``timeout`` s) until a request for ``path`` that arrived after the
+        ``after``-th one has been answered in full with 200; whether one was."""
+        with self._sent:
+            return self._sent.wait_for(lambda: self._answered.get(path, 0) > after, timeout)
+
+    def _arrive(self, path: str) -> int:
+        with self._sent:
+            self._arrived[path] = n = self._arrived.get(path, 0) + 1
+            return n
+
+    def _answer(self, path: str, n: int) -> None:
+        with self._sent:
+            if n > self._answered.get(path, 0):
+                self._answered[path] = n
+                self._sent.notify_all()
 
     def dispatch(self, request: Request) -> Response:
         """The response to one request: the guard's, the route's, 404, or 500 if it raised."""

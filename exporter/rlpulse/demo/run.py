@@ -94,6 +94,9 @@ def run_demo(
         trainer = scenario.trainer(opts.seed, opts.onset, phase=rlpulse.phase)
         threading.Thread(target=_release_on, args=(stop, trainer), daemon=True).start()
         _train(opts, scenario, trainer, out, stop)
+        if not stop.is_set():  # every step trained: the run ends on purpose, nothing to page
+            rlpulse.finish()
+            print("rlpulse demo: finished (a last scrape carried the finish mark)", file=out)
     except KeyboardInterrupt:
         print("rlpulse demo: interrupted", file=out)
         return 130

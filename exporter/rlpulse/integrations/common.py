@@ -1,5 +1,6 @@
-"""What every integration shares: finding (or starting) the exporter it reports to, a clear
-message when the library is missing, and turning a trainer's dict into plain numbers."""
+"""What every integration shares: finding (or starting) the exporter it reports to and ending
+the run it started, a clear message when the library is missing, and turning a trainer's dict
+into plain numbers."""
 
 from __future__ import annotations
 
@@ -42,6 +43,19 @@ def exporter_for(
     metadata = {"framework": framework, "framework_version": framework_version}
     metadata.update(start_kwargs.pop("metadata", None) or {})
     return rlpulse.start(metadata=metadata, **start_kwargs)
+
+
+def starts_exporter(exporter: Exporter | None, start: bool) -> bool:
+    """Whether ``exporter_for`` with these arguments would start the process-wide exporter."""
+    return exporter is None and start and rlpulse.get_exporter() is None
+
+
+def end_run(exporter: Exporter | None, started: bool) -> None:
+    """At the end of training: ``rlpulse.finish()`` the process-wide exporter the integration
+    started itself, so its target going away does not page; an exporter the user gave or
+    started is theirs to end."""
+    if started and exporter is not None and exporter is rlpulse.get_exporter():
+        rlpulse.finish()
 
 
 def scalar(value: Any) -> float | int | None:

@@ -23,7 +23,14 @@ from typing import Any
 
 from rlpulse import catalog
 from rlpulse.exporter import Exporter
-from rlpulse.integrations.common import exporter_for, missing, numbers, set_hyperparameters
+from rlpulse.integrations.common import (
+    end_run,
+    exporter_for,
+    missing,
+    numbers,
+    set_hyperparameters,
+    starts_exporter,
+)
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -89,6 +96,7 @@ class RlpulseCallback(TrainerCallback):
         self.framework = framework
         self._start_kwargs = start_kwargs
         self.exporter: Exporter | None = None
+        self._started = False
         self._step_t0: float | None = None
 
     def _reports(self, state: TrainerState) -> bool:
@@ -107,6 +115,7 @@ class RlpulseCallback(TrainerCallback):
         model = kwargs.get("model")
         name = getattr(getattr(model, "config", None), "_name_or_path", "") or type(model).__name__
         start_kwargs.setdefault("metadata", {"model": name} if model is not None else {})
+        self._started = starts_exporter(self._given, self._start)
         self.exporter = exporter_for(
             self._given, self.framework, _version(), start=self._start, **start_kwargs
         )
@@ -146,3 +155,14 @@ class RlpulseCallback(TrainerCallback):
             return
         gathered = numbers(logs) if state.is_world_process_zero else {}  # the same on every rank
         self.exporter.log(gathered, step=int(state.global_step))
+
+    def on_train_end(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:
+        """An exporter this callback started ends the run (``rlpulse.finish``): a last scrape
+        carries the mark, then it stops, and Prometheus does not page RLTargetDown for it."""
+        end_run(self.exporter, self._started)

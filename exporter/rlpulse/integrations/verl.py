@@ -28,7 +28,14 @@ from typing import Any
 
 from rlpulse import catalog
 from rlpulse.exporter import Exporter
-from rlpulse.integrations.common import exporter_for, missing, numbers, scalar
+from rlpulse.integrations.common import (
+    end_run,
+    exporter_for,
+    missing,
+    numbers,
+    scalar,
+    starts_exporter,
+)
 
 log = logging.getLogger("rlpulse")
 
@@ -60,11 +67,13 @@ class VerlBackend:
         self._start = start
         self._start_kwargs = start_kwargs
         self.exporter: Exporter | None = exporter
+        self._started = False
 
     def log(self, data: Mapping[str, Any], step: int | None) -> None:
         """Export one step's metrics dict."""
         exp = self.exporter
         if exp is None:
+            self._started = starts_exporter(self._given, self._start)
             exp = self.exporter = exporter_for(
                 self._given, FRAMEWORK, _version(), start=self._start, **self._start_kwargs
             )
@@ -77,7 +86,10 @@ class VerlBackend:
                 exp.observe(PHASE, value, phase=key[len(TIMING_PREFIX) :])
 
     def finish(self) -> None:
-        """Called by ``Tracking.finish``; the exporter keeps serving the last values."""
+        """Called by ``Tracking.finish`` at the end of training: an exporter this backend
+        started ends the run (``rlpulse.finish``: a last scrape, then it stops, and no
+        RLTargetDown page); one given or started elsewhere keeps serving."""
+        end_run(self.exporter, self._started)
 
 
 def attach(tracking: Any, exporter: Exporter | None = None, **kwargs: Any) -> VerlBackend:

@@ -65,6 +65,7 @@ GPU_PROCESS_MEM = M("rl_gpu_process_memory_bytes")
 PROCESS_CPU = M("rl_process_cpu_utilization_ratio")
 PROCESS_RSS = M("rl_process_resident_memory_bytes")
 LAST_LOG = M("rl_last_step_timestamp_seconds")
+FINISHED = M("rl_run_finished_timestamp_seconds")
 GRADER_LATENCY = M("rl_grader_duration_seconds")
 TOOL_CALLS = M("rl_tool_calls_total")
 TOOL_ERRORS = M("rl_tool_errors_total")
@@ -663,11 +664,19 @@ def _system_alerts(q: _Q) -> Iterator[Alert]:
         f"topk by (job, instance) (1, max_over_time(timestamp({q.s(RUN_INFO)})"
         f"[{w.baseline}:{w.resolution}]))"
     )
+    # finish()'s mark (the time it was called) was scraped and the target went away within the
+    # grace after it: the run ended on purpose. A later run on the same target still pages.
+    finished = (
+        f"max by (job, instance) (max_over_time({q.s(FINISHED)}[{w.baseline}])) + "
+        f"{cfgmod.seconds(td.finish_grace):g} >= on(job, instance) max by (job, instance) "
+        f"(max_over_time(timestamp({q.s(RUN_INFO)})[{w.baseline}:{w.resolution}]))"
+    )
     yield Alert.of(
         td,
         TARGET_DOWN,
         "critical",
-        f"({q.up()} == 0) + on(job, instance) group_left(run_id, rank) (time() - {last_run})",
+        f"(({q.up()} == 0) + on(job, instance) group_left(run_id, rank) (time() - {last_run}))"
+        f" unless on(job, instance) ({finished})",
         "A trainer exporter that was serving a run cannot be scraped.",
         "Prometheus cannot scrape {{ $labels.instance }} (job {{ $labels.job }}), which served "
         f"{_ID} until {_V} s ago: the trainer died, hung hard or lost its network.",

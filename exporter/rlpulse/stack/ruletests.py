@@ -387,6 +387,26 @@ def _system() -> Iterator[Scenario]:
         ),
     )
     yield Scenario(
+        "Finished run: finish() at 28m20s is carried by the last two scrapes, then the exporter "
+        "stops (up 0): the run ended on purpose, nothing pages.",
+        (
+            (series_up(up), f"{const(1, 30)} {const(0, 30)}"),
+            (_w(r.RUN_INFO, {**TARGET, "model": "tiny"}), const(1, 30)),
+            (_w(r.FINISHED), f"_x27 {const(28 * 60 + 20, 2)}"),
+        ),
+        (Check(r.TARGET_DOWN, "40m"), Check(r.TARGET_DOWN, "58m")),
+    )
+    yield Scenario(
+        "A finished run's target serves a new run from 20m (no finish mark), which dies at 60m: "
+        "the old mark does not hide it, it fires with the new run's last sample (59m).",
+        (
+            (series_up(up), f"{const(1, 60)} {const(0, 20)}"),
+            (_w(r.RUN_INFO, {**TARGET, "model": "tiny"}), const(1, 60)),
+            (_w(r.FINISHED), f"_x8 {const(9 * 60, 2)}"),
+        ),
+        (Check(r.TARGET_DOWN, "70m", (Expect("critical", TARGET, 70 * 60 - 59 * 60),)),),
+    )
+    yield Scenario(
         "Training stalled: the step advances once a minute to 30, then stays at 30 while the "
         "exporter answers; no change for 15m at 44m, fires at 45m with the step.",
         ((_w(r.STEP), f"{ramp(1, 1, 30)} {const(30, 40)}"),),

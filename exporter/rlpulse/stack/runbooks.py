@@ -216,7 +216,11 @@ RUNBOOKS: dict[str, Runbook] = {
         f"{SYSTEM} → Exporter health; {TRAINING} → Throughput, phase times and liveness.",
         (
             "Check the trainer's process and logs (OOM killer, NCCL timeout, node failure).",
-            "If the run finished on purpose, remove its file_sd target so it stops paging.",
+            "A run that ends on purpose calls rlpulse.finish() (the TRL and verl integrations "
+            "and the demo do): a last scrape carries the finish mark and this alert stays "
+            "quiet. If it paged for a run that did finish, the trainer exited without "
+            "finish(): add it, or remove the run's file_sd target "
+            "(rlpulse.targets.register does on close).",
         ),
     ),
     "RLTrainingStalled": Runbook(

@@ -35,8 +35,8 @@ PORT_NAME = re.compile(r"^(?=.*[a-z])[a-z0-9]([a-z0-9]|-(?!-))*$")  # IANA_SVC_N
 LAST_APPLIED_LIMIT = 256 * 1024  # all annotations of an object; kubectl apply stores it whole
 HTTPS = config.from_dict(
     {
-        "scrape": {"scheme": "https"},
-        "kubernetes": {"basic_auth_secret": "rlpulse-scrape-auth", "tls_server_name": "rlpulse"},
+        "scrape": {"scheme": "https", "server_name": "rlpulse"},
+        "kubernetes": {"basic_auth_secret": "rlpulse-scrape-auth"},
     }
 )
 

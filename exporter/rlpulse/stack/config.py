@@ -400,9 +400,6 @@ class Kubernetes:
         default="rlpulse-scrape-tls",
         metadata=_doc("Secret (key ca.crt) with the CA of the exporter certificates (https)."),
     )
-    tls_server_name: str = field(
-        default="", metadata=_doc("Name the exporter certificates are issued for (https).")
-    )
     basic_auth_secret: str = field(
         default="",
         metadata=_doc(

@@ -64,8 +64,8 @@ def _endpoint(cfg: Config) -> dict[str, Any]:
     }
     if s.scheme == "https":
         tls: dict[str, Any] = {"ca": {"secret": {"name": k.tls_secret, "key": "ca.crt"}}}
-        if k.tls_server_name:
-            tls["serverName"] = k.tls_server_name
+        if cfg.scrape.server_name:
+            tls["serverName"] = cfg.scrape.server_name
         ep["tlsConfig"] = tls
     if k.basic_auth_secret:
         ep["basicAuth"] = {

@@ -1,7 +1,7 @@
 """Many simulated ranks through Prometheus' own scale-out path, measured.
 
     python benchmarks/bench_scale.py [--ranks 256] [--per-process 16] [--gpus 8] \
-        [--interval 5s] [--duration 120] [--json out.json]
+        [--interval 5s] [--step-seconds 10] [--duration 120] [--reps 3] [--json out.json]
 
 Starts ``--ranks`` exporters (``--per-process`` of them per Python process, each with its own
 port and identity; ``--gpus`` ranks per simulated node, the node's local rank 0 reading a fake
@@ -9,7 +9,10 @@ NVML with that many GPUs and the host), feeds them a GRPO-like workload, writes 
 targets with ``rlpulse.targets``, and runs a real Prometheus (the generated config and rules,
 ``remote_write`` into a real VictoriaMetrics). After ``--duration`` seconds it reports scrape
 durations, series per rank, bytes per scrape, samples/s ingested by both stores, Prometheus
-memory, and the latency of every dashboard query (against the recording rules) on both.
+memory, remote-write lag, and the latency of every dashboard query on both stores: as shipped
+(against the recording rules) and, as the baseline, with the rules inlined over raw per-rank
+series. Prints a table; ``--json`` writes everything (``benchmarks/plot_scale.py`` plots it).
+docs/scaling.md holds the measurements at 64, 128 and 256 ranks.
 
 Needs the ``prometheus`` and ``victoria-metrics`` binaries (Debian packages of those names).
 ``tests/test_scale_sim.py`` runs a CI-sized variant of the same code.

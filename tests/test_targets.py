@@ -72,7 +72,7 @@ def test_cli_writes_a_file_prometheus_accepts(tmp_path: Path) -> None:
             "--ranks-per-node",
             "2",
             "--label",
-            "run_id=exp1",
+            "cluster=east",
             "-o",
             str(out),
         ]
@@ -81,7 +81,7 @@ def test_cli_writes_a_file_prometheus_accepts(tmp_path: Path) -> None:
     groups = json.loads(out.read_text())
     assert groups[1] == {
         "targets": ["b1:9400", "b1:9401"],
-        "labels": {"run_id": "exp1"},
+        "labels": {"cluster": "east"},
     }
     config = tmp_path / "prometheus.yml"
     config.write_text(
@@ -104,6 +104,8 @@ def test_cli_writes_a_file_prometheus_accepts(tmp_path: Path) -> None:
 def test_cli_bad_label_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["targets", "--hosts", "a", "--label", "oops"]) == 2
     assert "--label 'oops': expected NAME=VALUE" in capsys.readouterr().err
+    assert cli.main(["targets", "--hosts", "a", "--label", "rank=1"]) == 2
+    assert "target label(s) ['rank'] would clash" in capsys.readouterr().err
 
 
 # ---- self-registration (rlpulse.targets.register) ----------------------------------------------

@@ -105,10 +105,25 @@ def nodes_from_env(env: Mapping[str, str], default_ranks: int) -> list[Node]:
     return [Node(h, ranks) for h in expand_hostlist(spec)]
 
 
+# what the exporter's series (run_id ... node) or Prometheus (job, instance) already label
+OWN_LABELS = frozenset({"run_id", "rank", "local_rank", "node", "job", "instance"})
+
+
+def _check_labels(labels: Mapping[str, str] | None) -> None:
+    """Refuse target labels Prometheus would clash with the exporter's own (it renames the
+    exported ones to ``exported_*``, and the alerts and dashboards would lose them)."""
+    clash = set(labels or {}) & OWN_LABELS
+    if clash:
+        raise ValueError(
+            f"target label(s) {sorted(clash)} would clash with the exporter's own labels"
+        )
+
+
 def file_sd(
     nodes: Sequence[Node], base_port: int, labels: Mapping[str, str] | None = None
 ) -> list[dict[str, object]]:
     """The ``file_sd`` document: one target group per node."""
+    _check_labels(labels)
     if not 0 < base_port < 65536:
         raise ValueError(f"base port {base_port} is not a TCP port")
     groups: list[dict[str, object]] = []
@@ -151,11 +166,7 @@ def write_target(
     ``local_rank`` and ``node``, so those names are refused (Prometheus would rename the
     exported ones to ``exported_*``). ``__scheme__`` and ``__metrics_path__`` are allowed.
     """
-    clash = set(labels or {}) & {"run_id", "rank", "local_rank", "node", "job", "instance"}
-    if clash:
-        raise ValueError(
-            f"target label(s) {sorted(clash)} would clash with the exporter's own labels"
-        )
+    _check_labels(labels)
     path = target_path(directory, run_id, rank)
     write(path, [{"targets": [address], "labels": dict(labels or {})}])
     return path

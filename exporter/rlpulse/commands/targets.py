@@ -20,7 +20,13 @@ def register(sub: Any) -> None:
     src.add_argument("--hostfile", type=Path, help="hostfile: 'host [slots=N]' per line")
     p.add_argument("--ranks-per-node", type=int, default=8, help="exporters per node (default 8)")
     p.add_argument("--base-port", type=int, default=DEFAULT_PORT)
-    p.add_argument("--label", action="append", default=[], metavar="K=V", help="extra label")
+    p.add_argument(
+        "--label",
+        action="append",
+        default=[],
+        metavar="K=V",
+        help="extra target label (not run_id, rank, local_rank, node, job or instance)",
+    )
     p.add_argument("-o", "--output", type=Path, help="file to write (default: stdout)")
     p.set_defaults(func=run)
 

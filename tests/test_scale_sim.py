@@ -31,6 +31,16 @@ def _recorded_everywhere(sim: bench_scale.Sim) -> bool:
     return len(have) >= 20 and all(in_vm[name] == in_prom[name] for name in have)
 
 
+def _raw_everywhere(sim: bench_scale.Sim) -> bool:
+    """Every metric of the run Prometheus holds has reached VictoriaMetrics (remote write sends
+    in shards and batches, and a loaded machine delays the later ones)."""
+    names = f'count by (__name__) ({{run_id="{bench_scale.RUN_ID}"}})'
+    in_prom, in_vm = (
+        {r["metric"]["__name__"] for r in results(base, names)} for base in (sim.prometheus, sim.vm)
+    )
+    return bool(in_prom) and in_prom <= in_vm
+
+
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[bench_scale.Sim, Any]]:
     workdir: Path = tmp_path_factory.mktemp("scale")
@@ -39,6 +49,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[bench_s
         wait_for_rates = rules.rate_name(catalog.get("rl_samples_total"))
         wait_for(lambda: results(sim.prometheus, f"{wait_for_rates} > 0"), 30, "rate rules")
         wait_for(lambda: _recorded_everywhere(sim), 30, "recorded series in VictoriaMetrics")
+        wait_for(lambda: _raw_everywhere(sim), 30, "every raw metric in VictoriaMetrics")
         result = bench_scale.measure(sim, duration=2, reps=1)
         print("\n" + bench_scale.report(result))
         yield sim, result

@@ -59,6 +59,7 @@ USER_LABELS = frozenset({"component", "benchmark", "tool", "phase", "name", "key
 # rl_run_info's labels a trainer may set (rlpulse_version is always rlpulse's own)
 METADATA_KEYS = tuple(n for n in catalog.get("rl_run_info").labels if n != "rlpulse_version")
 FINISHED = catalog.get("rl_run_finished_timestamp_seconds")
+METRICS_PATH = "/metrics"
 METADATA_ALIASES = {"grader": "grader_version", "version": "framework_version", "sha": "git_sha"}
 EPISODE_WINDOW = 100
 MAX_PENDING = 4096  # log() snapshots held for the scrape thread before the trainer applies them
@@ -222,7 +223,7 @@ class Exporter:
             options = self.web_config.server_options() if self.web_config is not None else {}
             if self.certfile:  # (a web config with TLS too was refused in __init__)
                 options["tls"] = http.tls_context(self.certfile, self.keyfile)
-            routes = {"/metrics": http.metrics_handler(Renderer(self)), **self._routes}
+            routes = {METRICS_PATH: http.metrics_handler(Renderer(self)), **self._routes}
             server = http.Server(self.addr, self.port, routes, **options)
             self._server = server.start()
             self.port = server.port
@@ -281,8 +282,9 @@ class Exporter:
         self.set(FINISHED.name, time.time())
         server = self._server
         seen = False
-        if server is not None and wait > 0 and server.arrived("/metrics"):
-            seen = server.wait_answered("/metrics", server.arrived("/metrics"), wait)
+        scrapes = server.arrived(METRICS_PATH) if server is not None else 0
+        if server is not None and wait > 0 and scrapes:
+            seen = server.wait_answered(METRICS_PATH, scrapes, wait)
             if not seen:
                 log.warning(
                     "rlpulse: no scrape within %.0f s after finish(): Prometheus may report "

@@ -18,16 +18,16 @@ from rlpulse.stack.config import Config
 
 # Directories whose every file of these kinds is generated: a file there that the source no
 # longer generates is stale (reported by --check, removed by a write).
+KUBERNETES_DIR = "kubernetes"
 OWNED_DIRS: dict[str, tuple[str, ...]] = {
     "prometheus/rules": (".yml",),
     "prometheus/tests": (".yml",),
     "alertmanager/templates": (".tmpl",),
     "grafana/dashboards": (".json",),
-    "kubernetes": (".yaml",),
+    KUBERNETES_DIR: (".yaml",),
 }
 # Owned directories written only on request (``--kubernetes``): owned only when generated, so a
 # plain ``rlpulse generate`` neither reports nor removes them.
-KUBERNETES_DIR = "kubernetes"
 OPTIONAL_DIRS = frozenset({KUBERNETES_DIR})
 
 

@@ -45,8 +45,6 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
 
-import promql_parser
-
 ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:  # run as a script: the repository's tests/ holds the fake NVML
     sys.path.insert(0, str(ROOT))
@@ -59,6 +57,7 @@ from tests.fake_nvml import FakeGpu, FakeNvml  # noqa: E402
 from tests.stackutil import (  # noqa: E402
     api,
     free_port,
+    metric_names,
     results,
     server,
     victoria_metrics,
@@ -601,18 +600,6 @@ def panel_queries(cfg: cfgmod.Config, rate_interval: str) -> list[PanelQuery]:
             expanded = dashboards.expand(expr, {"run_id": RUN_ID}, rate_interval=rate_interval)
             out.append(PanelQuery(name, title, expanded, inline_recordings(expanded, cfg)))
     return out
-
-
-def metric_names(expr: str) -> set[str]:
-    """The metrics an expression selects."""
-    names: set[str] = set()
-
-    def visit(node: Any) -> None:
-        if isinstance(node, promql_parser.VectorSelector) and node.name:
-            names.add(node.name)
-
-    promql_parser.walk(promql_parser.parse(expr), visit)
-    return names
 
 
 def exposed_names(sim: Sim) -> set[str]:

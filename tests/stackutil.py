@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import urlencode
 
+import promql_parser
 import yaml
 
 T = TypeVar("T")
@@ -69,6 +70,21 @@ def results(base: str, expr: str, at: float | None = None) -> list[dict[str, Any
     assert body["status"] == "success", (expr, body)
     out: list[dict[str, Any]] = body["data"]["result"]
     return out
+
+
+def metric_names(expr: str) -> set[str]:
+    """Every metric a PromQL expression (Grafana variables expanded) selects, by name or by a
+    ``__name__`` matcher."""
+    names: set[str] = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.VectorSelector):
+            if node.name:
+                names.add(node.name)
+            names.update(m.value for m in node.matchers.matchers if m.name == "__name__")
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return names
 
 
 def wait_for(probe: Callable[[], T | None], timeout: float, what: str, every: float = 0.25) -> T:

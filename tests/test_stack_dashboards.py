@@ -23,6 +23,7 @@ from rlpulse import catalog
 from rlpulse.stack import compose, dashboards, rules
 from rlpulse.stack.config import Config
 from rlpulse.stack.grafana_common import ALERTS, Selector, ref_id
+from tests import stackutil
 
 REPO = Path(__file__).resolve().parents[1]
 CONFIG = Config()
@@ -67,14 +68,8 @@ def nodes(expr: str) -> list[Any]:
 
 
 def metric_names(expr: str) -> set[str]:
-    """Every metric a PromQL expression selects, by name or by a ``__name__`` matcher."""
-    names = set()
-    for node in nodes(expr):
-        if isinstance(node, promql_parser.VectorSelector):
-            if node.name:
-                names.add(node.name)
-            names |= {m.value for m in node.matchers.matchers if m.name == "__name__"}
-    return names
+    """Every metric a panel's PromQL (with Grafana variables) selects."""
+    return stackutil.metric_names(dashboards.expand(expr, rate_interval="17s"))
 
 
 def all_exprs(model: dict[str, Any]) -> list[tuple[str, str]]:

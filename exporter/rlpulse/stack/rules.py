@@ -660,16 +660,15 @@ def _system_alerts(q: _Q) -> Iterator[Alert]:
     w = q.w
 
     td = a.target_down
-    last_run = (
-        f"topk by (job, instance) (1, max_over_time(timestamp({q.s(RUN_INFO)})"
-        f"[{w.baseline}:{w.resolution}]))"
-    )
+    # when each target last served a run (its last scraped run_info sample)
+    served = f"max_over_time(timestamp({q.s(RUN_INFO)})[{w.baseline}:{w.resolution}])"
+    last_run = f"topk by (job, instance) (1, {served})"
     # finish()'s mark (the time it was called) was scraped and the target went away within the
     # grace after it: the run ended on purpose. A later run on the same target still pages.
     finished = (
         f"max by (job, instance) (max_over_time({q.s(FINISHED)}[{w.baseline}])) + "
         f"{cfgmod.seconds(td.finish_grace):g} >= on(job, instance) max by (job, instance) "
-        f"(max_over_time(timestamp({q.s(RUN_INFO)})[{w.baseline}:{w.resolution}]))"
+        f"({served})"
     )
     yield Alert.of(
         td,

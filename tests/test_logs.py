@@ -8,63 +8,38 @@ from pathlib import Path
 
 import pytest
 
-from rlpulse.logs import FORMATS, LogFormatError, detect_format, read_log, resolve_format
+from rlpulse.logs import FORMATS, LogFormatError, base, detect_format, read_log, resolve_format
 from rlpulse.logs import trl as trl_module
-
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "real-logs"
-
-# file -> (format, rows, first step, last step): rows and steps as the corpus README states them
-EXPECTED = {
-    "trl/IMJONEZZ__UnslothGRPO__outputs_checkpoint-250_trainer_state.json": ("trl", 250, 1, 250),
-    "trl/abdo-ashraf__Gemma-3-RL-Finetuning__outputs_checkpoint-250_trainer_state.json": (
-        "trl",
-        25,
-        10,
-        250,
-    ),
-    "trl/samyakshrestha__grpo-verified-reasoner__outputs_checkpoint-1134_trainer_state.json": (
-        "trl",
-        226,
-        5,
-        1130,
-    ),
-    "trl/Rusheel86__Chaos-Economy__training_logs.json": ("trl", 50, 5, 250),
-    "verl/volcengine__verl__examples_ppo_trainer_verl_getting_started.ipynb.outputs.log": (
-        "verl-log",
-        61,
-        0,
-        60,
-    ),
-    "other/arvindcr4__tinker-rl-lab__experiments_results_arithmetic_metrics.jsonl": (
-        "jsonl",
-        100,
-        0,
-        99,
-    ),
-    "sb3/DLR-RM__rl-trained-agents__ppo_LunarLander-v2_1_0.monitor.csv": ("sb3-csv", 162, 77, None),
-    "other/morikatron__GAIL_PPO__sample_result_ppo_progress.csv": ("sb3-csv", 100, 0, 99),
-}
+from tests.corpus import CORPUS, FILES, corpus_file, needs_corpus
 
 
+@needs_corpus
 def test_corpus_is_complete() -> None:
     files = {str(p.relative_to(CORPUS)) for p in CORPUS.glob("*/*")}
-    assert files == set(EXPECTED), "corpus files changed: update EXPECTED and the replay tests"
+    assert files == set(FILES), "corpus files changed: update tests/corpus.py and the replay tests"
 
 
-@pytest.mark.parametrize("name", sorted(EXPECTED))
+@needs_corpus
+@pytest.mark.parametrize("name", sorted(FILES))
 def test_corpus_file(name: str) -> None:
-    fmt, rows, first, last = EXPECTED[name]
+    expected = FILES[name]
     path = CORPUS / name
-    assert detect_format(path) == fmt
+    assert detect_format(path) == expected.format
     records = list(read_log(path))
-    assert len(records) == rows
-    assert records[0].step == first
-    if last is not None:
-        assert records[-1].step == last
+    assert len(records) == expected.records
+    assert records[0].step == expected.first
+    if expected.last is not None:
+        assert records[-1].step == expected.last
     assert all(r.values for r in records)
-    assert [r.step for r in records] == sorted(r.step for r in records)
+    segments: dict[str, list[int]] = {}
+    for r in records:
+        segments.setdefault(r.segment, []).append(r.step)
+    assert len(segments) == expected.segments
+    for steps in segments.values():  # steps never go back inside one run
+        assert steps == sorted(steps)
 
 
+@needs_corpus
 def test_trl_values_and_locations() -> None:
     name = "trl/samyakshrestha__grpo-verified-reasoner__outputs_checkpoint-1134_trainer_state.json"
     path = CORPUS / name
@@ -77,6 +52,7 @@ def test_trl_values_and_locations() -> None:
     assert max(r.values["kl"] for r in records) > 150  # the README's KL spikes
 
 
+@needs_corpus
 def test_trl_stream_survives_any_chunk_boundary(monkeypatch: pytest.MonkeyPatch) -> None:
     path = CORPUS / "trl/Rusheel86__Chaos-Economy__training_logs.json"
     whole = list(read_log(path))
@@ -95,6 +71,7 @@ def test_trl_plain_list_and_compact(tmp_path: Path) -> None:
     assert [(r.step, r.values) for r in read_log(compact)] == [(3, {"kl": 1e-3})]
 
 
+@needs_corpus
 def test_verl_log_values() -> None:
     name = "verl/volcengine__verl__examples_ppo_trainer_verl_getting_started.ipynb.outputs.log"
     records = list(read_log(CORPUS / name))
@@ -137,6 +114,7 @@ def test_jsonl_nested_steps_and_timestamps(tmp_path: Path) -> None:
     assert (b.step, b.timestamp, b.where) == (5, 1767225600.0, "line 3")
 
 
+@needs_corpus
 def test_sb3_monitor_and_progress(tmp_path: Path) -> None:
     monitor = list(
         read_log(CORPUS / "sb3/DLR-RM__rl-trained-agents__ppo_LunarLander-v2_1_0.monitor.csv")
@@ -209,4 +187,191 @@ def test_unknown_formats_are_named(tmp_path: Path) -> None:
         resolve_format(blob, "wandb")
     with pytest.raises(FileNotFoundError):
         read_log(tmp_path / "missing.json")
-    assert set(FORMATS) == {"trl", "verl-log", "verl-jsonl", "sb3-csv", "tensorboard", "jsonl"}
+    assert set(FORMATS) == {
+        "trl",
+        "verl-log",
+        "verl-jsonl",
+        "sb3-csv",
+        "sb3-eval-json",
+        "tensorboard",
+        "jsonl",
+        "rllib-json",
+        "rllib-csv",
+        "dopamine",
+        "deepspeed-chat",
+        "env-digest",
+    }
+
+
+# ---- second-batch formats -----------------------------------------------------------------------
+@needs_corpus
+def test_tinker_eval_rows_repeat_a_step() -> None:
+    records = list(
+        read_log(
+            corpus_file("tinker-cookbook/joanvelja__tinker-cookbook__reports__data__gptoss-20b-v3b")
+        )
+    )
+    evals = [r for r in records if "test/test/env/all/correct" in r.values]
+    assert [r.step for r in evals] == [10, 20, 30, 40, 50, 60, 70]
+    train = {r.step: r for r in records if "env/all/correct" in r.values}
+    assert all(e.step in train for e in evals)  # an eval row shares its step with a train row
+    assert max(r.values["unclipped_grad_l2:mean"] for r in train.values()) > 1e5
+
+
+@needs_corpus
+def test_digest_reads_each_environment_as_a_segment() -> None:
+    records = list(read_log(corpus_file("tinker-cookbook/astOwOlfo")))
+    by_env: dict[str, list[float]] = {}
+    for r in records:
+        by_env.setdefault(r.segment, []).append(r.values["hacking_ratio"])
+    assert list(by_env) == [
+        "AEEnv",
+        "BashCodeforcesEnv",
+        "OmitDescriptionEnv",
+        "SWEFixerEnv",
+        "SyntheticEnv",
+    ]
+    assert all(len(v) == 24 for v in by_env.values())
+    assert by_env["AEEnv"][0] == pytest.approx(5 / 64) and by_env["AEEnv"][-1] > 0.9
+    first = records[0]
+    assert first.values["average_reward"] == pytest.approx(0.0221354, abs=1e-6)
+    assert first.values["honest_success_ratio"] == pytest.approx(4 / 64)
+
+
+@needs_corpus
+def test_deepspeed_chat_steps_rewards_and_overflows() -> None:
+    records = list(read_log(corpus_file("deepspeed-chat/")))
+    first = records[0]
+    assert first.values["act_loss"] == 0.2099609375
+    assert first.values["average_reward_score"] == -0.67919921875
+    assert first.values["e2e_latency"] == 7.99 and first.values["overflow_skipped_steps"] == 2
+    assert all("average_reward_score" in r.values for r in records)
+    # DeepSpeed prints a step's overflows while training it, before the step line
+    assert sum(r.values["overflow_skipped_steps"] for r in records) == 14
+    assert max(r.step for r in records if r.values["overflow_skipped_steps"]) == 212
+
+
+@needs_corpus
+def test_dopamine_runs_split_where_iteration_restarts() -> None:
+    records = list(read_log(corpus_file("dopamine/")))
+    runs: dict[str, list[int]] = {}
+    for r in records:
+        runs.setdefault(r.segment, []).append(r.step)
+    assert len(runs) == 30 and all(steps == list(range(199)) for steps in runs.values())
+    assert {name.rsplit(" #", 1)[1] for name in runs} == {"1", "2", "3", "4", "5"}
+    dqn2 = [r.values["Train/AverageReturns"] for r in records if r.segment == "DQN #2"]
+    assert max(dqn2) == pytest.approx(1683, abs=1) and dqn2[-1] < 100
+
+
+@needs_corpus
+def test_rllib_result_json_nan_and_nesting() -> None:
+    records = list(read_log(corpus_file("rllib/ray-project__rl-experiments__atari-apex")))
+    nan_steps = [r.step for r in records if math.isnan(r.values["episode_reward_mean"])]
+    assert nan_steps == [1, 136, 215, 219]
+    assert records[1].timestamp == 1538186557 and "info/num_steps_trained" in records[1].values
+    assert not any(k.startswith("config/") for r in records for k in r.values)
+
+
+@needs_corpus
+def test_rllib_progress_csv_reads_the_learner_dict() -> None:
+    records = list(read_log(corpus_file("rllib/ray-project__rl-experiments__atari-impala")))
+    stats = records[0].values
+    assert stats["info/learner/grad_gnorm"] == pytest.approx(40.0, abs=1e-3)
+    assert records[-1].values["episode_reward_mean"] > 500
+    assert all("info/learner/vf_loss" in r.values for r in records)
+
+
+@needs_corpus
+def test_sb3_eval_history() -> None:
+    records = list(read_log(corpus_file("sb3/SpencerCPurdy")))
+    assert records[0].values == {
+        "eval/mean_reward": pytest.approx(-83.349, abs=1e-3),
+        "eval/std_reward": pytest.approx(34.112, abs=1e-3),
+    }
+    assert sum(r.values["eval/mean_reward"] == 0 for r in records) == 48
+
+
+def test_rllib_csv_cells_are_literals_never_code(tmp_path: Path) -> None:
+    log = tmp_path / "progress.csv"
+    log.write_text(
+        "training_iteration,timestamp,info,episode_reward_mean\n"
+        "1,100,\"{'learner': {'vf_loss': nan, 'entropy': -1.5}}\",nan\n"
+        "2,160,\"{'x': __import__('os').system('true')}\",3\n"
+    )
+    records = read_log(log)
+    first = next(records)
+    assert math.isnan(first.values["info/learner/vf_loss"]) and first.timestamp == 100
+    assert first.values["info/learner/entropy"] == -1.5
+    with pytest.raises(LogFormatError, match="line 3: column 'info': not a dict literal"):
+        next(records)
+
+
+def test_verl_jsonl_null_is_non_finite(tmp_path: Path) -> None:
+    log = tmp_path / "metrics.jsonl"
+    log.write_text('{"step": 1, "data": {"actor/pg_loss": null, "critic/vf_loss": 0.5}}\n')
+    (rec,) = read_log(log)
+    assert math.isnan(rec.values["actor/pg_loss"]) and rec.values["critic/vf_loss"] == 0.5
+
+
+def test_sb3_progress_step_is_the_update_counter(tmp_path: Path) -> None:
+    log = tmp_path / "progress.csv"
+    log.write_text(
+        "time/total_timesteps,train/n_updates,rollout/ep_rew_mean\n"
+        "2048,,10\n4096,10,12\n6144,20,15\n"
+    )
+    assert [r.step for r in read_log(log)] == [0, 10, 20]
+
+
+# ---- hostile input: one LogFormatError naming the file and position, bounded time and memory ---
+def _deep(n: int) -> str:
+    return '{"a": ' * n + "1" + "}" * n
+
+
+@pytest.mark.parametrize(
+    ("name", "text", "where"),
+    [
+        ("deep.jsonl", '{"step": 1}\n' + _deep(100_000) + "\n", "line 2"),
+        ("deeper.jsonl", '{"step": 1, "m": ' + _deep(40) + "}\n", "line 1"),
+        ("deep.json", '{"log_history": [' + _deep(100_000) + "]}", "line 1"),
+        (
+            "deep.csv",
+            'training_iteration,info\n1,"' + "{'a': " * 200 + "1" + "}" * 200 + '"\n',
+            "line 2",
+        ),
+        ("field.csv", 'a,b\n1,2\n1,"' + "x" * 200_000 + '"\n', "line 3"),
+        ("dopamine.json", '[{"Iteration": 0, "Value": 1, "Agent": "DQN"}, {"Value": 2}]', "line 1"),
+        ("digest.txt", 'ENV TYPE: A (1/1)\n[\n  {"epoch": 0,\n', "line 2"),
+    ],
+)
+def test_hostile_logs_are_one_clear_error(tmp_path: Path, name: str, text: str, where: str) -> None:
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(LogFormatError) as err:
+        list(read_log(path))
+    assert err.value.where == where and str(err.value).startswith(f"{path}: {where}: ")
+
+
+def test_huge_numbers_are_read_not_crashed_on(tmp_path: Path) -> None:
+    log = tmp_path / "big.jsonl"
+    log.write_text('{"step": 1e300, "loss": ' + "9" * 401 + ', "kl": -' + "9" * 401 + "}\n")
+    (rec,) = read_log(log)
+    assert rec.step == int(1e300)
+    assert rec.values == {"loss": math.inf, "kl": -math.inf}
+
+
+def test_a_huge_line_is_refused_without_reading_it_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(base, "MAX_LINE", 1000)
+    monkeypatch.setattr(trl_module, "MAX_VALUE", 1000)
+    monkeypatch.setattr(trl_module, "CHUNK", 100)
+    for name, text in (
+        ("one.jsonl", '{"step": 1, "x": "' + "a" * 5000 + '"}\n'),
+        ("one.log", "step:1 - a:" + "1" * 5000 + "\n"),
+        ("one.csv", "a,b\n1," + "2" * 5000 + "\n"),
+        ("one.json", '{"log_history": [{"step": 1, "x": "' + "a" * 5000 + '"}]}'),
+    ):
+        path = tmp_path / name
+        path.write_text(text)
+        with pytest.raises(LogFormatError, match="longer than 1000 characters"):
+            list(read_log(path, "auto" if not name.endswith(".log") else "verl-log"))

@@ -192,3 +192,25 @@ def test_run_directory_with_several_runs_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(LogFormatError, match="several runs"):
         list(read_log(tmp_path / "runs"))
     assert len(list(read_log(tmp_path / "runs" / "a"))) == 1
+
+
+def _field(number: int, wire: int, payload: bytes) -> bytes:
+    key = bytes([number << 3 | wire])
+    return key + (bytes([len(payload)]) + payload if wire == 2 else payload)
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        bytes([1 << 3 | 0, 5]) + _field(2, 5, b"\0\0\x80?"),  # tag as a varint
+        _field(1, 2, b"t") + _field(8, 2, _field(1, 0, b"\x01") + _field(5, 1, b"\0" * 8)),
+        _field(1, 2, b"t") + _field(8, 2, _field(1, 0, b"\x01") + _field(5, 2, b"\0" * 5)),
+    ],
+    ids=["tag-varint", "float-as-fixed64", "packed-odd-length"],
+)
+def test_crafted_event_protos_are_log_format_errors(tmp_path: Path, value: bytes) -> None:
+    event = _field(1, 1, struct.pack("<d", 1.0)) + _field(5, 2, _field(1, 2, value))
+    path = tmp_path / "events.out.tfevents.1.crafted"
+    path.write_bytes(frame(event))
+    with pytest.raises(LogFormatError, match=r"byte 0: bad Event proto"):
+        list(read_log(path))

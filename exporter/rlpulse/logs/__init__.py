@@ -1,8 +1,14 @@
 """Readers for finished (or growing) training logs: each yields ``Record``s in file order.
 
 Formats: ``trl`` (trainer_state.json ``log_history``), ``verl-log`` (console lines),
-``verl-jsonl`` (verl's ``file`` logger), ``sb3-csv`` (Monitor or progress CSV), ``tensorboard``
-(event files), ``jsonl`` (one object per line). ``read_log(path)`` detects the format."""
+``verl-jsonl`` (verl's ``file`` logger), ``sb3-csv`` (Monitor or progress CSV),
+``sb3-eval-json`` (an evaluation-history document), ``tensorboard`` (event files), ``jsonl``
+(one object per line: tinker-cookbook ``metrics.jsonl``, W&B-style dumps), ``rllib-json`` and
+``rllib-csv`` (Tune's ``result.json`` / ``progress.csv``), ``dopamine`` (baseline long-format
+JSON, one segment per run), ``deepspeed-chat`` (step-3 PPO console log), ``env-digest`` (a
+per-environment epoch digest, one segment per environment). ``read_log(path)`` detects the
+format. Every reader streams, bounds what it holds in memory (one line, one JSON value, one CSV
+field) and reports a malformed file as one ``LogFormatError`` naming the file and position."""
 
 from __future__ import annotations
 
@@ -10,8 +16,12 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from rlpulse.logs.base import LogFormatError, Record
-from rlpulse.logs.detect import detect_format
+from rlpulse.logs.deepspeed_chat import read_deepspeed_chat
+from rlpulse.logs.detect import NAMES, detect_format
+from rlpulse.logs.digest import read_digest
+from rlpulse.logs.documents import read_dopamine, read_sb3_eval_json
 from rlpulse.logs.jsonl import read_jsonl, read_verl_jsonl
+from rlpulse.logs.rllib import read_rllib_csv, read_rllib_json
 from rlpulse.logs.sb3_csv import read_sb3_csv
 from rlpulse.logs.tensorboard import EventFileReader, LogdirFollower, read_tensorboard
 from rlpulse.logs.trl import read_trl
@@ -22,9 +32,16 @@ FORMATS: dict[str, Callable[[Path], Iterator[Record]]] = {
     "verl-log": read_verl_log,
     "verl-jsonl": read_verl_jsonl,
     "sb3-csv": read_sb3_csv,
+    "sb3-eval-json": read_sb3_eval_json,
     "tensorboard": read_tensorboard,
     "jsonl": read_jsonl,
+    "rllib-json": read_rllib_json,
+    "rllib-csv": read_rllib_csv,
+    "dopamine": read_dopamine,
+    "deepspeed-chat": read_deepspeed_chat,
+    "env-digest": read_digest,
 }
+assert tuple(FORMATS) == NAMES
 
 
 def resolve_format(path: Path | str, fmt: str = "auto") -> str:

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import math
-from typing import Literal, NamedTuple
+from collections.abc import Iterator
+from typing import Literal, NamedTuple, TextIO
 
 Kind = Literal["metrics", "episode"]
 
@@ -13,7 +14,9 @@ class Record(NamedTuple):
 
     ``kind`` is ``"episode"`` for per-episode rows (SB3 Monitor: ``values`` holds ``r`` and
     ``l``), ``"metrics"`` for a trainer's metrics dict. ``where`` locates the row in its file
-    (``"line 12"``, ``"byte 4096"``) for reports and errors.
+    (``"line 12"``, ``"byte 4096"``) for reports and errors. ``segment`` names the run a row
+    belongs to when one file holds several (Dopamine's seeds, a digest's environments); ``""``
+    for a file of one run.
     """
 
     step: int
@@ -21,6 +24,7 @@ class Record(NamedTuple):
     values: dict[str, float]
     where: str = ""
     kind: Kind = "metrics"
+    segment: str = ""
 
 
 class LogFormatError(ValueError):
@@ -37,14 +41,24 @@ def number(value: object) -> float | None:
     """A logged value as a float, or None when it is not a number (strings, lists, bools)."""
     if isinstance(value, bool) or value is None:
         return None
-    if isinstance(value, int | float):
-        return float(value)
+    if isinstance(value, int):
+        return _big(value)
+    if isinstance(value, float):
+        return value
     if isinstance(value, str):
         try:
             return float(value)
         except ValueError:
             return None
     return None
+
+
+def _big(value: int) -> float:
+    """An int as a float; one beyond float range (a 401-digit literal) is ±inf, not an error."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
 
 
 def as_step(value: object) -> int | None:
@@ -55,15 +69,48 @@ def as_step(value: object) -> int | None:
     return int(v)
 
 
-def flatten(obj: dict[str, object], prefix: str = "") -> dict[str, float]:
-    """The numeric leaves of a nested dict, with keys joined by ``/`` (W&B / verl style)."""
+MAX_DEPTH = 32  # nesting of a metrics dict; deeper is not a trainer's metrics
+MAX_LINE = 1 << 24  # characters of one line of a text log
+
+
+def flatten(obj: dict[str, object], prefix: str = "", depth: int = 0) -> dict[str, float]:
+    """The numeric leaves of a nested dict, with keys joined by ``/`` (W&B / verl style).
+
+    Raises ValueError for dicts nested deeper than ``MAX_DEPTH``."""
+    if depth > MAX_DEPTH:
+        raise ValueError(f"metrics nested more than {MAX_DEPTH} levels deep")
     out: dict[str, float] = {}
     for key, value in obj.items():
         name = f"{prefix}{key}"
         if isinstance(value, dict):
-            out.update(flatten(value, f"{name}/"))
+            out.update(flatten(value, f"{name}/", depth + 1))
             continue
         v = number(value) if not isinstance(value, str) else None
         if v is not None:
             out[name] = v
     return out
+
+
+def flat(path: object, where: str, obj: dict[str, object]) -> dict[str, float]:
+    """``flatten(obj)``, a too-deep dict reported as a ``LogFormatError`` at ``where``."""
+    try:
+        return flatten(obj)
+    except ValueError as exc:
+        raise LogFormatError(path, where, str(exc)) from None
+
+
+def lines(path: object, fh: TextIO, first: int = 1) -> Iterator[tuple[int, str]]:
+    """(line number, line) of a text log from its current position (line ``first``), each line
+    read at most ``MAX_LINE`` characters at a time: a longer line (a huge one-line file) is
+    refused without being read whole."""
+    lineno = first - 1
+    while True:
+        line = fh.readline(MAX_LINE + 1)
+        if not line:
+            return
+        lineno += 1
+        if len(line) > MAX_LINE:
+            raise LogFormatError(
+                path, f"line {lineno}", f"line longer than {MAX_LINE} characters (not a log)"
+            )
+        yield lineno, line

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import csv
 import json
+import re
 from pathlib import Path
 
 from rlpulse.logs.base import LogFormatError
+from rlpulse.logs.deepspeed_chat import is_step_line
+from rlpulse.logs.digest import looks_like_digest
+from rlpulse.logs.rllib import looks_like_rllib
 from rlpulse.logs.tensorboard import EVENT_GLOB, event_files
 from rlpulse.logs.tfrecord import looks_like_tfrecord
 from rlpulse.logs.verl_console import metrics_line
@@ -28,27 +33,72 @@ def detect_format(path: Path) -> str:
     stripped = text.lstrip()
     first_line = stripped.split("\n", 1)[0]
     if stripped.startswith("["):
-        return "trl"
+        return "dopamine" if _DOPAMINE.match(stripped) else "trl"
     if stripped.startswith("{"):
-        try:
-            first = json.loads(first_line)
-        except json.JSONDecodeError:
-            return "trl"  # a pretty-printed document: trainer_state.json
-        if isinstance(first, dict) and "log_history" in first:
-            return "trl"
-        if isinstance(first, dict) and set(first) == {"step", "data"}:
-            return "verl-jsonl"
-        return "jsonl"
+        return _json_format(stripped, first_line)
     if first_line.startswith("#{"):
         return "sb3-csv"
-    if any(metrics_line(line) for line in text.splitlines()):
+    if looks_like_digest(text):
+        return "env-digest"
+    rows = text.splitlines()
+    if any(is_step_line(line) for line in rows):
+        return "deepspeed-chat"
+    if any(metrics_line(line) for line in rows):
         return "verl-log"
-    lines = [ln for ln in text.splitlines()[:3] if ln.strip()]
-    if len(lines) >= 2 and "," in lines[0] and lines[0].count(",") == lines[1].count(","):
-        return "sb3-csv"
+    csv_format = _csv_format(rows)
+    if csv_format:
+        return csv_format
     raise LogFormatError(
         path,
         "start",
-        "cannot tell the log format; pass --format (trl, verl-log, verl-jsonl, "
-        "sb3-csv, tensorboard, jsonl)",
+        f"cannot tell the log format; pass --format ({', '.join(NAMES)})",
     )
+
+
+NAMES = (
+    "trl",
+    "verl-log",
+    "verl-jsonl",
+    "sb3-csv",
+    "sb3-eval-json",
+    "tensorboard",
+    "jsonl",
+    "rllib-json",
+    "rllib-csv",
+    "dopamine",
+    "deepspeed-chat",
+    "env-digest",
+)
+# the first element of a Dopamine long-format array holds Iteration, Value and Agent
+_DOPAMINE = re.compile(r'\[\s*\{[^{}]*"Iteration"\s*:[^{}]*"Agent"\s*:', re.DOTALL)
+_SB3_HISTORY = re.compile(r'^\s{0,8}"training_history"\s*:', re.MULTILINE)
+
+
+def _json_format(stripped: str, first_line: str) -> str:
+    try:
+        first = json.loads(first_line)
+    except (json.JSONDecodeError, RecursionError):
+        # a pretty-printed document: trainer_state.json, or an SB3 evaluation history
+        if '"log_history"' not in stripped and _SB3_HISTORY.search(stripped):
+            return "sb3-eval-json"
+        return "trl"
+    if isinstance(first, dict) and "log_history" in first:
+        return "trl"
+    if isinstance(first, dict) and set(first) == {"step", "data"}:
+        return "verl-jsonl"
+    if looks_like_rllib(first):
+        return "rllib-json"
+    return "jsonl"
+
+
+def _csv_format(rows: list[str]) -> str | None:
+    rows = [ln for ln in rows[:3] if ln.strip()]
+    if len(rows) < 2 or "," not in rows[0]:
+        return None
+    try:
+        parsed = list(csv.reader(rows[:2]))
+    except csv.Error:
+        return None
+    if len(parsed) < 2 or len(parsed[0]) != len(parsed[1]):
+        return None
+    return "rllib-csv" if looks_like_rllib(parsed[0]) else "sb3-csv"

@@ -1,6 +1,11 @@
 """JSON Lines logs: one JSON object per line (``jsonl``), and verl's ``file`` logger backend
 (``verl-jsonl``: ``{"step": N, "data": {key: value, ...}}`` per line, appended by
-``verl.utils.tracking.FileLogger``). Both stream line by line."""
+``verl.utils.tracking.FileLogger``). Both stream line by line.
+
+verl's file logger writes a NaN or ±Inf metric as JSON ``null``; a ``null`` in its ``data`` is
+read back as NaN, so the exporter counts it in ``rl_nonfinite_values_total`` instead of dropping
+it. A generic JSONL ``null`` stays "no value". Bare ``NaN``/``Infinity`` tokens (RLlib, Python's
+``json.dumps``) are read as the non-finite numbers they stand for."""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-from rlpulse.logs.base import LogFormatError, Record, as_step, flatten, number
+from rlpulse.logs.base import LogFormatError, Record, as_step, flat, lines, number
 
 STEP_KEYS = ("step", "global_step", "_step", "train/global_step", "iteration", "timestep")
 TIME_KEYS = ("timestamp", "_timestamp", "wall_time", "walltime")
@@ -19,11 +24,13 @@ TIME_KEYS = ("timestamp", "_timestamp", "wall_time", "walltime")
 def objects(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
     """(line number, object) for each non-blank line; a clear error for anything else."""
     with open(path, encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, 1):
+        for lineno, line in lines(path, fh):
             if not line.strip():
                 continue
             try:
                 obj = json.loads(line)
+            except RecursionError:
+                raise LogFormatError(path, f"line {lineno}", "JSON nested too deeply") from None
             except json.JSONDecodeError as exc:
                 problem = f"not valid JSON ({exc.msg} at column {exc.colno})"
                 if not line.endswith("\n"):
@@ -51,7 +58,7 @@ def read_jsonl(path: Path) -> Iterator[Record]:
     (else the previous step + 1); nested objects flatten to ``a/b`` keys."""
     step = -1
     for lineno, obj in objects(path):
-        values = flatten(obj)
+        values = flat(path, f"line {lineno}", obj)
         raw = next((obj[k] for k in STEP_KEYS if k in obj), None)
         if raw is None:
             step += 1
@@ -77,4 +84,9 @@ def read_verl_jsonl(path: Path) -> Iterator[Record]:
                 'expected {"step": <int>, "data": {...}} (verl file logger), '
                 f"got keys {sorted(obj)[:6]}",
             )
-        yield Record(step, None, flatten(data), f"line {lineno}")
+        where = f"line {lineno}"
+        yield Record(step, None, flat(path, where, _nulls_as_nan(data)), where)
+
+
+def _nulls_as_nan(data: dict[str, object]) -> dict[str, object]:
+    return {k: math.nan if v is None else v for k, v in data.items()}

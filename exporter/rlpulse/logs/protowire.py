@@ -74,14 +74,18 @@ def packed(wire: int, value: int | bytes, fmt: str) -> list[float]:
 
     ``fmt`` is a struct code for fixed-size types (``f``, ``d``) or ``v`` for varints."""
     if wire != LENGTH:
-        if fmt == "v":
-            assert isinstance(value, int)
+        if fmt == "v" and isinstance(value, int):
             return [float(signed64(value))]
-        assert isinstance(value, bytes)
-        return [struct.unpack("<" + fmt, value)[0]]
-    assert isinstance(value, bytes)
+        if fmt != "v" and isinstance(value, bytes) and len(value) == struct.calcsize(fmt):
+            return [struct.unpack("<" + fmt, value)[0]]
+        raise ProtoError(0, f"wire type {wire} does not hold {fmt!r} values")
+    if not isinstance(value, bytes):
+        raise ProtoError(0, "packed field is not length-delimited")
     if fmt != "v":
-        return list(struct.unpack(f"<{len(value) // struct.calcsize(fmt)}{fmt}", value))
+        size = struct.calcsize(fmt)
+        if len(value) % size:
+            raise ProtoError(0, f"packed field of {len(value)} bytes is not a multiple of {size}")
+        return list(struct.unpack(f"<{len(value) // size}{fmt}", value))
     out, pos = [], 0
     while pos < len(value):
         v, pos = varint(value, pos)

@@ -35,7 +35,8 @@ _SCALAR_PLUGINS = {"", "scalars"}
 
 
 def _text(value: int | bytes) -> str:
-    assert isinstance(value, bytes)
+    if not isinstance(value, bytes):
+        raise ProtoError(0, "a string field holds a varint")
     return value.decode("utf-8", errors="replace")
 
 
@@ -149,7 +150,7 @@ class EventFileReader:
         for offset, data in self._records.read():
             try:
                 wall_time, step, scalars = decode_event(data)
-            except ProtoError as exc:
+            except (ProtoError, struct.error, ValueError, OverflowError) as exc:
                 raise LogFormatError(
                     self.path, f"byte {offset}", f"bad Event proto: {exc}"
                 ) from None

@@ -4,7 +4,8 @@ log dicts), streamed.
 The file is one JSON document, so it cannot be read line by line. ``JsonStream`` reads it in
 chunks and decodes one value at a time with ``json.JSONDecoder.raw_decode``: the top-level keys
 other than ``log_history`` are decoded and dropped, and each ``log_history`` entry is yielded as
-soon as it is complete, so memory stays at one entry plus one chunk however long the run."""
+soon as it is complete, so memory stays at one entry plus one chunk however long the run (a
+single value larger than ``MAX_VALUE`` characters is refused rather than read whole)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from typing import Any, TextIO
 from rlpulse.logs.base import LogFormatError, Record, as_step, flatten
 
 CHUNK = 1 << 16
+MAX_VALUE = 1 << 26  # characters of one JSON value (an entry, a top-level member)
 _WS = " \t\r\n"
 _NUMBER_CHARS = frozenset("0123456789.eE+-")
 
@@ -44,6 +46,8 @@ class JsonStream:
             return False
         if self._pos > len(self._buf) // 2:
             self._buf, self._pos = self._buf[self._pos :], 0
+        if len(self._buf) - self._pos > MAX_VALUE:
+            raise self.error(f"one JSON value is longer than {MAX_VALUE} characters (not a log)")
         chunk = self._fh.read(max(CHUNK, len(self._buf)))
         self._eof = not chunk
         self._buf += chunk
@@ -78,6 +82,8 @@ class JsonStream:
         while True:
             try:
                 obj, end = self._decoder.raw_decode(self._buf, self._pos)
+            except RecursionError:
+                raise self.error("JSON nested too deeply") from None
             except json.JSONDecodeError as exc:
                 if self._more():
                     continue
@@ -90,6 +96,22 @@ class JsonStream:
             if not _number(obj) or _token_end(self._buf, end) < len(self._buf) or not self._more():
                 self._advance(end)
                 return obj
+
+    def members(self) -> Iterator[str]:
+        """The keys of the JSON object that starts here; the caller consumes each member's
+        value (``value()``, ``array()``) before asking for the next key."""
+        self.expect("{")
+        if self.peek() == "}":
+            self.expect("}")
+            return
+        while True:
+            key = self.value()
+            if not isinstance(key, str):
+                raise self.error(f"object key {key!r} is not a string")
+            self.expect(":")
+            yield key
+            if self.expect(",}") == "}":
+                return
 
     def array(self) -> Iterator[tuple[str, Any]]:
         """(location, element) for each element of the JSON array that starts here."""
@@ -120,18 +142,12 @@ def _entries(stream: JsonStream) -> Iterator[tuple[str, Any]]:
     if first == "[":
         yield from stream.array()
         return
-    stream.expect("{")
-    if stream.peek() == "}":
-        raise stream.error("no 'log_history' in this trainer state")
-    while True:
-        key = stream.value()
-        stream.expect(":")
+    for key in stream.members():
         if key == "log_history":
             yield from stream.array()
             return
         stream.value()
-        if stream.expect(",}") == "}":
-            raise stream.error("no 'log_history' in this trainer state")
+    raise stream.error("no 'log_history' in this trainer state")
 
 
 def read_trl(path: Path) -> Iterator[Record]:

@@ -10,7 +10,7 @@ import re
 from collections.abc import Iterator
 from pathlib import Path
 
-from rlpulse.logs.base import LogFormatError, Record, number
+from rlpulse.logs.base import LogFormatError, Record, lines, number
 
 STEP_LINE = re.compile(r"(?<![\w/])step:(\d+) - (\S.*)$")
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -38,7 +38,7 @@ def _pairs(text: str, path: Path, where: str) -> dict[str, float]:
 def read_verl_log(path: Path) -> Iterator[Record]:
     """One record per verl metrics line, streamed."""
     with open(path, encoding="utf-8", errors="replace") as fh:
-        for lineno, line in enumerate(fh, 1):
+        for lineno, line in lines(path, fh):
             found = metrics_line(line)
             if found is not None:
                 where = f"line {lineno}"

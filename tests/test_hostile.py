@@ -1,5 +1,6 @@
 """Hostile label values from user data (run ids, reward components, tool names, benchmark
-names, logged keys): quotes, backslashes, newlines, braces, unicode, 10 kB, PromQL- and
+names, logged keys): quotes, backslashes, newlines, braces, unicode, the longest value kept
+(``MAX_LABEL_CHARS``; a longer one is cut, ``test_hardening_exporter.py``), PromQL- and
 Go-template-looking text, control characters.
 
 They cannot break the exposition (``promtool check metrics``, both text formats round-trip), a
@@ -27,6 +28,7 @@ from rlpulse import catalog
 from rlpulse.exporter import Exporter
 from rlpulse.stack import dashboards
 from rlpulse.stack.config import Config
+from rlpulse.store import MAX_LABEL_CHARS
 from tests.conftest import promtool_check_metrics, scrape
 from tests.stackutil import api, results, wait_for
 from tests.test_faults_support import LocalStack, local_stack
@@ -37,7 +39,7 @@ HOSTILE = {
     "newline": "line1\nline2",
     "braces": "a}b{c",
     "unicode": "ünïcødé-漢字-🚀",
-    "long": "L" * 10_000,
+    "long": "L" * MAX_LABEL_CHARS,
     "promql": 'x"} or vector(1) or {a="',
     "regex": ".*|(a+)?[b]^$",
     "template": '{{ .CommonLabels }}{{ template "__subject" . }}{{ $labels.run_id }}',

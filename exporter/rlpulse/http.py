@@ -82,12 +82,14 @@ def _q(params: Mapping[str, str]) -> float:
 
 
 def accepts_gzip(accept_encoding: str | None) -> bool:
-    """Whether an ``Accept-Encoding`` header allows gzip (``q=0`` refuses it)."""
+    """Whether an ``Accept-Encoding`` header allows gzip (``q=0`` refuses it); an explicit
+    ``gzip`` element wins over ``*`` wherever either stands."""
+    q: dict[str, float] = {}
     for element in (accept_encoding or "").split(","):
         coding, params = _params(element)
         if coding in ("gzip", "*"):
-            return _q(params) > 0
-    return False
+            q.setdefault(coding, _q(params))
+    return q.get("gzip", q.get("*", 0.0)) > 0
 
 
 def wants_openmetrics(accept: str | None) -> bool:

@@ -18,6 +18,8 @@ import numpy as np
 from rlpulse import catalog
 from rlpulse.catalog import OVERFLOW_VALUE, Metric
 
+MAX_LABEL_CHARS = 256  # a longer label value is cut here (and counted as a label overflow)
+
 
 @dataclass
 class Exemplar:
@@ -107,7 +109,9 @@ class Store:
         """The series of ``metric`` with ``labels``, created on first use.
 
         Label names listed in ``capped`` carry user data: past ``label_cap`` distinct values
-        per metric they fold into ``__overflow__`` (counted in ``overflowed``).
+        per metric they fold into ``__overflow__`` (counted in ``overflowed``). A value longer
+        than ``MAX_LABEL_CHARS`` is cut (counted too). Two threads binding the same new series
+        get one series.
         """
         if set(labels) != set(metric.labels):
             raise ValueError(
@@ -120,15 +124,14 @@ class Store:
             return found
         with self.lock:
             capped_set = set(capped)
-            if capped_set:
-                values = tuple(
-                    self._cap(metric.name, n, v) if n in capped_set else v
-                    for n, v in zip(metric.labels, values, strict=True)
-                )
-                key = (metric.name, values)
-                found = self.by_key.get(key)
-                if found is not None:
-                    return found
+            values = tuple(
+                self._cap(metric.name, n, self._clip(n, v)) if n in capped_set else self._clip(n, v)
+                for n, v in zip(metric.labels, values, strict=True)
+            )
+            key = (metric.name, values)
+            found = self.by_key.get(key)
+            if found is not None:
+                return found
             series = Series(metric, values)
             if metric.type == "histogram":
                 series.hist = Histogram(metric.buckets)
@@ -139,6 +142,12 @@ class Store:
             self.series.append(series)
             self.by_key[key] = series
             return series
+
+    def _clip(self, label: str, value: str) -> str:
+        if len(value) <= MAX_LABEL_CHARS:
+            return value
+        self.overflowed[label] = self.overflowed.get(label, 0) + 1
+        return value[:MAX_LABEL_CHARS]
 
     def _cap(self, metric: str, label: str, value: str) -> str:
         seen = self._distinct.setdefault((metric, label), set())

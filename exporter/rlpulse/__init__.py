@@ -14,6 +14,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 
+from rlpulse import notices
 from rlpulse.exporter import Exporter, PortInUseError
 
 __all__ = [
@@ -35,19 +36,38 @@ __all__ = [
 
 _lock = threading.Lock()
 _current: Exporter | None = None
+_started_with: tuple[Any, dict[str, Any]] | None = None  # start()'s arguments for _current
 logging.getLogger("rlpulse").addHandler(logging.NullHandler())
 
 
 def start(port: int | None = None, **kwargs: Any) -> Exporter:
     """Start (once) the process-wide exporter and serve ``/metrics``; see ``Exporter``.
 
-    Calling it again returns the running exporter unchanged.
+    Calling it again returns the running exporter unchanged (with a notice if the arguments
+    differ). The run ends at interpreter exit (``Exporter.end``) unless ``finish()`` ends it
+    before.
     """
-    global _current
+    global _current, _started_with
     with _lock:
         if _current is None:
             _current = Exporter(port, **kwargs).start()
+            _started_with = (port, kwargs)
+        elif not _same((port, kwargs), _started_with):
+            notices.warn(
+                "start_again",
+                "rlpulse: start() called again with other arguments; the exporter already "
+                "serving run %s at %s is kept unchanged",
+                _current.run_id,
+                _current.url,
+            )
         return _current
+
+
+def _same(a: Any, b: Any) -> bool:
+    try:
+        return bool(a == b)
+    except Exception:  # arguments that do not compare (arrays): assume they differ
+        return False
 
 
 def get_exporter() -> Exporter | None:
@@ -64,9 +84,10 @@ def close() -> None:
             _current = None
 
 
-def finish(wait: float = 60.0) -> bool:
-    """End the run on purpose (``Exporter.finish``): a last scrape carries the mark, then the
-    process-wide exporter stops, and ``RLTargetDown`` does not page for it."""
+def finish(wait: float | None = None) -> bool:
+    """End the run on purpose (``Exporter.finish``): a last scrape (or a push) carries the mark,
+    then the process-wide exporter stops, and ``RLTargetDown`` does not page for it. A normal
+    interpreter exit does the same."""
     global _current
     with _lock:
         exp, _current = _current, None
@@ -78,6 +99,17 @@ def log(metrics: Mapping[str, Any], step: int | None = None) -> None:
     exp = _current
     if exp is not None:
         exp.log(metrics, step)
+    else:
+        _not_running("log")
+
+
+def _not_running(call: str) -> None:
+    notices.warn(
+        "not_running",
+        "rlpulse: rlpulse.%s() while no exporter runs (start() not called yet, or the run "
+        "ended): nothing is recorded",
+        call,
+    )
 
 
 def phase(name: str) -> AbstractContextManager[Any]:

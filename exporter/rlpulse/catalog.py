@@ -289,8 +289,19 @@ CATALOG: tuple[Metric, ...] = (
         "gauge",
         "seconds",
         "system",
-        "Unix time the trainer declared its run finished (finish()): the exporter then stops "
-        "serving on purpose, so its target going away is not RLTargetDown.",
+        "Unix time the run ended in a way rlpulse saw (finish(), interpreter exit, an uncaught "
+        "exception): the exporter then stops serving on purpose, so its target going away is "
+        "not RLTargetDown; rl_run_outcome says how it ended.",
+    ),
+    _m(
+        "rl_run_outcome",
+        "gauge",
+        "",
+        "system",
+        "1 once the run has ended: outcome finished (finish() or a normal exit), crashed "
+        "(uncaught exception or non-zero sys.exit; reason names it, RLRunCrashed) or interrupted "
+        "(KeyboardInterrupt).",
+        ("outcome", "reason"),
     ),
     # ---- RL: reward -----------------------------------------------------------------------------
     _m("rl_reward_mean", "gauge", "", "rl", "Mean total reward of the last batch."),

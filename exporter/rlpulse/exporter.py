@@ -19,6 +19,7 @@ import os
 import signal
 import socket
 import subprocess
+import sys
 import threading
 import time
 import uuid
@@ -28,7 +29,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from prometheus_client import CollectorRegistry
+from prometheus_client import CollectorRegistry, push_to_gateway
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -40,7 +41,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.samples import Exemplar as PromExemplar
 
-from rlpulse import __version__, catalog, http, keys, webconfig
+from rlpulse import __version__, catalog, http, keys, notices, webconfig
 from rlpulse.catalog import IDENTITY_LABELS, Metric
 from rlpulse.collectors.base import CachedReader
 from rlpulse.collectors.gpu import GpuReader
@@ -59,6 +60,14 @@ USER_LABELS = frozenset({"component", "benchmark", "tool", "phase", "name", "key
 # rl_run_info's labels a trainer may set (rlpulse_version is always rlpulse's own)
 METADATA_KEYS = tuple(n for n in catalog.get("rl_run_info").labels if n != "rlpulse_version")
 FINISHED = catalog.get("rl_run_finished_timestamp_seconds")
+OUTCOME = catalog.get("rl_run_outcome")
+FINAL_WAIT = 60.0  # seconds the end of a run waits for a last scrape, by default
+FINAL_WAIT_ENV = "RLPULSE_FINAL_WAIT"
+EXPECT_SCRAPE_ENV = "RLPULSE_EXPECT_SCRAPE"
+PUSHGATEWAY_ENV = "RLPULSE_PUSHGATEWAY"
+PUSH_JOB = "rlpulse"  # the job label of a push: the generated scrape job's, so the rules match
+PUSH_TIMEOUT = 10.0
+MAX_REASON_CHARS = 120
 METRICS_PATH = "/metrics"
 METADATA_ALIASES = {"grader": "grader_version", "version": "framework_version", "sha": "git_sha"}
 EPISODE_WINDOW = 100
@@ -86,6 +95,20 @@ def _env_int(name: str) -> int | None:
         return int(raw)
     except ValueError:
         raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def _env_float(name: str, default: float = FINAL_WAIT) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        return float(raw)
+    except ValueError:
+        raise ValueError(f"environment variable {name}={raw!r} is not a number") from None
+
+
+def _env_flag(name: str) -> bool:
+    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
 
 
 def _git_sha() -> str:
@@ -129,6 +152,9 @@ class Exporter:
         collector_timeout: float = 0.5,
         collector_ttl: float = 1.0,
         rollouts: Mapping[str, Any] | None = None,
+        final_wait: float | None = None,
+        expect_scrape: bool | None = None,
+        push_gateway: str | None = None,
     ) -> None:
         self.strict = strict
         self.rank = rank if rank is not None else (_env_int("RANK") or 0)
@@ -165,6 +191,12 @@ class Exporter:
         )
         self._readers: list[CachedReader] = []
         self._rollout_options = dict(rollouts or {})
+        self.final_wait = final_wait if final_wait is not None else _env_float(FINAL_WAIT_ENV)
+        self.expect_scrape = (
+            expect_scrape if expect_scrape is not None else _env_flag(EXPECT_SCRAPE_ENV)
+        )
+        self.push_gateway = push_gateway or os.environ.get(PUSHGATEWAY_ENV) or None
+        self.outcome: tuple[str, str] | None = None  # (outcome, reason) once the run has ended
         self._recorder: Any = None  # a rollouts.Recorder, opened by the first record_rollouts()
         self._kept_ids: set[str] | None = None
         node_reader = self.local_rank == 0  # node-level readings once per node, by local rank 0
@@ -229,6 +261,7 @@ class Exporter:
             self.port = server.port
             _live.add(self)
             _install_sigterm()
+            _install_exit_hooks()
             log.info("rlpulse: serving %s (run_id=%s rank=%s)", self.url, self.run_id, self.rank)
         return self
 
@@ -273,27 +306,79 @@ class Exporter:
             self._kept_ids = {str(ids[i]) for i in kept}
         return kept
 
-    def finish(self, wait: float = 60.0) -> bool:
-        """End the run on purpose: set ``rl_run_finished_timestamp_seconds``, wait (up to
-        ``wait`` s) until a scrape has carried it, then ``close()``. Prometheus then knows the
-        target went away because the run ended, and ``RLTargetDown`` does not page (a crash, a
-        kill or a hang, which never gets here, still does). An endpoint nobody has scraped yet
-        does not wait. Whether a scrape saw the mark."""
+    def finish(self, wait: float | None = None) -> bool:
+        """End the run on purpose: ``end("finished", wait=wait)``. ``RLTargetDown`` then does not
+        page for it (a kill or a hang, which never gets here, still does)."""
+        return self.end("finished", wait=wait)
+
+    def end(self, outcome: str = "finished", reason: str = "", wait: float | None = None) -> bool:
+        """End the run: mark it (``rl_run_finished_timestamp_seconds`` and
+        ``rl_run_outcome{outcome, reason}``), wait up to ``wait`` s (default ``final_wait``) for
+        a scrape to carry the mark when a scraper is expected, push the final state to the
+        Pushgateway if one is set, then ``close()``. Whether a scrape or a push carried it.
+
+        Interpreter exit calls it for every serving exporter: ``finished`` after a normal exit,
+        ``crashed`` after an uncaught exception or a non-zero ``sys.exit``, ``interrupted``
+        after a ``KeyboardInterrupt``. Only the first call ends the run.
+        """
+        with self._lock:
+            if self.outcome is not None:
+                return False
+            self.outcome = (outcome, reason[:MAX_REASON_CHARS])
         self.set(FINISHED.name, time.time())
+        self.set(OUTCOME.name, 1.0, outcome=outcome, reason=self.outcome[1])
+        seen = self._await_final_scrape(self.final_wait if wait is None else wait)
+        self.close()  # before the push, so it carries no host/GPU readings that would go stale
+        pushed = self._push()
+        return seen or pushed
+
+    def _await_final_scrape(self, wait: float) -> bool:
+        """Wait for a scrape that began after now, if one is expected: this endpoint was
+        scraped before, or ``expect_scrape`` says a scraper will come. Whether one came."""
         server = self._server
-        seen = False
-        scrapes = server.arrived(METRICS_PATH) if server is not None else 0
-        if server is not None and wait > 0 and scrapes:
-            seen = server.wait_answered(METRICS_PATH, scrapes, wait)
-            if not seen:
-                log.warning(
-                    "rlpulse: no scrape within %.0f s after finish(): Prometheus may report "
-                    "%s down",
-                    wait,
-                    self.url,
-                )
-        self.close()
-        return seen
+        if server is None or wait <= 0:
+            return False
+        scrapes = server.arrived(METRICS_PATH)
+        if not (scrapes or self.expect_scrape):
+            return False
+        notices.warn(
+            "final_scrape",
+            "rlpulse: run %s ended; waiting up to %.0f s for Prometheus to scrape %s once more "
+            "(%s=0 skips the wait)",
+            self.run_id,
+            wait,
+            self.url,
+            FINAL_WAIT_ENV,
+        )
+        if server.wait_answered(METRICS_PATH, scrapes, wait):
+            return True
+        notices.warn(
+            "final_scrape_missed",
+            "rlpulse: no scrape of %s within %.0f s after the run ended: its last values are "
+            "lost to Prometheus, which may report the target down",
+            self.url,
+            wait,
+        )
+        return False
+
+    def _push(self) -> bool:
+        """Push the run's final state to the Pushgateway, grouped by job, run_id and rank."""
+        if not self.push_gateway:
+            return False
+        group = {"run_id": self.run_id, "rank": str(self.rank)}
+        try:
+            push_to_gateway(self.push_gateway, PUSH_JOB, self.registry, group, timeout=PUSH_TIMEOUT)
+        except Exception as exc:
+            notices.warn(
+                "push_failed",
+                "rlpulse: could not push run %s to the Pushgateway %s: %s",
+                self.run_id,
+                self.push_gateway,
+                exc,
+            )
+            return False
+        log.info("rlpulse: pushed run %s to %s", self.run_id, self.push_gateway)
+        return True
 
     def close(self) -> None:
         """Stop serving and free the port. Recording calls stay harmless afterwards."""
@@ -320,6 +405,7 @@ class Exporter:
             log.info("rlpulse: stopped serving %s", self.url)
         for reader in self._readers:
             reader.close()
+        self._readers = []  # closed readers read nothing more
         if self._recorder is not None:
             self._recorder.close()
         _live.discard(self)
@@ -870,7 +956,70 @@ def _after_fork_in_child() -> None:
     _live.clear()
 
 
-atexit.register(_close_all)
+def _end_all() -> None:
+    """At interpreter exit: end every serving exporter with the outcome the exit hooks saw."""
+    outcome, reason = _exit_outcome or ("finished", "")
+    for exp in list(_live):
+        with contextlib.suppress(Exception):
+            exp.end(outcome, reason)
+
+
+_exit_outcome: tuple[str, str] | None = None  # set by the hooks below; a crash is never replaced
+_exit_hooks_installed = False
+
+
+def _note_outcome(outcome: str, reason: str) -> None:
+    global _exit_outcome
+    if _exit_outcome is None or _exit_outcome[0] != "crashed":
+        _exit_outcome = (outcome, reason)
+
+
+def _note_exception(exc_type: type[BaseException], where: str = "") -> None:
+    if issubclass(exc_type, KeyboardInterrupt):
+        _note_outcome("interrupted", "KeyboardInterrupt")
+    elif not issubclass(exc_type, SystemExit):
+        _note_outcome("crashed", f"{where}{exc_type.__name__}")
+
+
+def _note_exit_status(status: object) -> None:
+    if threading.current_thread() is not threading.main_thread():
+        return  # sys.exit in another thread ends only that thread
+    if status is None or status == 0:
+        _note_outcome("finished", "")
+    else:
+        _note_outcome("crashed", f"exit status {status!r}")
+
+
+def _install_exit_hooks() -> None:
+    """Chain (once) ``sys.excepthook``, ``threading.excepthook`` and ``sys.exit`` so that
+    interpreter exit knows how the run ended; the previous hooks are still called."""
+    global _exit_hooks_installed
+    with _sigterm_lock:
+        if _exit_hooks_installed:
+            return
+        _exit_hooks_installed = True
+    previous_excepthook = sys.excepthook
+    previous_thread_hook = threading.excepthook
+    previous_exit = sys.exit
+
+    def excepthook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
+        _note_exception(exc_type)
+        previous_excepthook(exc_type, exc, tb)
+
+    def thread_excepthook(args: Any) -> None:
+        _note_exception(args.exc_type, "thread: ")
+        previous_thread_hook(args)
+
+    def exit(status: Any = None) -> Any:
+        _note_exit_status(status)
+        return previous_exit(status)
+
+    sys.excepthook = excepthook
+    threading.excepthook = thread_excepthook
+    sys.exit = exit
+
+
+atexit.register(_end_all)
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 

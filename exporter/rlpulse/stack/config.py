@@ -677,6 +677,15 @@ class TargetDown(AlertConfig):
 
 
 @dataclass(frozen=True)
+class RunCrashed(AlertConfig):
+    """The run ended in an uncaught exception or a non-zero sys.exit (rl_run_outcome)."""
+
+    for_: Duration = field(
+        default=Duration("0s"), metadata=_doc("How long the condition must hold before firing.")
+    )
+
+
+@dataclass(frozen=True)
 class TrainingStalled(AlertConfig):
     """The exporter is up but the step does not advance."""
 
@@ -848,6 +857,7 @@ class Alerts:
         default_factory=FormatComplianceDrop, metadata=_doc("RLFormatComplianceDrop.")
     )
     target_down: TargetDown = field(default_factory=TargetDown, metadata=_doc("RLTargetDown."))
+    run_crashed: RunCrashed = field(default_factory=RunCrashed, metadata=_doc("RLRunCrashed."))
     training_stalled: TrainingStalled = field(
         default_factory=TrainingStalled, metadata=_doc("RLTrainingStalled.")
     )

@@ -34,6 +34,7 @@ Scope = Literal["target", "run"]
 AREAS: tuple[Area, ...] = ("rl", "task", "system")
 RUN_BY = "job, run_id"
 NODE_BY = "job, run_id, node"
+TARGET_BY = "job, instance, run_id, rank"
 
 M = catalog.get
 ENTROPY = M("rl_entropy")
@@ -66,6 +67,7 @@ PROCESS_CPU = M("rl_process_cpu_utilization_ratio")
 PROCESS_RSS = M("rl_process_resident_memory_bytes")
 LAST_LOG = M("rl_last_step_timestamp_seconds")
 FINISHED = M("rl_run_finished_timestamp_seconds")
+OUTCOME = M("rl_run_outcome")
 GRADER_LATENCY = M("rl_grader_duration_seconds")
 TOOL_CALLS = M("rl_tool_calls_total")
 TOOL_ERRORS = M("rl_tool_errors_total")
@@ -145,6 +147,7 @@ LENGTH_QUANTILES = {q: record_name("run", LENGTH_HIST, q) for q in ("p50", "p90"
 
 # Alert names other modules refer to (Alertmanager inhibitions).
 TARGET_DOWN = "RLTargetDown"
+RUN_CRASHED = "RLRunCrashed"
 TRAINING_STALLED = "RLTrainingStalled"
 THROUGHPUT_DROP = "RLThroughputDrop"
 GPU_IDLE = "RLGPUIdle"
@@ -313,6 +316,7 @@ def _dur_times(d: str, factor: float) -> str:
 
 
 UNCORRECTED = 'error_type="uncorrected"'
+CRASHED = 'outcome="crashed"'
 _ID = "run {{ $labels.run_id }} (rank {{ $labels.rank }})"
 _RUN = "run {{ $labels.run_id }}"
 _GPU = "GPU {{ $labels.gpu }} of run {{ $labels.run_id }} on {{ $labels.instance }}"
@@ -680,13 +684,24 @@ def _system_alerts(q: _Q) -> Iterator[Alert]:
         "Prometheus cannot scrape {{ $labels.instance }} (job {{ $labels.job }}), which served "
         f"{_ID} until {_V} s ago: the trainer died, hung hard or lost its network.",
     )
+    rc = a.run_crashed
+    yield Alert.of(
+        rc,
+        RUN_CRASHED,
+        "critical",
+        f"max_over_time({q.s(OUTCOME, CRASHED)}[{w.baseline}]) * on({TARGET_BY}) group_left() "
+        f"(time() - max_over_time({q.s(FINISHED)}[{w.baseline}]))",
+        "A run ended in an uncaught exception or a non-zero exit status.",
+        f"{_ID} on {{{{ $labels.instance }}}} crashed {_V} s ago: {{{{ $labels.reason }}}}.",
+    )
     ts = a.training_stalled
     yield Alert.of(
         ts,
         TRAINING_STALLED,
         "critical",
         f"({q.s(STEP)} > 0) and (changes({q.s(STEP)}[{ts.window}]) == 0)"
-        f" and (count_over_time({q.s(STEP)}[{ts.window}]) > 1)",
+        f" and (count_over_time({q.s(STEP)}[{ts.window}]) > 1)"
+        f" unless on(job, run_id, rank) {q.s(FINISHED)}",  # a finished run kept by a Pushgateway
         "The training step is not advancing while the exporter is up.",
         f"{_ID} has been at step {_V} for over {ts.window} while its exporter still answers.",
     )

@@ -406,6 +406,25 @@ def _system() -> Iterator[Scenario]:
         ),
         (Check(r.TARGET_DOWN, "70m", (Expect("critical", TARGET, 70 * 60 - 59 * 60),)),),
     )
+    crashed = {**TARGET, "outcome": "crashed", "reason": "ValueError"}
+    yield Scenario(
+        "Crashed run: an uncaught ValueError at 28m50s; the last scrape (29m) carries the end "
+        "mark and the outcome, then the exporter stops (up 0). RLRunCrashed fires at once "
+        "naming the reason and the seconds since the end (70 s at 30m); RLTargetDown stays "
+        "quiet (the crash is the page).",
+        (
+            (series_up(up), f"{const(1, 30)} {const(0, 30)}"),
+            (_w(r.RUN_INFO, {**TARGET, "model": "tiny"}), const(1, 30)),
+            (_w(r.FINISHED), f"_x29 {29 * 60 - 10}"),
+            (_w(r.OUTCOME, crashed), "_x29 1"),
+        ),
+        (
+            Check(r.RUN_CRASHED, "28m"),
+            Check(r.RUN_CRASHED, "30m", (Expect("critical", crashed, 30 * 60 - (29 * 60 - 10)),)),
+            Check(r.RUN_CRASHED, "50m", (Expect("critical", crashed, 50 * 60 - (29 * 60 - 10)),)),
+            Check(r.TARGET_DOWN, "50m"),
+        ),
+    )
     yield Scenario(
         "Training stalled: the step advances once a minute to 30, then stays at 30 while the "
         "exporter answers; no change for 15m at 44m, fires at 45m with the step.",

@@ -216,11 +216,26 @@ RUNBOOKS: dict[str, Runbook] = {
         f"{SYSTEM} → Exporter health; {TRAINING} → Throughput, phase times and liveness.",
         (
             "Check the trainer's process and logs (OOM killer, NCCL timeout, node failure).",
-            "A run that ends on purpose calls rlpulse.finish() (the TRL and verl integrations "
-            "and the demo do): a last scrape carries the finish mark and this alert stays "
-            "quiet. If it paged for a run that did finish, the trainer exited without "
-            "finish(): add it, or remove the run's file_sd target "
+            "A run that ends (rlpulse.finish(), a normal interpreter exit, or a crash, which "
+            "RLRunCrashed pages) has a last scrape carry its end mark and this alert stays "
+            "quiet. If it paged for a run that did end, that last scrape never came (the exit "
+            "wait, RLPULSE_FINAL_WAIT, was shorter than the scrape interval, or the process "
+            "was killed): raise the wait, or remove the run's file_sd target "
             "(rlpulse.targets.register does on close).",
+        ),
+    ),
+    "RLRunCrashed": Runbook(
+        "The trainer process ended in an uncaught exception (in any thread) or called "
+        "sys.exit with a non-zero status; rlpulse exported the outcome (rl_run_outcome, reason: "
+        "the exception type or the exit status) in a last scrape or a push. RLTargetDown stays "
+        "quiet for it: this alert is the page.",
+        f"{TRAINING} → Throughput, phase times and liveness (where the run stopped).",
+        (
+            "Read the traceback at the end of the trainer's log; the reason label names the "
+            "exception type.",
+            "Resume from the last checkpoint once the cause is fixed.",
+            "A Pushgateway keeps the crashed run's series until its group is deleted: "
+            "curl -X DELETE <pushgateway>/metrics/job/rlpulse/run_id/<run_id>/rank/<rank>.",
         ),
     ),
     "RLTrainingStalled": Runbook(

@@ -1,0 +1,186 @@
+"""How a run ends, seen from a real process over real HTTP: a normal exit is a finished run, an
+uncaught exception (any thread) or a non-zero ``sys.exit`` a crashed one, Ctrl-C an interrupted
+one; a last scrape carries the outcome; problems reach stderr without any logging set-up."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+import pytest
+
+from tests.conftest import samples, scrape
+
+OUTCOME = "rl_run_outcome"
+FINISHED = "rl_run_finished_timestamp_seconds"
+
+# The child starts an exporter, prints its URL, waits for the test's first scrape (so a scraper
+# is known), then runs the ending under test.
+PRELUDE = """
+import sys, threading, rlpulse
+exp = rlpulse.start(port=0, addr="127.0.0.1", run_id="r1", gpu=False, host=False)
+print(exp.url, flush=True)
+sys.stdin.readline()
+rlpulse.log({"loss": 0.5}, step=3)
+"""
+
+
+@dataclass
+class Ended:
+    """What the test saw of a child's end."""
+
+    outcome: dict[str, str]  # the rl_run_outcome labels of the last scrape
+    returncode: int
+    stderr: str
+
+
+@contextmanager
+def _child(body: str, **env: str) -> Iterator[subprocess.Popen[str]]:
+    script = PRELUDE + textwrap.dedent(body)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RLPULSE_FINAL_WAIT": "60", **env},
+    )
+    try:
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout=30)
+
+
+def _end(body: str, **env: str) -> Ended:
+    """Run ``body`` in a child after one scrape; scrape until the outcome shows up."""
+    with _child(body, **env) as proc:
+        assert proc.stdout is not None and proc.stdin is not None
+        url = proc.stdout.readline().strip()
+        scrape(url)  # Prometheus has been scraping it
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        outcome: dict[str, str] = {}
+        while not outcome:
+            try:
+                text = scrape(url)
+            except OSError:
+                break  # stopped serving without ever showing an outcome
+            outcome = next((dict(lbl) for (n, lbl) in samples(text) if n == OUTCOME), {})
+        _, err = proc.communicate(timeout=60)
+        return Ended(outcome, proc.returncode, err)
+
+
+def test_normal_exit_is_a_finished_run() -> None:
+    ended = _end("")
+    assert ended.outcome["outcome"] == "finished" and ended.outcome["reason"] == ""
+    assert ended.returncode == 0
+    assert "waiting up to 60 s for Prometheus to scrape" in ended.stderr  # visible by default
+
+
+def test_uncaught_exception_is_a_crash_and_the_users_hook_still_runs() -> None:
+    ended = _end(
+        """
+        sys.excepthook = lambda *a, prev=sys.excepthook: (print("user hook", file=sys.stderr),
+                                                           prev(*a))
+        raise ValueError("diverged")
+        """
+    )
+    assert ended.outcome["outcome"] == "crashed" and ended.outcome["reason"] == "ValueError"
+    assert "user hook" in ended.stderr and "ValueError: diverged" in ended.stderr
+    assert ended.returncode == 1
+
+
+def test_a_hook_set_before_start_is_chained() -> None:
+    script = """
+    import sys
+    sys.excepthook = lambda *a: print("earlier hook", file=sys.stderr)
+    """
+    body = textwrap.dedent(script) + PRELUDE + "raise KeyError('x')\n"
+    proc = subprocess.run(
+        [sys.executable, "-c", body],
+        input="go\n",
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "RLPULSE_FINAL_WAIT": "0"},
+        check=False,
+    )
+    assert "earlier hook" in proc.stderr
+
+
+def test_nonzero_sys_exit_is_a_crash_and_zero_a_finish() -> None:
+    crashed = _end("sys.exit(3)")
+    assert crashed.outcome == {**crashed.outcome, "outcome": "crashed", "reason": "exit status 3"}
+    assert crashed.returncode == 3
+    finished = _end("sys.exit(0)")
+    assert finished.outcome["outcome"] == "finished" and finished.returncode == 0
+
+
+def test_uncaught_exception_in_a_thread_is_a_crash() -> None:
+    ended = _end(
+        """
+        def work():
+            raise RuntimeError("loader died")
+        t = threading.Thread(target=work); t.start(); t.join()
+        """
+    )
+    assert ended.outcome["outcome"] == "crashed"
+    assert ended.outcome["reason"] == "thread: RuntimeError"
+    assert "loader died" in ended.stderr  # the default thread hook still printed it
+
+
+def test_keyboard_interrupt_is_an_interrupted_run() -> None:
+    ended = _end("raise KeyboardInterrupt")
+    assert ended.outcome["outcome"] == "interrupted"
+
+
+def test_finish_then_exit_ends_once() -> None:
+    ended = _end("rlpulse.finish()\nraise ValueError('after the end')")
+    assert ended.outcome["outcome"] == "finished"  # the run had ended before the exception
+
+
+@pytest.mark.parametrize("env", [{"RLPULSE_FINAL_WAIT": "0"}, {}])
+def test_no_wait_when_skipped_or_never_scraped(env: dict[str, str]) -> None:
+    """Skipped by the variable, or nobody ever scraped and none is expected: exit at once."""
+    scraped = bool(env)
+    body = "" if scraped else "sys.stdout.flush()"
+    with _child(body, **env) as proc:
+        assert proc.stdout is not None and proc.stdin is not None
+        url = proc.stdout.readline().strip()
+        if scraped:
+            scrape(url)
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0 and "waiting up to" not in err
+
+
+def test_quiet_silences_the_stderr_notice() -> None:
+    ended = _end("", RLPULSE_QUIET="1")
+    assert ended.outcome["outcome"] == "finished" and "rlpulse" not in ended.stderr
+
+
+def test_log_before_start_and_a_second_start_are_told_once() -> None:
+    script = """
+    import rlpulse
+    rlpulse.log({"loss": 1.0}); rlpulse.log({"loss": 2.0})
+    rlpulse.start(port=0, addr="127.0.0.1", gpu=False, host=False)
+    rlpulse.start(port=0, addr="127.0.0.1", gpu=False, host=False)  # same arguments: silent
+    rlpulse.start(port=0, addr="127.0.0.1", run_id="other", gpu=False, host=False)
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert out.stderr.count("while no exporter runs") == 1
+    assert out.stderr.count("start() called again with other arguments") == 1

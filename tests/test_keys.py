@@ -13,10 +13,12 @@ import pytest
 from rlpulse import catalog, keys
 from rlpulse.exporter import Exporter
 from rlpulse.keys import Target
+from rlpulse.logs import read_log
+from rlpulse.stack import config
 from tests.conftest import scrape, value
+from tests.corpus import CORPUS, FILES, needs_corpus
 
 ROOT = Path(__file__).resolve().parents[1]
-CORPUS = ROOT.parent / "shared" / "corpus" / "real-logs"
 Expect = tuple[str, dict[str, str], float] | None  # (metric, labels, scale); None = unmapped
 
 
@@ -197,6 +199,7 @@ BASELINES_GAIL: dict[str, Expect] = {
 TRL_FILES = sorted(p.name for p in (CORPUS / "trl").glob("*.json"))
 
 
+@needs_corpus
 def test_corpus_has_the_files_these_tests_cover() -> None:
     assert len(TRL_FILES) == 4
     assert len(list((CORPUS / "verl").iterdir())) == 1
@@ -206,6 +209,7 @@ def test_corpus_has_the_files_these_tests_cover() -> None:
     }
 
 
+@needs_corpus
 @pytest.mark.parametrize("name", TRL_FILES)
 def test_trl_trainer_state_keys(name: str) -> None:
     found = trl_keys(CORPUS / "trl" / name)
@@ -218,6 +222,7 @@ def test_trl_trainer_state_keys(name: str) -> None:
         assert as_expect(keys.resolve("train/" + key, "trl")) == expected, key
 
 
+@needs_corpus
 def test_trl_corpus_reward_components_keep_their_function_names() -> None:
     found = trl_keys(CORPUS / "trl" / "Rusheel86__Chaos-Economy__training_logs.json")
     components = {
@@ -235,6 +240,7 @@ def test_trl_corpus_reward_components_keep_their_function_names() -> None:
     }
 
 
+@needs_corpus
 def test_verl_console_keys() -> None:
     found = verl_keys(CORPUS / "verl" / next((CORPUS / "verl").iterdir()).name)
     assert found == set(VERL_PPO), found ^ set(VERL_PPO)
@@ -243,6 +249,7 @@ def test_verl_console_keys() -> None:
         assert as_expect(keys.resolve(key)) == expected, key
 
 
+@needs_corpus
 def test_tinker_jsonl_keys() -> None:
     path = (
         CORPUS / "other" / "arvindcr4__tinker-rl-lab__experiments_results_arithmetic_metrics.jsonl"
@@ -254,6 +261,7 @@ def test_tinker_jsonl_keys() -> None:
         assert as_expect(keys.resolve(key)) == expected, key
 
 
+@needs_corpus
 def test_baselines_progress_csv_keys() -> None:
     found = csv_keys(CORPUS / "other" / "morikatron__GAIL_PPO__sample_result_ppo_progress.csv")
     assert found == set(BASELINES_GAIL), found ^ set(BASELINES_GAIL)
@@ -261,6 +269,7 @@ def test_baselines_progress_csv_keys() -> None:
         assert as_expect(keys.resolve(key, "baselines")) == expected, key
 
 
+@needs_corpus
 def test_sb3_monitor_columns_are_episodes_not_log_keys() -> None:
     path = CORPUS / "sb3" / "DLR-RM__rl-trained-agents__ppo_LunarLander-v2_1_0.monitor.csv"
     assert csv_keys(path) == {"r", "l", "t"}
@@ -422,10 +431,11 @@ def test_framework_names_and_synonyms() -> None:
     assert keys.framework_name("Stable-Baselines3") == "sb3"
     assert keys.framework_name(" TRL ") == "trl"
     assert keys.framework_name(None) is None and keys.framework_name("") is None
-    with pytest.raises(ValueError, match=r"unknown framework 'rllib'.*trl, verl"):
-        keys.framework_name("rllib")
+    with pytest.raises(ValueError, match=r"unknown framework 'acme'.*trl, verl"):
+        keys.framework_name("acme")
+    assert keys.framework_name("Ray") == "rllib" and keys.framework_name("wandb") == "classic"
     # resolve() never raises on a bad name: it falls back to the default order
-    assert keys.resolve("kl", "rllib") == keys.resolve("kl")
+    assert keys.resolve("kl", "acme") == keys.resolve("kl")
     assert keys.resolve("train/entropy_loss", "stable_baselines3").scale == -1.0
 
 
@@ -496,3 +506,185 @@ def test_first_sight_resolution_is_fast() -> None:
         keys.resolve(key)
     per_key = (time.perf_counter() - start) / (len(unseen) + len(mapped))
     assert per_key < 200e-6, f"{per_key * 1e6:.1f} µs per key"
+
+
+# ---- second-batch corpus: every file's headline keys land on the catalog -----------------------
+SECOND_BATCH: dict[str, dict[str, Expect]] = {
+    "tinker-cookbook/joanvelja__tinker-cookbook__reports__data__gptoss-20b-v3b": {
+        "env/all/reward/total": t("rl_reward_mean"),
+        "env/all/correct": t("rl_success_ratio"),
+        "env/all/format_boxed": t("rl_format_compliance_ratio"),
+        "env/all/format_eos": None,
+        "env/all/ac_tokens_per_turn": t("rl_response_length_mean_tokens"),
+        "env/all/by_group/frac_all_good": t("rl_group_outcome_ratio", outcome="all_good"),
+        "optim/entropy": t("rl_entropy"),
+        "optim/kl_sample_train_v1": t("rl_rollout_kl", estimator="k1"),
+        "unclipped_grad_l2:mean": t("rl_grad_norm", network="policy"),
+        "test/test/env/all/correct": t("rl_eval_score", benchmark="correct", split="eval"),
+        "test/test/env/all/reward/total": t("rl_eval_score", benchmark="test", split="eval"),
+    },
+    "tinker-cookbook/joanvelja__tinker-cookbook__reports__data__gptoss-20b-v2": {
+        "kl_policy_base": t("rl_kl_reference"),
+        "test/env/all/correct": t("rl_eval_score", benchmark="correct", split="eval"),
+    },
+    "tinker-cookbook/thinking-machines-lab": {
+        "reward/mean": t("rl_reward_mean"),
+        "reward/pass@1": t("rl_success_ratio"),
+        "data/num_datums": None,
+    },
+    "tinker-cookbook/astOwOlfo": {
+        "average_reward": t("rl_reward_mean"),
+        "honest_success_ratio": t(
+            "rl_eval_score", benchmark="honest_success_ratio", split="objective"
+        ),
+        "hacking_ratio": None,
+        "n_hacking_successful": None,
+    },
+    "deepspeed-chat/": {
+        "act_loss": t("rl_policy_loss"),
+        "cri_loss": t("rl_value_loss"),
+        "average_reward_score": t("rl_reward_mean"),
+        "e2e_latency": t("rl_phase_last_duration_seconds", phase="step"),
+    },
+    "dopamine/": {"Train/AverageReturns": t("rl_episode_return")},
+    "rllib/ray-project__rl-experiments__atari-apex": {
+        "episode_reward_mean": t("rl_episode_return"),
+        "episode_len_mean": t("rl_episode_length_steps"),
+        "timesteps_total": t("rl_env_steps_total"),
+    },
+    "rllib/ray-project__rl-experiments__atari-impala": {
+        "info/learner/grad_gnorm": t("rl_grad_norm", network="policy"),
+        "info/learner/entropy": t("rl_entropy"),
+        "info/learner/vf_loss": t("rl_value_loss"),
+        "info/learner/policy_loss": t("rl_policy_loss"),
+        "info/learner/vf_explained_var": t("rl_explained_variance"),
+        "episodes_total": t("rl_episodes_total"),
+    },
+    "sb3/SpencerCPurdy": {
+        "eval/mean_reward": t("rl_eval_score", benchmark="episode_return", split="eval"),
+    },
+}
+HINTS = {
+    "tinker-cookbook/joanvelja": "tinker",
+    "tinker-cookbook/thinking-machines-lab": "tinker",
+    "other/arvindcr4": "tinker",
+}
+
+
+@needs_corpus
+@pytest.mark.parametrize("prefix", sorted(SECOND_BATCH))
+def test_second_batch_keys(prefix: str) -> None:
+    path = next(CORPUS / n for n in sorted(FILES) if n.startswith(prefix))
+    logged = {k for rec in read_log(path) for k in rec.values}
+    expected = SECOND_BATCH[prefix]
+    assert set(expected) <= logged, set(expected) - logged
+    for key, want in expected.items():
+        assert as_expect(keys.resolve(key, keys.likely_framework(logged))) == want, key
+
+
+@needs_corpus
+@pytest.mark.parametrize("prefix", sorted(HINTS))
+def test_a_jsonl_log_finds_its_own_table(prefix: str) -> None:
+    path = next(CORPUS / n for n in sorted(FILES) if n.startswith(prefix))
+    first = next(iter(read_log(path)))
+    assert keys.likely_framework(first.values) == HINTS[prefix]
+
+
+def test_classic_keys_stay_off_llm_batch_metrics() -> None:
+    logged = ["episode_reward", "episode", "epsilon", "td_loss", "q_values", "reward"]
+    framework = keys.likely_framework(logged)
+    assert framework == "classic"
+    assert as_expect(keys.resolve("reward", framework)) == t("rl_episode_return")
+    assert as_expect(keys.resolve("episode", framework)) == t("rl_episodes_total")
+    assert as_expect(keys.resolve("epsilon")) == t("rl_hyperparameter", name="exploration_rate")
+    assert as_expect(keys.resolve("q_values")) == t("rl_value_mean")
+    assert as_expect(keys.resolve("td_loss")) == t("rl_value_loss")
+    assert as_expect(keys.resolve("reward")) == t("rl_reward_mean")  # TRL's, by default
+    assert keys.likely_framework(["unknown"]) is None
+
+
+def test_reward_hacking_example_keys() -> None:
+    assert as_expect(keys.resolve("reward/mean")) == t("rl_reward_mean")
+    assert as_expect(keys.resolve("reward/g")) == t("rl_reward_component_mean", component="g")
+    assert as_expect(keys.resolve("reward/f")) == t("rl_reward_component_mean", component="f")
+    assert as_expect(keys.resolve("policy/entropy")) == t("rl_entropy")
+
+
+def test_rllib_learner_stats_under_every_layout() -> None:
+    for key in (
+        "info/learner/entropy",
+        "info/learner/default_policy/entropy",
+        "info/learner/default_policy/learner_stats/entropy",
+        "learners/default_policy/entropy",
+    ):
+        assert as_expect(keys.resolve(key, "rllib")) == t("rl_entropy"), key
+
+
+# ---- user key maps -------------------------------------------------------------------------------
+def test_user_key_map_forms() -> None:
+    found = keys.user_map(
+        {
+            "correct_frac": "objective",
+            "my/entropy": "rl_entropy",
+            "noise": None,
+            "score": {"metric": "rl_eval_score", "labels": {"benchmark": "x", "split": "eval"}},
+            "neg_ent": {"metric": "rl_entropy", "scale": -1},
+        }
+    )
+    assert as_expect(found["correct_frac"]) == t(
+        "rl_eval_score", benchmark="correct_frac", split="objective"
+    )
+    assert as_expect(found["my/entropy"]) == t("rl_entropy")
+    assert found["noise"] is None
+    assert as_expect(found["score"]) == t("rl_eval_score", benchmark="x", split="eval")
+    assert as_expect(found["neg_ent"]) == t("rl_entropy", -1.0)
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({"k": "rl_nope"}, "key_map.k: 'rl_nope' is not a metric"),
+        ({"k": {"metric": "rl_eval_score"}}, "key_map.k: rl_eval_score needs labels benchmark"),
+        ({"k": {"metric": "rl_entropy", "labels": {"x": "1"}}}, "key_map.k: rl_entropy has no"),
+        ({"k": {"metric": "rl_entropy", "scale": "2"}}, "key_map.k: scale '2' is not a finite"),
+        ({"k": {"metric": "rl_entropy", "sclae": 2}}, "key_map.k: unknown field"),
+        ({"k": "rl_response_length_tokens"}, "key_map.k: rl_response_length_tokens is a histo"),
+        ({"k": 3}, "key_map.k: expected 'objective'"),
+        ([1, 2], "key_map: expected a mapping"),
+    ],
+)
+def test_user_key_map_errors_name_the_key(spec: object, message: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(message)):
+        keys.user_map(spec)  # type: ignore[arg-type]
+
+
+def test_user_key_map_files_and_rlpulse_yaml(tmp_path: Path) -> None:
+    (tmp_path / "keys.yaml").write_text("correct: objective\nloss_pi: rl_policy_loss\n")
+    (tmp_path / "keys.json").write_text('{"correct": "objective"}')
+    (tmp_path / "bad.yaml").write_text("correct: rl_nope\n")
+    assert set(keys.user_map(tmp_path / "keys.yaml")) == {"correct", "loss_pi"}
+    assert set(keys.user_map(str(tmp_path / "keys.json"))) == {"correct"}
+    with pytest.raises(ValueError, match=r"bad.yaml.correct: 'rl_nope'"):
+        keys.user_map(tmp_path / "bad.yaml")
+    yml = tmp_path / "rlpulse.yaml"
+    yml.write_text("keys:\n  correct: objective\n  x: rl_nope\n")
+    with pytest.raises(config.ConfigError, match=r"rlpulse.yaml: keys.x: 'rl_nope' is not a"):
+        config.load(yml)
+    yml.write_text("keys:\n  correct: objective\n")
+    assert [k for k, _ in config.load(yml).keys] == ["correct"]
+
+
+def test_exporter_key_map_comes_first() -> None:
+    cfg = config.from_dict({"keys": {"correct": "objective", "kl": "rl_approx_kl"}})
+    exp = Exporter(port=0, run_id="km", gpu=False, host=False, key_map=dict(cfg.keys)).start()
+    try:
+        exp.log({"correct": 0.25, "kl": 0.5, "reward": 0.75}, step=1)
+        text = scrape(exp.url)
+        assert value(text, "rl_eval_score", benchmark="correct", split="objective") == 0.25
+        assert value(text, "rl_approx_kl") == 0.5
+        assert "rl_kl_reference{" not in text
+        assert value(text, "rl_reward_mean") == 0.75
+    finally:
+        exp.close()
+    with pytest.raises(ValueError, match=r"key_map\.k: 'rl_nope'"):
+        Exporter(port=0, gpu=False, host=False, key_map={"k": "rl_nope"})

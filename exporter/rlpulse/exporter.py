@@ -152,6 +152,7 @@ class Exporter:
         collector_timeout: float = 0.5,
         collector_ttl: float = 1.0,
         rollouts: Mapping[str, Any] | None = None,
+        key_map: Mapping[str, Any] | str | os.PathLike[str] | None = None,
         final_wait: float | None = None,
         expect_scrape: bool | None = None,
         push_gateway: str | None = None,
@@ -182,6 +183,7 @@ class Exporter:
         self._drop_lock = threading.Lock()
         self._warned: set[tuple[str, str]] = set()
         self._framework: str | None = None
+        self._key_map = keys.user_map(key_map)  # the user's keys, searched before the tables
         self._info: dict[str, str] = {}
         self._server: http.Server | None = None
         self._lock = threading.Lock()
@@ -594,7 +596,10 @@ class Exporter:
         entry = catalog.BY_NAME.get(key)
         if entry is not None and not entry.labels and entry.type in ("gauge", "counter"):
             return entry, {}, 1.0
-        target = keys.resolve(key, self._framework)
+        if key in self._key_map:
+            target = self._key_map[key]
+        else:
+            target = keys.resolve(key, self._framework)
         if target is None:
             return None
         return catalog.get(target.metric), dict(target.labels), target.scale

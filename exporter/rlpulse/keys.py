@@ -25,10 +25,15 @@ OpenRLHF's KL to the reference policy, not OpenAI baselines' update KL.
 
 from __future__ import annotations
 
+import math
+import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from functools import lru_cache
+from pathlib import Path
+
+import yaml
 
 from rlpulse import catalog
 
@@ -185,6 +190,18 @@ _EVAL_RETURN = _t("rl_eval_score", benchmark="episode_return", split="eval")
 _EVAL_SUCCESS = _t("rl_eval_score", benchmark="success", split="eval")
 _IS_MEAN, _IS_MIN = _t("rl_importance_ratio_mean"), _t("rl_importance_ratio_min")
 _IS_MAX = _t("rl_importance_ratio_max")
+_FORMAT = _t("rl_format_compliance_ratio")
+_EVAL_CORRECT = _t("rl_eval_score", benchmark="correct", split="eval")
+_KL_PENALTY_COEF = _t("rl_kl_coefficient")
+
+
+OBJECTIVE = "objective"
+
+
+def objective(key: str) -> Target:
+    """Where a key declared the run's true objective goes: ``rl_eval_score{benchmark=<key>,
+    split="objective"}`` (a correctness or held-out score that reward hacking cannot raise)."""
+    return _t("rl_eval_score", benchmark=key, split=OBJECTIVE)
 
 
 def _hparam(name: str, scale: float = 1.0) -> Target:
@@ -597,7 +614,40 @@ TINKER = KeyMap(
         ),
         Source(
             "thinking-machines-lab/tinker-cookbook: tinker_cookbook/rl/problem_env.py",
-            exact={"env/all/correct": _SUCCESS, "env/all/format": _t("rl_format_compliance_ratio")},
+            exact={
+                "env/all/correct": _SUCCESS,
+                "env/all/format": _FORMAT,
+                "env/all/format_boxed": _FORMAT,
+                "env/all/format_eos": None,
+                "test/env/all/correct": _EVAL_CORRECT,
+            },
+            patterns={"test/{*}/env/all/correct": _EVAL_CORRECT},
+            notes={
+                "env/all/format_boxed": "forks' name of env/all/format (answer in \\boxed{})",
+                "env/all/format_eos": "share of responses that end in EOS: 1 - truncation",
+                "test/{*}/env/all/correct": "an evaluator's held-out correctness",
+            },
+        ),
+        Source(
+            "thinking-machines-lab/tinker-cookbook: tinker_cookbook/rl/train.py (async, "
+            "incorporate_kl_penalty), recipes/*/train.py (metrics.jsonl)",
+            exact={
+                "kl_policy_base": _KL_REF,
+                "unclipped_grad_l2:mean": _GRAD_POLICY,
+                "training_client/step": None,
+                "sampling_client/step_max": None,
+                "sampling_client/step_mean": None,
+                "sampling_client/step_min": None,
+                "reward/mean": _REWARD,
+                "reward/pass@1": _SUCCESS,
+                "data/num_datums": None,
+                "data/num_rollouts": None,
+            },
+            notes={
+                "kl_policy_base": "KL of the policy to the base model (the KL penalty's)",
+                "unclipped_grad_l2:mean": "gradient L2 norm before clipping",
+                "data/num_datums": "datums kept after constant-reward groups are dropped",
+            },
         ),
         Source(
             "thinking-machines-lab/tinker-cookbook: tinker_cookbook/rl/train.py, rl/metrics.py, "
@@ -678,7 +728,227 @@ BASELINES = KeyMap(
     ),
 )
 
-MAPS: tuple[KeyMap, ...] = (TRL, VERL, OPENRLHF, SB3, CLEANRL, TINKER, BASELINES)
+
+def _learner(stats: Mapping[str, Target | None]) -> dict[str, Target | None]:
+    """RLlib learner stats under every layout its results have used."""
+    layouts = (
+        "info/learner/{stat}",  # 2018 (one policy)
+        "info/learner/{{*}}/{stat}",  # per policy id
+        "info/learner/{{*}}/learner_stats/{stat}",  # Ray 1.x-2.x
+        "learners/{{*}}/{stat}",  # new API stack, per module id
+    )
+    return {layout.format(stat=stat): t for stat, t in stats.items() for layout in layouts}
+
+
+RLLIB = KeyMap(
+    "rllib",
+    (
+        Source(
+            "ray-project/ray: rllib/evaluation/metrics.py (summarize_episodes), "
+            "tune/result.py (result.json / progress.csv)",
+            exact={
+                "episode_reward_mean": _EP_RETURN,
+                "episode_reward_min": None,
+                "episode_reward_max": None,
+                "episode_len_mean": _EP_LENGTH,
+                "episodes_this_iter": None,
+                "episodes_total": _EPISODES,
+                "episodes": _EPISODES,
+                "timesteps_total": _ENV_STEPS,
+                "timesteps_this_iter": None,
+                "timesteps_since_restore": None,
+                "training_iteration": _STEP,
+                "iterations_since_restore": None,
+                "time_this_iter_s": _t("rl_phase_last_duration_seconds", phase="iteration"),
+                "time_total_s": None,
+                "time_since_restore": None,
+                "sampler_results/episode_reward_mean": _EP_RETURN,
+                "sampler_results/episode_len_mean": _EP_LENGTH,
+                "env_runners/episode_return_mean": _EP_RETURN,
+                "env_runners/episode_reward_mean": _EP_RETURN,
+                "env_runners/episode_len_mean": _EP_LENGTH,
+                "evaluation/episode_reward_mean": _EVAL_RETURN,
+                "evaluation/env_runners/episode_return_mean": _EVAL_RETURN,
+                "info/num_steps_trained": None,
+                "info/num_steps_sampled": None,
+                "info/sample_throughput": _FPS,
+                "info/train_throughput": None,
+                "info/num_weight_syncs": None,
+                "info/num_target_updates": None,
+                "info/max_exploration": None,
+                "info/min_exploration": None,
+            },
+            patterns={"policy_reward_mean/{*}": None},
+            notes={
+                "episode_reward_mean": "NaN in an iteration where no episode finished",
+                "episode_reward_min": "of the episodes in the metrics window",
+                "info/max_exploration": "Ape-X: the largest per-worker epsilon",
+            },
+        ),
+        Source(
+            "ray-project/ray: rllib/algorithms/ppo, impala, dqn (learner stats)",
+            patterns=_learner(
+                {
+                    "entropy": _ENTROPY,
+                    "policy_loss": _POLICY_LOSS,
+                    "vf_loss": _VALUE_LOSS,
+                    "total_loss": _LOSS,
+                    "vf_explained_var": _EXPLAINED_VAR,
+                    "grad_gnorm": _GRAD_POLICY,
+                    "cur_lr": _LR_POLICY,
+                    "kl": _APPROX_KL,
+                    "cur_kl_coeff": _KL_PENALTY_COEF,
+                    "entropy_coeff": _hparam("ent_coef"),
+                    "mean_q": _VALUE,
+                    "mean_td_error": None,
+                    "var_gnorm": None,
+                }
+            ),
+            notes={
+                "info/learner/entropy": "2018 IMPALA: summed over the batch, not a mean",
+                "info/learner/{*}/learner_stats/grad_gnorm": "after clipping (grad_clip)",
+            },
+        ),
+    ),
+)
+
+DEEPSPEED_CHAT = KeyMap(
+    "deepspeed-chat",
+    (
+        Source(
+            "microsoft/DeepSpeedExamples: applications/DeepSpeed-Chat/training/"
+            "step3_rlhf_finetuning/main.py (console and TensorBoard)",
+            exact={
+                "act_loss": _POLICY_LOSS,
+                "actor_loss": _POLICY_LOSS,
+                "cri_loss": _VALUE_LOSS,
+                "critic_loss": _VALUE_LOSS,
+                "unsuper_loss": None,
+                "unsupervised_loss": None,
+                "average_reward_score": _REWARD,
+                "reward": _REWARD,
+                "ppo_ep": None,
+                "ppo_epoch": None,
+                "epoch": None,
+                "overflow_skipped_steps": None,
+            },
+            notes={
+                "average_reward_score": "console line 'average reward score: …' (reward model)",
+                "reward": "the TensorBoard tag of the same value",
+                "overflow_skipped_steps": "fp16 OVERFLOW lines (loss scaling), counted per step",
+            },
+        ),
+        Source(
+            "microsoft/DeepSpeedExamples: applications/DeepSpeed-Chat/dschat/utils/perf.py "
+            "(print_throughput_step3)",
+            exact={
+                "e2e_latency": _t("rl_phase_last_duration_seconds", phase="step"),
+                "generate_time": _t("rl_phase_last_duration_seconds", phase="generate"),
+                "training_time": _t("rl_phase_last_duration_seconds", phase="update"),
+                "gather_latency": None,
+                "others": None,
+                "cursamplespersec": _t("rl_throughput_per_second", unit="samples"),
+                "avgsamplespersec": None,
+            },
+        ),
+    ),
+)
+
+DOPAMINE = KeyMap(
+    "dopamine",
+    (
+        Source(
+            "google/dopamine: dopamine/discrete_domains/run_experiment.py (_save_tensorboard_"
+            "summaries)",
+            exact={
+                "Train/AverageReturns": _EP_RETURN,
+                "Train/NumEpisodes": None,
+                "Train/AverageStepsPerSecond": _FPS,
+                "Train/AverageNormalizedScore": None,
+                "Eval/AverageReturns": _EVAL_RETURN,
+                "Eval/NumEpisodes": None,
+            },
+            notes={"Train/AverageReturns": "baseline JSON's Value: mean training return"},
+        ),
+    ),
+)
+
+CLASSIC = KeyMap(
+    "classic",
+    (
+        Source(
+            "W&B-style classic-RL scripts: wandb.log({'episode_reward': …, 'episode': …}), "
+            "CleanRL and SB3 keys without their section prefix",
+            exact={
+                "episode_reward": _EP_RETURN,
+                "episodic_return": _EP_RETURN,
+                "episode_return": _EP_RETURN,
+                "episode_length": _EP_LENGTH,
+                "episodic_length": _EP_LENGTH,
+                "success_rate": _SUCCESS,
+                "epsilon": _hparam("exploration_rate"),
+                "td_loss": _VALUE_LOSS,
+                "q_values": _VALUE,
+                "q_value": _VALUE,
+                "reward": _EP_RETURN,
+                "episode": _EPISODES,
+            },
+            notes={
+                "reward": "an episode's return; only with framework=classic (else TRL's batch)",
+                "episode": "an episode counter; only with framework=classic (TRL: samples)",
+                "q_values": "mean predicted Q-value",
+            },
+        ),
+    ),
+)
+
+GENERIC = KeyMap(
+    "generic",
+    (
+        Source(
+            "custom LLM-RL trainers' W&B keys (the reward-hacking runs of issue 13)",
+            exact={
+                "reward/std": _REWARD_STD,
+                "reward/min": _REWARD_MIN,
+                "reward/max": _REWARD_MAX,
+                "policy/entropy": _ENTROPY,
+            },
+            patterns={"reward/{component}": _COMPONENT},
+            notes={
+                "reward/{component}": "reward/mean is the total (tinker); others are components",
+            },
+        ),
+        Source(
+            "astOwOlfo/tinker-cookbook-reward-hacking: big-run-reward-hacking-by-epoch.txt "
+            "(an env digest; ratios derived by rlpulse.logs.digest)",
+            exact={
+                "average_reward": _REWARD,
+                "hacking_ratio": None,
+                "honest_success_ratio": objective("honest_success_ratio"),
+            },
+            patterns={"n_{*}_successful": None, "n_{*}_unsuccessful": None},
+            notes={
+                "hacking_ratio": "share of the epoch's sampled rollouts labelled hacking",
+                "honest_success_ratio": "successful and not hacking: the true objective",
+            },
+        ),
+    ),
+)
+
+MAPS: tuple[KeyMap, ...] = (
+    TRL,
+    VERL,
+    OPENRLHF,
+    SB3,
+    CLEANRL,
+    TINKER,
+    BASELINES,
+    RLLIB,
+    DEEPSPEED_CHAT,
+    DOPAMINE,
+    CLASSIC,
+    GENERIC,
+)
 FRAMEWORKS: tuple[str, ...] = tuple(m.framework for m in MAPS)
 _BY_NAME: dict[str, KeyMap] = {m.framework: m for m in MAPS}
 _SYNONYMS = {
@@ -689,6 +959,10 @@ _SYNONYMS = {
     "openai_baselines": "baselines",
     "tinker-cookbook": "tinker",
     "tinker_cookbook": "tinker",
+    "ray": "rllib",
+    "deepspeed": "deepspeed-chat",
+    "deepspeed_chat": "deepspeed-chat",
+    "wandb": "classic",
 }
 _PREFIXES: tuple[tuple[str, bool], ...] = (("train/", False), ("eval/", True), ("eval_", True))
 _EVAL_METRIC = _EVAL.metric
@@ -771,6 +1045,89 @@ def resolve(key: str, framework: str | None = None) -> Target | None:
     return _resolve(key, name)
 
 
+def likely_framework(logged: Iterable[str]) -> str | None:
+    """The framework whose table knows most of a log's keys (its first row, say); None when
+    no table knows any or two tie. Lets a log with no format hint (a JSONL dump) be read with
+    its own meanings first: ``reward`` and ``episode`` in a classic-RL W&B log."""
+    known = list(logged)
+    scores = {
+        m.framework: sum(1 for k in known if _match(k, (m,))[0] or _match_prefixed(k, m))
+        for m in MAPS
+    }
+    best = max(scores.values(), default=0)
+    leaders = [f for f, n in scores.items() if n == best]
+    return leaders[0] if best and len(leaders) == 1 else None
+
+
+def _match_prefixed(key: str, m: KeyMap) -> bool:
+    return any(key.startswith(p) and _match(key[len(p) :], (m,))[0] for p, _ in _PREFIXES)
+
+
+# ---- user key maps ------------------------------------------------------------------------------
+
+
+def user_map(
+    spec: Mapping[str, object] | str | os.PathLike[str] | None, where: str = "key_map"
+) -> dict[str, Target | None]:
+    """A user's key map, checked: logged key → ``"objective"``, a catalog metric name, ``None``
+    (known, left unmapped), ``{metric: name, labels: {..}, scale: x}`` or a ``Target``. A path
+    is a YAML or JSON file holding that mapping. Raises ValueError naming ``where`` (the file)
+    and the offending key."""
+    if spec is None:
+        return {}
+    if isinstance(spec, str | os.PathLike):
+        return _load_map(Path(spec))
+    if not isinstance(spec, Mapping):
+        raise ValueError(f"{where}: expected a mapping of logged keys, got {type(spec).__name__}")
+    out: dict[str, Target | None] = {}
+    for key, entry in spec.items():
+        if not isinstance(key, str) or not key:
+            raise ValueError(f"{where}: key {key!r} is not a non-empty string")
+        try:
+            out[key] = _user_target(key, entry)
+        except KeyError as exc:
+            raise ValueError(f"{where}.{key}: {exc.args[0]}") from None
+        except ValueError as exc:
+            raise ValueError(f"{where}.{key}: {exc}") from None
+    return out
+
+
+def _load_map(path: Path) -> dict[str, Target | None]:
+    try:
+        spec = yaml.safe_load(path.read_text(encoding="utf-8"))  # JSON is YAML
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"{path}: cannot read a key map: {exc}") from None
+    return user_map(spec if spec is not None else {}, str(path))
+
+
+def _user_target(key: str, entry: object) -> Target | None:
+    if entry is None or isinstance(entry, Target):
+        return entry
+    if entry == OBJECTIVE:
+        return objective(key)
+    if isinstance(entry, str):
+        entry = {"metric": entry}
+    if not isinstance(entry, Mapping):
+        raise ValueError(f"expected {OBJECTIVE!r}, a metric name or {{metric, labels, scale}}")
+    unknown = set(entry) - {"metric", "labels", "scale"}
+    if unknown:
+        raise ValueError(f"unknown field(s) {sorted(unknown)} (metric, labels, scale)")
+    name, labels, scale = entry.get("metric"), entry.get("labels") or {}, entry.get("scale", 1.0)
+    if not isinstance(name, str):
+        raise ValueError(f"metric {name!r} is not a catalog metric name")
+    metric = catalog.get(name)
+    if metric.type not in ("gauge", "counter"):
+        raise ValueError(f"{name} is a {metric.type}; a logged value can set a gauge or counter")
+    if not isinstance(labels, Mapping) or not all(isinstance(v, str) for v in labels.values()):
+        raise ValueError(f"labels {labels!r} must map label names to strings")
+    if isinstance(scale, bool) or not isinstance(scale, int | float) or not math.isfinite(scale):
+        raise ValueError(f"scale {scale!r} is not a finite number")
+    target = _t(name, float(scale), **{str(k): v for k, v in labels.items()})
+    if len(target.labels) != len(metric.labels):
+        raise ValueError(f"{name} needs labels {', '.join(metric.labels)}")
+    return target
+
+
 def aliases(metric: str) -> tuple[str, ...]:
     """The framework keys (patterns as templates) that map onto ``metric``, in table order."""
     found: list[str] = []
@@ -812,8 +1169,22 @@ the search, so another table's pattern cannot claim it (SB3 `time/time_elapsed` 
 phase). Counters (`*_total`) are set from the trainer's cumulative values. SB3 Monitor CSV rows
 (`r`, `l`, `t`) are episodes, not log keys: replay them through `observe_episodes`.
 
-Extra tables: `tinker` (Thinking Machines' tinker-cookbook JSONL metrics) and `baselines` (OpenAI
-baselines `progress.csv` keys, including GAIL_PPO's), both present in the replay corpus.
+Extra tables: `tinker` (Thinking Machines' tinker-cookbook JSONL metrics, full and trimmed key
+sets), `baselines` (OpenAI baselines `progress.csv` keys, including GAIL_PPO's), `rllib` (Tune's
+`result.json` / `progress.csv`, learner stats under each layout RLlib has used), `deepspeed-chat`
+(its step-3 console and TensorBoard names), `dopamine` (its runner's summaries), `classic`
+(W&B-style classic-RL keys: with `framework="classic"` a bare `reward` is an episode's return and
+`episode` an episode counter, never an LLM batch's reward or a sample count) and `generic`
+(custom LLM trainers' `reward/<component>`, `policy/entropy`). `rlpulse replay` picks the table
+from the log's format, or, for a JSONL dump, the table that knows most of its first row's keys
+(`keys.likely_framework`).
+
+**Your own keys** come first: `rlpulse.start(key_map=...)` / `Exporter(key_map=...)`, the
+`keys:` section of `rlpulse.yaml`, or `rlpulse replay --key-map FILE` map a logged key to a
+catalog metric name, to `{{metric: ..., labels: {{...}}, scale: ...}}`, to `null` (known, left
+unmapped) or to `objective`: the run's **true objective** (a correctness or held-out score),
+exported as `rl_eval_score{{benchmark="<key>", split="objective"}}`, which the reward-hacking
+alert compares with the proxy reward. See docs/replay.md.
 """
 
 

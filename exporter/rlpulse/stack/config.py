@@ -18,7 +18,7 @@ from typing import Any, Literal, NewType, get_args, get_origin, get_type_hints
 
 import yaml
 
-from rlpulse import catalog
+from rlpulse import catalog, keys
 from rlpulse.collectors.gpu import THROTTLE_REASONS
 
 Duration = NewType("Duration", str)
@@ -133,6 +133,8 @@ class Scrape:
 
 Pairs = tuple[tuple[str, str], ...]
 """A YAML mapping of names to string values (labels, headers), kept in order as (name, value)."""
+UserKeys = tuple[tuple[str, keys.Target | None], ...]
+"""The ``keys:`` section: logged key -> where it goes (``rlpulse.keys.user_map``), in order."""
 
 _LABEL_RE = re.compile(r"^[a-zA-Z_][a-zA-Z0-9_]*$")
 _HEADER_RE = re.compile(r"^[A-Za-z0-9-]+$")
@@ -920,6 +922,14 @@ class Config:
     federation: Federation = field(
         default_factory=Federation, metadata=_doc("Federation of leaves into a global server.")
     )
+    keys: UserKeys = field(
+        default=(),
+        metadata=_doc(
+            "Your trainer's logged keys, searched before the framework tables: key: objective "
+            "(the true objective), a catalog metric, {metric, labels, scale} or null "
+            "(docs/replay.md)."
+        ),
+    )
 
 
 # ---- YAML loading -------------------------------------------------------------------------------
@@ -944,6 +954,11 @@ def _coerce(where: str, f: dataclasses.Field[Any], hint: Any, value: Any) -> Any
         if isinstance(value, bool) or not isinstance(value, int) or value < 0:
             raise ConfigError(f"{where}: expected a whole number >= 0, got {value!r}")
         return value
+    if hint == UserKeys:
+        try:
+            return tuple(keys.user_map(value, where).items())
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
     if hint == Pairs:
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where}: expected a mapping of names to strings, got {value!r}")

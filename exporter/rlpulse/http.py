@@ -3,9 +3,14 @@
 ``Server`` maps paths to handlers (``Request -> Response``); an optional ``guard`` sees every
 request first and may answer it instead (authentication plugs in there, ``rlpulse.webconfig``),
 and ``headers`` are added to every response. Responses are gzipped
-when the client asks. With a TLS context the handshake runs in the connection's own thread, so a
-slow client cannot hold up the accept loop. ``metrics_handler`` serves an exposition with content
-negotiation (Prometheus text 0.0.4 or OpenMetrics 1.0.0).
+when the client asks. ``metrics_handler`` serves an exposition with content negotiation
+(Prometheus text 0.0.4 or OpenMetrics 1.0.0).
+
+Connections cannot exhaust the trainer's threads or file descriptors: the accept loop holds a new
+connection without a thread until its first bytes arrive, keeps at most ``MAX_CONNECTIONS`` (a
+new one past the cap evicts the oldest that has sent nothing), gives each connection
+``HEAD_TIMEOUT`` seconds in total for its TLS handshake and each request's line and headers, and
+pauses accepting (instead of spinning) while the process is out of descriptors.
 """
 
 from __future__ import annotations
@@ -13,10 +18,13 @@ from __future__ import annotations
 import contextlib
 import errno
 import logging
+import math
+import selectors
 import socket
 import ssl
 import sys
 import threading
+import time
 import zlib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -31,8 +39,12 @@ log = logging.getLogger("rlpulse")
 
 GZIP_LEVEL = 1  # 10k series: ~8 ms and ~13x smaller; level 9 costs 4x the time for 15% less
 GZIP_MIN_BYTES = 1024
-CONNECTION_TIMEOUT = 60.0  # seconds an idle keep-alive connection (or a handshake) may take
-POLL_INTERVAL = 0.1  # how quickly close() stops the accept loop
+CONNECTION_TIMEOUT = 60.0  # seconds one read or write of a request body or response may take
+HEAD_TIMEOUT = 10.0  # seconds for the TLS handshake plus a request line and headers, in total
+MAX_CONNECTIONS = 32  # open connections; Prometheus needs one or two
+ACCEPT_BACKOFF = 0.5  # seconds without accepting after the process ran out of descriptors
+POLL_INTERVAL = 0.1  # how quickly close() stops the accept loop and deadlines are enforced
+_OUT_OF_DESCRIPTORS = (errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM)
 
 
 class PortInUseError(OSError):
@@ -134,10 +146,41 @@ def tls_context(certfile: str, keyfile: str | None = None) -> ssl.SSLContext:
     return ctx
 
 
+class _Conn:
+    """A served connection: its socket (the TLS one once wrapped) and the monotonic time by
+    which its handshake or current request head must have arrived (inf while serving)."""
+
+    __slots__ = ("deadline", "sock")
+
+    def __init__(self, sock: Any, deadline: float) -> None:
+        self.sock = sock
+        self.deadline = deadline
+
+    def cut(self) -> None:
+        """Abort whatever the connection's thread is blocked on."""
+        with contextlib.suppress(OSError):
+            self.sock.shutdown(socket.SHUT_RDWR)
+
+
 class _RequestHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive: Prometheus reuses its connection
     timeout = CONNECTION_TIMEOUT
     server: _HTTPServer
+
+    def __init__(self, request: Any, client_address: Any, server: Any, conn: _Conn) -> None:
+        self.conn = conn
+        super().__init__(request, client_address, server)
+
+    def handle(self) -> None:
+        """Serve requests until the connection closes; each head has ``HEAD_TIMEOUT`` s."""
+        self.close_connection = True
+        self._one()
+        while not self.close_connection:
+            self._one()
+
+    def _one(self) -> None:
+        self.conn.deadline = time.monotonic() + HEAD_TIMEOUT
+        self.handle_one_request()
 
     def do_GET(self) -> None:
         self._serve(send_body=True)
@@ -146,6 +189,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
         self._serve(send_body=False)
 
     def _serve(self, send_body: bool) -> None:
+        self.conn.deadline = math.inf  # the head is in: no deadline while the request is served
         url = urlsplit(self.path)
         request = Request(
             self.command, url.path, parse_qs(url.query), self.headers, self.client_address[:2]
@@ -182,6 +226,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
 class _HTTPServer(ThreadingHTTPServer):
     daemon_threads = True
     block_on_close = False
+    request_queue_size = 128  # the listen backlog: a burst of connects is not made to retry
 
     def __init__(self, app: Server, family: socket.AddressFamily, address: tuple[str, int]):
         self.address_family = family
@@ -197,22 +242,22 @@ class _HTTPServer(ThreadingHTTPServer):
         log.warning("rlpulse http: error serving %s", client_address, exc_info=True)
 
     def finish_request(self, request: Any, client_address: Any) -> None:
-        conn = request
-        tls = self.app.tls
-        if tls is not None:
-            request.settimeout(CONNECTION_TIMEOUT)
-            try:
-                conn = tls.wrap_socket(request, server_side=True)
-            except (OSError, ValueError) as exc:
-                log.debug("rlpulse http: TLS handshake from %s failed: %s", client_address, exc)
-                return
+        conn = _Conn(request, time.monotonic() + HEAD_TIMEOUT)
         self.app.connections.add(conn)
         try:
-            super().finish_request(conn, client_address)
+            tls = self.app.tls
+            if tls is not None:
+                request.settimeout(HEAD_TIMEOUT)
+                try:
+                    conn.sock = tls.wrap_socket(request, server_side=True)
+                except (OSError, ValueError) as exc:
+                    log.debug("rlpulse http: TLS handshake from %s failed: %s", client_address, exc)
+                    return
+            _RequestHandler(conn.sock, client_address, self, conn)
         finally:
             self.app.connections.discard(conn)
-            if conn is not request:
-                conn.close()
+            if conn.sock is not request:
+                conn.sock.close()
 
 
 class Server:
@@ -235,7 +280,9 @@ class Server:
         self.headers: dict[str, str] = dict(headers or {})
         self.routes: dict[str, Handler] = dict(routes or {})
         self.routes.setdefault("/", index_handler(self.routes))
-        self.connections: set[Any] = set()
+        self.connections: set[_Conn] = set()  # served by a thread
+        self._waiting: dict[socket.socket, float] = {}  # accepted, no bytes yet -> deadline
+        self._stop = threading.Event()
         self._sent = threading.Condition()
         self._arrived: dict[str, int] = {}  # path -> requests dispatched so far
         self._answered: dict[str, int] = {}  # path -> highest such number answered with 200
@@ -300,27 +347,92 @@ class Server:
                 ) from None
             raise
         self.port = self._httpd.server_address[1]
+        self._stop = threading.Event()
         self._thread = threading.Thread(
-            target=self._httpd.serve_forever,
-            kwargs={"poll_interval": POLL_INTERVAL},
+            target=self._serve,
+            args=(self._httpd, self._stop),
             name=f"rlpulse-http-{self.port}",
             daemon=True,
         )
         self._thread.start()
         return self
 
+    def _serve(self, httpd: _HTTPServer, stop: threading.Event) -> None:
+        """The accept loop: new connections wait here, threadless, until they send a byte."""
+        listener = httpd.socket
+        listener.setblocking(False)
+        sel = selectors.DefaultSelector()
+        sel.register(listener, selectors.EVENT_READ)
+        resume = 0.0  # while out of descriptors: when to accept again
+        try:
+            while not stop.is_set():
+                now = time.monotonic()
+                if resume and now >= resume:
+                    sel.register(listener, selectors.EVENT_READ)
+                    resume = 0.0
+                for key, _ in sel.select(POLL_INTERVAL):
+                    sock = key.fileobj
+                    if sock is listener:
+                        if not self._accept(listener, sel):
+                            sel.unregister(listener)
+                            resume = time.monotonic() + ACCEPT_BACKOFF
+                    else:
+                        assert isinstance(sock, socket.socket)
+                        sel.unregister(sock)
+                        del self._waiting[sock]
+                        httpd.process_request(sock, key.data)  # its first bytes are here
+                self._reap(sel, time.monotonic())
+        finally:
+            for sock in list(self._waiting):
+                sock.close()
+            self._waiting.clear()
+            sel.close()
+
+    def _accept(self, listener: socket.socket, sel: selectors.BaseSelector) -> bool:
+        """Take one connection; False when the process is out of file descriptors."""
+        try:
+            sock, address = listener.accept()
+        except (BlockingIOError, InterruptedError, ConnectionAbortedError):
+            return True
+        except OSError as exc:
+            if exc.errno in _OUT_OF_DESCRIPTORS:
+                log.debug("rlpulse http: accept paused: %s", exc)
+                return False
+            raise
+        if len(self._waiting) + len(self.connections) >= MAX_CONNECTIONS:
+            if not self._waiting:
+                sock.close()  # every slot is a request being served
+                return True
+            oldest = next(iter(self._waiting))
+            sel.unregister(oldest)
+            del self._waiting[oldest]
+            oldest.close()
+        sel.register(sock, selectors.EVENT_READ, address)
+        self._waiting[sock] = time.monotonic() + HEAD_TIMEOUT
+        return True
+
+    def _reap(self, sel: selectors.BaseSelector, now: float) -> None:
+        """Close connections whose handshake or request head is past its deadline."""
+        for sock, deadline in list(self._waiting.items()):
+            if deadline <= now:
+                sel.unregister(sock)
+                del self._waiting[sock]
+                sock.close()
+        for conn in list(self.connections):
+            if conn.deadline <= now:
+                conn.cut()
+
     def close(self) -> None:
         """Stop accepting, drop open connections and free the port."""
         httpd, self._httpd = self._httpd, None
         if httpd is None:
             return
-        httpd.shutdown()
-        httpd.server_close()
-        for conn in list(self.connections):
-            with contextlib.suppress(OSError):
-                conn.shutdown(socket.SHUT_RDWR)
+        self._stop.set()
         if self._thread is not None:
             self._thread.join()
+        httpd.server_close()
+        for conn in list(self.connections):
+            conn.cut()
 
     def abandon(self) -> None:
         """In a forked child: close the inherited listening socket and connections.
@@ -335,6 +447,9 @@ class Server:
             return
         for conn in list(self.connections):
             with contextlib.suppress(OSError):
-                conn.close()
+                conn.sock.close()
+        for sock in list(self._waiting):
+            sock.close()
         self.connections = set()
+        self._waiting = {}
         httpd.socket.close()

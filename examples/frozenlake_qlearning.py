@@ -140,12 +140,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         metadata={"framework": "cleanrl", "model": "tabular-q", "benchmark": ENV_ID},
     )
     print(f"frozenlake: metrics at {exp.url} (run_id={exp.run_id})", flush=True)
-    try:
-        q = train(
-            args.episodes, settings, args.seed, args.log_every, args.eval_every, args.step_delay
-        )
-    finally:
-        rlpulse.close()
+    q = train(args.episodes, settings, args.seed, args.log_every, args.eval_every, args.step_delay)
+    rlpulse.finish()  # the run ended on purpose: no page (an exception here would page a crash)
     env = gym.make(ENV_ID, map_name=settings.map_name, is_slippery=settings.slippery)
     print(f"frozenlake: greedy success {greedy_success(env, q, 200, 99):.2f}", flush=True)
     return 0

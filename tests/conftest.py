@@ -22,6 +22,13 @@ def scrape(url: str, accept: str | None = None) -> str:
         return resp.read().decode()
 
 
+def scrape_as_prometheus(url: str) -> str:
+    """GET ``url`` with the header Prometheus sends on every scrape."""
+    req = urllib.request.Request(url, headers={"X-Prometheus-Scrape-Timeout-Seconds": "10"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return resp.read().decode()
+
+
 def samples(text: str) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
     """{(sample name, labels): value} of a text-format scrape."""
     out = {}

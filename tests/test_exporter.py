@@ -16,7 +16,14 @@ import pytest
 import rlpulse
 from rlpulse import catalog
 from rlpulse.exporter import Exporter, PortInUseError
-from tests.conftest import promtool_check_metrics, samples, scrape, self_signed, value
+from tests.conftest import (
+    promtool_check_metrics,
+    samples,
+    scrape,
+    scrape_as_prometheus,
+    self_signed,
+    value,
+)
 
 
 def test_scrape_passes_promtool_and_covers_three_layers(exporter: Exporter) -> None:
@@ -292,7 +299,7 @@ def test_finish_waits_for_a_scrape_to_carry_the_mark_then_frees_the_port() -> No
             if any(name == finished for name, _ in samples(text)):
                 seen.append(value(text, finished))
 
-    scrape(exp.url)  # Prometheus has been scraping it
+    scrape_as_prometheus(exp.url)  # Prometheus has been scraping it
     t0 = time.time()
     thread = threading.Thread(target=scraper)
     thread.start()
@@ -307,7 +314,10 @@ def test_finish_gives_up_after_wait_and_skips_it_when_never_scraped(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     exp = rlpulse.start(port=0, addr="127.0.0.1", run_id="lonely", gpu=False, host=False)
-    scrape(exp.url)  # a scraper was there once, then went away
+    scrape(exp.url)  # a person with curl is no scraper: nothing to wait for
+    assert rlpulse.finish(wait=600) is False and not exp.serving
+    exp = rlpulse.start(port=0, addr="127.0.0.1", run_id="lonely", gpu=False, host=False)
+    scrape_as_prometheus(exp.url)  # a scraper was there once, then went away
     assert rlpulse.finish(wait=0.2) is False
     assert not exp.serving and rlpulse.get_exporter() is None
     assert "no scrape of" in caplog.text and "within 0 s after the run ended" in caplog.text

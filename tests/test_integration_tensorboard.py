@@ -3,6 +3,7 @@ and OpenRLHF use it, and tensorboardX), growing while the command runs, scraped 
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import time
@@ -17,12 +18,13 @@ from rlpulse import catalog
 from rlpulse.cli import main
 from rlpulse.exporter import Exporter
 from rlpulse.integrations.tensorboard import TensorBoardTailer
-from tests.conftest import promtool_check_metrics, scrape, value
+from tests.conftest import promtool_check_metrics, scrape, scrape_as_prometheus, value
 
 RETURN = catalog.get("rl_episode_return").name
 VALUE_LOSS = catalog.get("rl_value_loss").name
 STEP = catalog.get("rl_step").name
 UNMAPPED = catalog.get("rl_unmapped_metric").name
+OUTCOME = catalog.get("rl_run_outcome").name
 
 
 def cleanrl_scalars(writer: SummaryWriter, step: int) -> None:
@@ -122,3 +124,36 @@ def test_bad_arguments_are_named(capsys: pytest.CaptureFixture[str]) -> None:
     assert "'nope'" in capsys.readouterr().err
     assert main(["tail-tensorboard", ".", "--interval", "0"]) == 2
     assert "--interval" in capsys.readouterr().err
+
+
+def test_backfill_of_a_directory_that_appears_later_ends_as_a_finished_run(
+    tmp_path: Path,
+) -> None:
+    """``--wait --once``: wait for the run's directory, export all it holds, end the run with
+    a last scrape carrying the values and the finished outcome (a scraper is expected)."""
+    logdir = tmp_path / "later"
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "rlpulse.cli", "tail-tensorboard", str(logdir), "--wait"]
+        + ["--once", "--port", "0", "--framework", "cleanrl", "--interval", "0.1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "RLPULSE_EXPECT_SCRAPE": "1", "RLPULSE_FINAL_WAIT": "60"},
+    )
+    assert proc.stdout is not None
+    url = proc.stdout.readline().rsplit(" ", 1)[-1].strip()
+    assert "waiting for" in proc.stdout.readline()
+    staging = tmp_path / "staging"  # the finished run's directory appears whole
+    writer = SummaryWriter(str(staging))
+    for step in (1, 2, 3):
+        cleanrl_scalars(writer, step)
+    writer.close()
+    staging.rename(logdir)
+    last = ""
+    while "rl_run_outcome" not in last:
+        last = scrape_as_prometheus(url)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert value(last, OUTCOME, outcome="finished") == 1
+    assert value(last, RETURN) == 30.0 and value(last, STEP) == 3
+    assert "exported 3 records" in out  # one record per step

@@ -84,20 +84,25 @@ def test_attached_backend_gets_what_tracking_logs(exporter: Exporter, file_log: 
 def test_finish_ends_the_run_only_of_an_exporter_the_backend_started(
     exporter: Exporter, file_log: Path
 ) -> None:
-    """Tracking.finish() at the end of fit: the backend's own exporter finish()es (a scraped
-    endpoint would first wait for a scrape to carry the mark); a given one keeps serving."""
+    """verl's own Tracking.finish(exit_code) at the end of training (verl 0.9 finishes only
+    the backends it names): the backend's own exporter ends, as finished for exit code 0 and
+    crashed otherwise; a given one keeps serving."""
     tracking = Tracking("proj", "exp", default_backend=["file"])
     attach(tracking, exporter)
     tracking.log(verl_step(1), step=1)
     tracking.finish()
-    assert exporter.serving
+    assert exporter.serving and exporter.outcome is None
     rlpulse.close()
-    own = VerlBackend(port=0, addr="127.0.0.1", run_id="verl-own", gpu=False, host=False)
-    own.log(verl_step(1), step=1)
-    assert own.exporter is rlpulse.get_exporter() and own.exporter is not None
-    started = own.exporter
-    own.finish()
-    assert rlpulse.get_exporter() is None and not started.serving
+    for exit_code, outcome in ((0, ("finished", "")), (1, ("crashed", "verl exit code 1"))):
+        own = Tracking("proj", "exp", default_backend=["file"])
+        backend = attach(own, port=0, addr="127.0.0.1", run_id="verl-own", gpu=False, host=False)
+        own.log(verl_step(1), step=1)
+        started = backend.exporter
+        assert started is rlpulse.get_exporter() and started is not None
+        own.finish(exit_code=exit_code)
+        assert rlpulse.get_exporter() is None and not started.serving
+        assert started.outcome == outcome
+        own.finish()  # verl's __del__ calls it again: nothing more happens
 
 
 @pytest.mark.heavy

@@ -8,13 +8,13 @@ import os
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pytest
 
-from tests.conftest import samples, scrape
+from tests.conftest import samples, scrape, scrape_as_prometheus
 
 OUTCOME = "rl_run_outcome"
 FINISHED = "rl_run_finished_timestamp_seconds"
@@ -63,7 +63,7 @@ def _end(body: str, **env: str) -> Ended:
     with _child(body, **env) as proc:
         assert proc.stdout is not None and proc.stdin is not None
         url = proc.stdout.readline().strip()
-        scrape(url)  # Prometheus has been scraping it
+        scrape_as_prometheus(url)  # Prometheus has been scraping it
         proc.stdin.write("go\n")
         proc.stdin.flush()
         outcome: dict[str, str] = {}
@@ -146,16 +146,22 @@ def test_finish_then_exit_ends_once() -> None:
     assert ended.outcome["outcome"] == "finished"  # the run had ended before the exception
 
 
-@pytest.mark.parametrize("env", [{"RLPULSE_FINAL_WAIT": "0"}, {}])
-def test_no_wait_when_skipped_or_never_scraped(env: dict[str, str]) -> None:
-    """Skipped by the variable, or nobody ever scraped and none is expected: exit at once."""
-    scraped = bool(env)
-    body = "" if scraped else "sys.stdout.flush()"
-    with _child(body, **env) as proc:
+@pytest.mark.parametrize(
+    ("env", "first_scrape"),
+    [
+        ({"RLPULSE_FINAL_WAIT": "0"}, scrape_as_prometheus),  # the wait skipped
+        ({}, scrape),  # only a person looked (no scraper headers): nobody to wait for
+        ({}, None),  # never scraped, none expected
+    ],
+)
+def test_no_wait_when_skipped_or_no_scraper_is_expected(
+    env: dict[str, str], first_scrape: Callable[[str], str] | None
+) -> None:
+    with _child("", **env) as proc:
         assert proc.stdout is not None and proc.stdin is not None
         url = proc.stdout.readline().strip()
-        if scraped:
-            scrape(url)
+        if first_scrape is not None:
+            first_scrape(url)
         proc.stdin.write("go\n")
         proc.stdin.flush()
         _, err = proc.communicate(timeout=30)

@@ -6,7 +6,6 @@ The module-level functions drive one process-wide exporter started by :func:`sta
 
 from __future__ import annotations
 
-import logging
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -22,6 +21,7 @@ __all__ = [
     "PortInUseError",
     "close",
     "count",
+    "end",
     "finish",
     "get_exporter",
     "log",
@@ -37,7 +37,7 @@ __all__ = [
 _lock = threading.Lock()
 _current: Exporter | None = None
 _started_with: tuple[Any, dict[str, Any]] | None = None  # start()'s arguments for _current
-logging.getLogger("rlpulse").addHandler(logging.NullHandler())
+notices.install()  # problems reach stderr until logging is configured (RLPULSE_QUIET=1: never)
 
 
 def start(port: int | None = None, **kwargs: Any) -> Exporter:
@@ -88,10 +88,16 @@ def finish(wait: float | None = None) -> bool:
     """End the run on purpose (``Exporter.finish``): a last scrape (or a push) carries the mark,
     then the process-wide exporter stops, and ``RLTargetDown`` does not page for it. A normal
     interpreter exit does the same."""
+    return end("finished", wait=wait)
+
+
+def end(outcome: str = "finished", reason: str = "", wait: float | None = None) -> bool:
+    """End the run with an outcome (``Exporter.end``): ``"crashed"`` pages RLRunCrashed naming
+    ``reason``; the process-wide exporter then stops."""
     global _current
     with _lock:
         exp, _current = _current, None
-    return exp.finish(wait) if exp is not None else False
+    return exp.end(outcome, reason, wait) if exp is not None else False
 
 
 def log(metrics: Mapping[str, Any], step: int | None = None) -> None:

@@ -68,6 +68,7 @@ PUSHGATEWAY_ENV = "RLPULSE_PUSHGATEWAY"
 PUSH_JOB = "rlpulse"  # the job label of a push: the generated scrape job's, so the rules match
 PUSH_TIMEOUT = 10.0
 MAX_REASON_CHARS = 120
+SCRAPER_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 METRICS_PATH = "/metrics"
 METADATA_ALIASES = {"grader": "grader_version", "version": "framework_version", "sha": "git_sha"}
 EPISODE_WINDOW = 100
@@ -95,6 +96,13 @@ def _env_int(name: str) -> int | None:
         return int(raw)
     except ValueError:
         raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+
+
+def _from_scraper(request: http.Request) -> bool:
+    """Whether a request comes from a scraper: Prometheus and the agents built on its scrape
+    code send ``X-Prometheus-Scrape-Timeout-Seconds``."""
+    headers = request.headers
+    return SCRAPER_HEADER in headers or headers.get("User-Agent", "").startswith("Prometheus/")
 
 
 def _env_float(name: str, default: float = FINAL_WAIT) -> float:
@@ -199,6 +207,7 @@ class Exporter:
         )
         self.push_gateway = push_gateway or os.environ.get(PUSHGATEWAY_ENV) or None
         self.outcome: tuple[str, str] | None = None  # (outcome, reason) once the run has ended
+        self.scraper_seen = False  # a Prometheus-style scraper has fetched /metrics
         self._recorder: Any = None  # a rollouts.Recorder, opened by the first record_rollouts()
         self._kept_ids: set[str] | None = None
         node_reader = self.local_rank == 0  # node-level readings once per node, by local rank 0
@@ -257,7 +266,8 @@ class Exporter:
             options = self.web_config.server_options() if self.web_config is not None else {}
             if self.certfile:  # (a web config with TLS too was refused in __init__)
                 options["tls"] = http.tls_context(self.certfile, self.keyfile)
-            routes = {METRICS_PATH: http.metrics_handler(Renderer(self)), **self._routes}
+            metrics = self._noting_scrapers(http.metrics_handler(Renderer(self)))
+            routes = {METRICS_PATH: metrics, **self._routes}
             server = http.Server(self.addr, self.port, routes, **options)
             self._server = server.start()
             self.port = server.port
@@ -334,15 +344,24 @@ class Exporter:
         pushed = self._push()
         return seen or pushed
 
+    def _noting_scrapers(self, handler: http.Handler) -> http.Handler:
+        """``handler``, noting when a scraper (not a person with curl) fetched it."""
+
+        def serve(request: http.Request) -> http.Response:
+            if not self.scraper_seen and _from_scraper(request):
+                self.scraper_seen = True
+            return handler(request)
+
+        return serve
+
     def _await_final_scrape(self, wait: float) -> bool:
-        """Wait for a scrape that began after now, if one is expected: this endpoint was
-        scraped before, or ``expect_scrape`` says a scraper will come. Whether one came."""
+        """Wait for a scrape that began after now, if one is expected: a scraper (Prometheus,
+        or anything sending its scrape headers) fetched this endpoint before, or
+        ``expect_scrape`` says one will come. Whether one came."""
         server = self._server
-        if server is None or wait <= 0:
+        if server is None or wait <= 0 or not (self.scraper_seen or self.expect_scrape):
             return False
         scrapes = server.arrived(METRICS_PATH)
-        if not (scrapes or self.expect_scrape):
-            return False
         notices.warn(
             "final_scrape",
             "rlpulse: run %s ended; waiting up to %.0f s for Prometheus to scrape %s once more "

@@ -1,9 +1,10 @@
 """Problems a user should see, without any logging set-up.
 
-Every notice is logged on the ``rlpulse`` logger at WARNING. While logging is not configured
-(neither that logger nor an ancestor it propagates to has a handler other than a
-``NullHandler``), the first notice of each kind is also written to stderr; ``RLPULSE_QUIET=1``
-silences that. Once a handler is configured, the logging configuration alone decides.
+rlpulse reports problems as WARNING records on the ``rlpulse`` logger. While logging is not
+configured (no handler but rlpulse's own on that logger or an ancestor it propagates to), the
+first record of each kind (its message template, or ``warn``'s ``kind``) is written to stderr;
+``RLPULSE_QUIET=1`` silences that. Once a handler is configured, the logging configuration alone
+decides what is shown.
 """
 
 from __future__ import annotations
@@ -15,31 +16,52 @@ import threading
 from typing import Any
 
 QUIET_ENV = "RLPULSE_QUIET"
+KIND = "rlpulse_kind"  # the LogRecord attribute naming a notice's kind
 
 log = logging.getLogger("rlpulse")
-_shown: set[str] = set()
-_lock = threading.Lock()
+
+
+class FirstOfEachKind(logging.Handler):
+    """Writes the first WARNING-or-worse record of each kind to stderr (see the module)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self._shown: set[str] = set()
+        self._seen_lock = threading.Lock()
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if _quiet() or logging_configured():
+            return
+        kind = str(getattr(record, KIND, record.msg))
+        with self._seen_lock:
+            if kind in self._shown:
+                return
+            self._shown.add(kind)
+        try:
+            text = record.getMessage()
+        except Exception:  # a record whose arguments do not format: show the template
+            text = str(record.msg)
+        print(f"{text} [{QUIET_ENV}=1 silences rlpulse notices]", file=sys.stderr, flush=True)
+
+
+def install() -> None:
+    """Give the ``rlpulse`` logger its stderr notices (once)."""
+    if not any(isinstance(h, FirstOfEachKind) for h in log.handlers):
+        log.addHandler(FirstOfEachKind())
 
 
 def warn(kind: str, message: str, *args: Any) -> None:
-    """Log ``message % args``; the first of ``kind`` also goes to stderr (see the module)."""
-    log.warning(message, *args)
-    if _quiet() or logging_configured():
-        return
-    with _lock:
-        if kind in _shown:
-            return
-        _shown.add(kind)
-    text = message % args if args else message
-    print(f"{text} [{QUIET_ENV}=1 silences rlpulse notices]", file=sys.stderr, flush=True)
+    """Log ``message % args`` as a problem of ``kind`` (its first shows on stderr)."""
+    log.warning(message, *args, extra={KIND: kind})
 
 
 def logging_configured() -> bool:
-    """Whether a real handler would receive the ``rlpulse`` logger's records."""
+    """Whether a handler other than rlpulse's own would receive the ``rlpulse`` records."""
     logger: logging.Logger | None = log
     while logger is not None:
-        if any(not isinstance(h, logging.NullHandler) for h in logger.handlers):
-            return True
+        for handler in logger.handlers:
+            if not isinstance(handler, logging.NullHandler | FirstOfEachKind):
+                return True
         if not logger.propagate:
             return False
         logger = logger.parent

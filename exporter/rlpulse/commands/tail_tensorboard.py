@@ -1,9 +1,14 @@
 """``rlpulse tail-tensorboard LOGDIR``: follow a run's TensorBoard event files as they grow and
-serve their scalars on /metrics, mapped through the key map of ``--framework``."""
+serve their scalars on /metrics, mapped through the key map of ``--framework``.
+
+The tailer's run ends like a trainer's: ``finish()`` when it stops (``--duration``, ``--once``,
+Ctrl-C), so Prometheus does not page for the target going away; ``crashed`` if it fails.
+"""
 
 from __future__ import annotations
 
 import argparse
+import time
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +35,16 @@ def register(sub: Any) -> None:
     p.add_argument(
         "--duration", type=float, default=None, help="stop after this many seconds (default: never)"
     )
+    p.add_argument(
+        "--once",
+        action="store_true",
+        help="backfill: export everything LOGDIR holds (a finished run), end the run and exit",
+    )
+    p.add_argument(
+        "--wait",
+        action="store_true",
+        help="wait for LOGDIR to appear (a run not started yet) instead of failing",
+    )
     p.set_defaults(func=run)
 
 
@@ -41,8 +56,8 @@ def run(args: argparse.Namespace) -> int:
         framework = keys.framework_name(args.framework) or ""
     except ValueError as exc:
         raise ValueError(f"--framework: {exc}") from None
-    if not args.logdir.is_dir():
-        raise FileNotFoundError(f"{args.logdir}: no such log directory")
+    if not (args.wait or args.logdir.is_dir()):
+        raise FileNotFoundError(f"{args.logdir}: no such log directory (--wait waits for it)")
     exporter = Exporter(
         args.port,
         addr=args.addr,
@@ -51,14 +66,42 @@ def run(args: argparse.Namespace) -> int:
         gpu=False,
         host=False,
     )
-    tailer = TensorBoardTailer(args.logdir, exporter)
     exporter.start()
     print(f"rlpulse tail-tensorboard: following {args.logdir}, serving {exporter.url}", flush=True)
+    records = 0
     try:
-        tailer.run(args.interval, duration=args.duration)
+        records = _follow(args, exporter)
     except KeyboardInterrupt:
         pass
-    finally:
-        exporter.close()
-    print(f"rlpulse tail-tensorboard: exported {tailer.records} records", flush=True)
+    except BaseException as exc:
+        exporter.end("crashed", type(exc).__name__)
+        raise
+    exporter.finish()
+    print(f"rlpulse tail-tensorboard: exported {records} records", flush=True)
     return 0
+
+
+def _follow(args: argparse.Namespace, exporter: Exporter) -> int:
+    """Wait for the log directory if asked, then export it (once, or until stopped); the
+    number of records exported."""
+    deadline = None if args.duration is None else time.monotonic() + args.duration
+    if not _wait_for_dir(args.logdir, args.interval, deadline):
+        return 0
+    tailer = TensorBoardTailer(args.logdir, exporter)
+    if args.once:
+        tailer.poll()
+    else:
+        left = None if deadline is None else max(deadline - time.monotonic(), 0.0)
+        tailer.run(args.interval, duration=left)
+    return tailer.records
+
+
+def _wait_for_dir(logdir: Path, interval: float, deadline: float | None) -> bool:
+    """Poll until ``logdir`` exists (or the deadline passes); whether it does."""
+    if not logdir.is_dir():
+        print(f"rlpulse tail-tensorboard: waiting for {logdir} to appear", flush=True)
+    while not logdir.is_dir():
+        if deadline is not None and time.monotonic() >= deadline:
+            return False
+        time.sleep(interval)
+    return True

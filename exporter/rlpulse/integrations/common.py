@@ -8,8 +8,8 @@ from collections.abc import Mapping
 from typing import Any
 
 import rlpulse
-from rlpulse import catalog
-from rlpulse.exporter import Exporter
+from rlpulse import catalog, notices
+from rlpulse.exporter import Exporter, PortInUseError
 
 HYPERPARAMETER = catalog.get("rl_hyperparameter").name
 
@@ -33,7 +33,8 @@ def exporter_for(
 
     ``exporter`` when given; else the process-wide one; else, with ``start``, a process-wide
     exporter started now with ``framework`` in its metadata (so logged keys go through that
-    framework's key map) and ``start_kwargs`` passed on to ``rlpulse.start``.
+    framework's key map) and ``start_kwargs`` passed on to ``rlpulse.start``; on a free port
+    (with a notice) when that port is taken.
     """
     if exporter is not None:
         return exporter
@@ -42,7 +43,17 @@ def exporter_for(
         return running
     metadata = {"framework": framework, "framework_version": framework_version}
     metadata.update(start_kwargs.pop("metadata", None) or {})
-    return rlpulse.start(metadata=metadata, **start_kwargs)
+    try:
+        return rlpulse.start(metadata=metadata, **start_kwargs)
+    except PortInUseError as exc:  # observability must not stop training
+        exporter = rlpulse.start(metadata=metadata, **{**start_kwargs, "port": 0})
+        notices.warn(
+            "port_taken",
+            "%s Training goes on; rlpulse serves on a free port instead: %s",
+            exc,
+            exporter.url,
+        )
+        return exporter
 
 
 def starts_exporter(exporter: Exporter | None, start: bool) -> bool:
@@ -50,12 +61,14 @@ def starts_exporter(exporter: Exporter | None, start: bool) -> bool:
     return exporter is None and start and rlpulse.get_exporter() is None
 
 
-def end_run(exporter: Exporter | None, started: bool) -> None:
-    """At the end of training: ``rlpulse.finish()`` the process-wide exporter the integration
-    started itself, so its target going away does not page; an exporter the user gave or
-    started is theirs to end."""
+def end_run(
+    exporter: Exporter | None, started: bool, outcome: str = "finished", reason: str = ""
+) -> None:
+    """At the end of training: end (``rlpulse.end``) the process-wide exporter the integration
+    started itself, so its target going away does not page (a crash pages RLRunCrashed); an
+    exporter the user gave or started is theirs to end."""
     if started and exporter is not None and exporter is rlpulse.get_exporter():
-        rlpulse.finish()
+        rlpulse.end(outcome, reason)
 
 
 def scalar(value: Any) -> float | int | None:

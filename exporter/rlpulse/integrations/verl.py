@@ -85,15 +85,46 @@ class VerlBackend:
             if key.startswith(TIMING_PREFIX) and value == value and value >= 0:
                 exp.observe(PHASE, value, phase=key[len(TIMING_PREFIX) :])
 
-    def finish(self) -> None:
-        """Called by ``Tracking.finish`` at the end of training: an exporter this backend
-        started ends the run (``rlpulse.finish``: a last scrape, then it stops, and no
-        RLTargetDown page); one given or started elsewhere keeps serving."""
-        end_run(self.exporter, self._started)
+    def finish(self, exit_code: int = 0) -> None:
+        """Called when verl's ``Tracking.finish(exit_code)`` runs at the end of training (see
+        ``hook_finish``): an exporter this backend started ends the run, ``finished`` for exit
+        code 0 (a last scrape, then it stops, and no RLTargetDown page), else ``crashed``
+        (RLRunCrashed); one given or started elsewhere keeps serving."""
+        if exit_code:
+            end_run(self.exporter, self._started, "crashed", f"verl exit code {exit_code}")
+        else:
+            end_run(self.exporter, self._started)
+
+
+def hook_finish(tracking_cls: Any) -> None:
+    """Make ``tracking_cls.finish`` (verl's ``Tracking``) finish rlpulse backends too.
+
+    verl's ``Tracking.finish(exit_code)`` is what training calls at its end (``main_ppo``
+    explicitly, ``Tracking.__del__`` otherwise), but it finishes only the backends it names.
+    The original still runs first; calling the hook again changes nothing.
+    """
+    original = tracking_cls.finish
+    if getattr(original, "_rlpulse", False):
+        return
+
+    def finish(self: Any, exit_code: int = 0, *args: Any, **kw: Any) -> Any:
+        first = not getattr(self, "_finished", False)
+        try:
+            return original(self, exit_code, *args, **kw)
+        finally:
+            backends = getattr(self, "logger", {}).values() if first else ()
+            for backend in backends:
+                if isinstance(backend, VerlBackend):
+                    backend.finish(exit_code)
+
+    finish._rlpulse = True  # type: ignore[attr-defined]
+    tracking_cls.finish = finish
 
 
 def attach(tracking: Any, exporter: Exporter | None = None, **kwargs: Any) -> VerlBackend:
-    """Add an rlpulse backend to an existing ``Tracking`` (its ``logger`` dict) and return it."""
+    """Add an rlpulse backend to an existing ``Tracking`` (its ``logger`` dict) and return it;
+    ``Tracking.finish`` then ends it."""
+    hook_finish(type(tracking))
     backend = VerlBackend(exporter, **kwargs)
     tracking.logger[BACKEND_NAME] = backend
     return backend

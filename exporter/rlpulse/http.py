@@ -231,7 +231,7 @@ class _HTTPServer(ThreadingHTTPServer):
     def __init__(self, app: Server, family: socket.AddressFamily, address: tuple[str, int]):
         self.address_family = family
         self.app = app
-        super().__init__(address, _RequestHandler)
+        super().__init__(address, BaseHTTPRequestHandler)  # finish_request makes the handler
 
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A client that hangs up mid-response is routine: debug-logged, not a traceback."""

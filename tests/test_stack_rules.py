@@ -85,7 +85,10 @@ def test_a_broken_threshold_fails_the_unit_tests(tmp_path: Path) -> None:
     """The scenarios really check the rules: a collapse threshold of 0.01 misses the collapse."""
     out = _generated(tmp_path, DEFAULT)
     rl = out / "rules" / "rl.yml"
-    rl.write_text(rl.read_text().replace(f"ratio_to_peak < {0.2:g}", "ratio_to_peak < 0.01"))
+    text = rl.read_text()
+    broken = text.replace('"entropy_ratio_to_peak"} < 0.2 ', '"entropy_ratio_to_peak"} < 0.01 ')
+    assert broken != text
+    rl.write_text(broken)
     doc = yaml.safe_load((out / "tests" / "rl.yml").read_text())
     doc["tests"] = doc["tests"][:1]  # the entropy-collapse scenario
     (out / "tests" / "one.yml").write_text(yaml.safe_dump(doc))
@@ -138,7 +141,7 @@ def _metric_names(expr: str) -> set[str]:
 
 
 RECORDED = {r.record for g in rules.groups(DEFAULT) for r in g.recordings}
-KNOWN = catalog.all_series_names() | RECORDED | {"up"}  # `up` is Prometheus' own per target
+KNOWN = catalog.all_series_names() | RECORDED | {"up", "ALERTS"}  # Prometheus' own series
 
 
 @pytest.mark.parametrize("cfg", [DEFAULT, FAST], ids=["default", "fast"])
@@ -189,12 +192,13 @@ def test_alerts_follow_the_conventions() -> None:
 
 ISSUE_ALERTS = {
     # RL
-    "RLEntropyCollapse", "RLKLReferenceHigh", "RLKLReferenceRising", "RLUpdateKLHigh",
-    "RLClipFractionHigh", "RLNonFiniteLoss", "RLGradNormSpike", "RLValueLossExplosion",
-    "RLExplainedVarianceNegative", "RLRewardCollapse", "RLRewardPlateau", "RLZeroStdGroupsHigh",
-    "RLImportanceRatioDrift",
+    "RLEntropyCollapse", "RLEntropyBlowup", "RLKLReferenceHigh", "RLKLReferenceSpike",
+    "RLUpdateKLHigh", "RLClipFractionHigh", "RLNonFiniteLoss", "RLGradNormSpike",
+    "RLValueLossExplosion", "RLExplainedVarianceNegative", "RLRewardCollapse",
+    "RLZeroStdGroupsHigh", "RLAdvantageStdCollapse", "RLImportanceRatioDrift",
     # task / reward hacking
-    "RLRewardHacking", "RLResponseLengthExplosion", "RLTruncationHigh", "RLFormatComplianceDrop",
+    "RLRewardHacking", "RLEvalDrop", "RLResponseLengthExplosion", "RLResponseLengthCollapse",
+    "RLTruncationHigh", "RLFormatComplianceDrop",
     # system
     "RLTargetDown", "RLTrainingStalled", "RLGPUIdle", "RLGPUMemoryFull", "RLGPUTemperatureHigh",
     "RLGPUThrottling", "RLGPUECCErrors", "RLThroughputDrop", "RLRolloutLatencyTail",
@@ -209,17 +213,25 @@ def test_the_alerts_of_the_issue_exist() -> None:
 
 
 def test_disabled_alerts_are_left_out() -> None:
-    cfg = config.from_dict({"alerts": {"reward_plateau": {"enabled": False}}})
+    cfg = config.from_dict({"alerts": {"eval_drop": {"enabled": False}}})
     names = {a.name for _, a in rules.all_alerts(cfg)}
-    assert "RLRewardPlateau" not in names and "RLRewardCollapse" in names
+    assert "RLEvalDrop" not in names and "RLRewardCollapse" in names
 
 
 def test_thresholds_and_windows_come_from_the_config() -> None:
     cfg = config.from_dict(
-        {"alerts": {"entropy_collapse": {"ratio": 0.35, "for": "7m"}}, "windows": {"recent": "3m"}}
+        {
+            "alerts": {"entropy_collapse": {"critical": 0.15, "for": "7m", "hysteresis": 0.5}},
+            "windows": {"recent": "3m"},
+        }
     )
-    alert = next(a for _, a in rules.all_alerts(cfg) if a.name == "RLEntropyCollapse")
-    assert "< 0.35" in alert.expr and alert.for_ == "7m"
+    alert = next(
+        a
+        for _, a in rules.all_alerts(cfg)
+        if (a.name, a.severity) == ("RLEntropyCollapse", "critical")
+    )
+    # the level, and the hysteresis band halfway back to the healthy 0.8
+    assert "< 0.15 or" in alert.expr and "< 0.475 and" in alert.expr and alert.for_ == "7m"
     text = "".join(rules.render(cfg).values())
     assert "[3m]" in text and "[10m]" not in text
 
@@ -228,7 +240,7 @@ def test_selector_is_added_to_every_catalog_series() -> None:
     cfg = config.from_dict({"selectors": {"metrics": 'cluster="a"'}})
     for group in rules.groups(cfg):
         for rule in [*group.recordings, *group.alerts]:
-            for name in _metric_names(rule.expr) - RECORDED - {"up"}:
+            for name in _metric_names(rule.expr) - RECORDED - {"up", "ALERTS"}:
                 assert re.search(rf"{name}\{{[^}}]*cluster=\"a\"", rule.expr), rule.expr
 
 

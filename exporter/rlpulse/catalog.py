@@ -285,6 +285,44 @@ CATALOG: tuple[Metric, ...] = (
         "Unix time of the last log() call that carried metrics (liveness).",
     ),
     _m(
+        "rl_step_interval_seconds",
+        "gauge",
+        "seconds",
+        "system",
+        "Median wall time between the run's last logged steps (its own cadence, for liveness).",
+    ),
+    _m(
+        "rl_exporter_start_timestamp_seconds",
+        "gauge",
+        "seconds",
+        "system",
+        "Unix time the exporter started (startup-hang detection before the first step).",
+    ),
+    _m(
+        "rl_logged_steps_total",
+        "counter",
+        "",
+        "system",
+        "log() calls that carried metrics or a step (0 until the trainer's first step).",
+    ),
+    _m(
+        "rl_step_signal",
+        "gauge",
+        "",
+        "rl",
+        "A step-indexed detection statistic (signal: see docs/detection.md) of one watched "
+        "series (series: its label values), worst of the last steps.",
+        ("signal", "series"),
+    ),
+    _m(
+        "rl_step_signal_baseline",
+        "gauge",
+        "",
+        "rl",
+        "What rl_step_signal compares with: the run's peak, floor, median or best so far.",
+        ("signal", "series"),
+    ),
+    _m(
         "rl_run_finished_timestamp_seconds",
         "gauge",
         "seconds",
@@ -489,6 +527,14 @@ CATALOG: tuple[Metric, ...] = (
         "ratio",
         "task",
         "Fraction of responses cut at the length limit.",
+    ),
+    _m(
+        "rl_completion_eos_ratio",
+        "gauge",
+        "ratio",
+        "task",
+        "Fraction of responses that ended with an end-of-sequence token, not at the length "
+        "limit (1 - truncation, for trainers that log it this way round).",
     ),
     _m(
         "rl_format_compliance_ratio",

@@ -16,6 +16,7 @@ import contextlib
 import logging
 import math
 import os
+import reprlib
 import signal
 import socket
 import subprocess
@@ -26,6 +27,7 @@ import uuid
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import islice
 from typing import Any
 
 import numpy as np
@@ -41,14 +43,14 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.samples import Exemplar as PromExemplar
 
-from rlpulse import __version__, catalog, http, keys, notices, webconfig
+from rlpulse import __version__, catalog, http, keys, notices, signals, webconfig
 from rlpulse.catalog import IDENTITY_LABELS, Metric
 from rlpulse.collectors.base import CachedReader
 from rlpulse.collectors.gpu import GpuReader
 from rlpulse.collectors.host import HostReader, ProcessReader
 from rlpulse.exposition import Renderer, format_le
 from rlpulse.http import PortInUseError
-from rlpulse.store import Series, Store
+from rlpulse.store import MAX_LABEL_CHARS, Series, Store
 
 __all__ = ["Exporter", "PortInUseError"]
 
@@ -75,6 +77,109 @@ EPISODE_WINDOW = 100
 MAX_PENDING = 4096  # log() snapshots held for the scrape thread before the trainer applies them
 
 _OVERFLOW = object()  # a key past the unmapped-key cap
+SELF_PREFIX = "rlpulse_"  # the exporter's own metrics: never written through the recording API
+MAX_BOUND_KEYS = 4096  # logged keys whose binding is remembered; later new keys resolve per call
+MAX_WARNED = 256  # (key, reason) pairs given their own warning; later drops are only counted
+MAX_CONFIG_DEPTH = 32  # nesting of config= kept as rl_hyperparameter{name}
+PREVIEW_CHARS = 200  # of a dropped value's repr, in the log and in strict errors
+_PREVIEW = reprlib.Repr()
+_PREVIEW.maxstring = _PREVIEW.maxother = _PREVIEW.maxlong = PREVIEW_CHARS
+
+
+def _preview(value: Any) -> str:
+    """A short repr of a user value: bounded, and never an exception."""
+    try:
+        return _PREVIEW.repr(value)[:PREVIEW_CHARS]
+    except Exception:
+        return f"<{type(value).__name__} whose repr raised>"
+
+
+class _Dropped:
+    """A logged value that is no number: why, and a preview of it (never the object itself)."""
+
+    __slots__ = ("preview", "reason")
+
+    def __init__(self, reason: str, value: Any) -> None:
+        self.reason = reason
+        self.preview = _preview(value)
+
+    def __repr__(self) -> str:
+        return self.preview
+
+
+def _int_float(value: int) -> float:
+    """An int as a float; one too large for a float is ±Inf (then counted non-finite)."""
+    try:
+        return float(value)
+    except OverflowError:
+        return math.inf if value > 0 else -math.inf
+
+
+def _plain(value: Any) -> float | _Dropped:
+    """A plain float taken from a logged value now, or why it is not a number.
+
+    Taking it at once keeps no reference to the user's object (a tensor with its autograd
+    graph, an array the trainer mutates) and reads the value it had at the call.
+    """
+    if type(value) is float or type(value) is _Dropped:
+        return value
+    if value is None:
+        return _Dropped("none", value)
+    if isinstance(value, bool | np.bool_):
+        return _Dropped("bool", value)
+    if isinstance(value, int):
+        return _int_float(value)
+    if isinstance(value, str | bytes | complex):
+        return _Dropped("non_numeric", value)
+    if isinstance(value, list | tuple):
+        return _Dropped("non_scalar", value)
+    try:
+        if getattr(value, "ndim", 0) != 0:
+            return _Dropped("non_scalar", value)
+        if hasattr(value, "item"):  # numpy and torch scalars; .item() ignores a graph quietly
+            value = value.item()
+        return _int_float(value) if isinstance(value, int) else float(value)
+    except Exception:
+        return _Dropped("non_numeric", value)
+
+
+_FLOAT_MAX = sys.float_info.max
+_PLAIN = frozenset({float, int})  # value types log() keeps as they are (immutable numbers)
+
+
+def _plain_key(key: Any) -> Any:
+    """A logged dict's key as a plain str, or a ``_Dropped`` standing for a non-string key."""
+    if isinstance(key, str):
+        return str.__str__(key)
+    return _Dropped("bad_key", key)
+
+
+def _float_array(values: Any) -> np.ndarray:
+    """A flat float array of numbers, bools or number objects (huge ints: ±Inf, None: NaN);
+    ``TypeError`` for text, complex or anything else."""
+    arr = np.asarray(values)
+    kind = arr.dtype.kind
+    if kind in "biuf":
+        return arr.astype(float, copy=False).ravel()
+    if kind != "O":
+        raise TypeError(f"{arr.dtype} values are not numbers")
+    out = np.empty(arr.size, dtype=float)
+    for i, item in enumerate(arr.ravel().tolist()):
+        v = math.nan if item is None else _plain(item)
+        if isinstance(v, _Dropped):
+            raise TypeError(f"{v.preview} is not a number")
+        out[i] = v
+    return out
+
+
+def _label_text(value: Any) -> str:
+    """A label value as text; ``ValueError`` when its ``str()`` fails."""
+    try:
+        return str(value)
+    except Exception as exc:
+        raise ValueError(
+            f"label value of type {type(value).__name__}: str() failed: {exc!r}"
+        ) from None
 
 
 class _Binding:
@@ -172,6 +277,11 @@ class Exporter:
         self.port = base + self.local_rank if base else 0
         self.addr = addr or os.environ.get("RLPULSE_ADDR") or "0.0.0.0"
         self.run_id = run_id or os.environ.get("RLPULSE_RUN_ID") or f"run-{uuid.uuid4().hex[:8]}"
+        if len(self.run_id) > MAX_LABEL_CHARS:
+            raise ValueError(
+                f"rlpulse: run_id is {len(self.run_id)} characters long; at most "
+                f"{MAX_LABEL_CHARS} (it labels every series): {self.run_id[:40]!r}..."
+            )
         self.certfile = certfile or os.environ.get("RLPULSE_CERTFILE") or None
         self.keyfile = keyfile or os.environ.get("RLPULSE_KEYFILE") or None
         web_path = web_config or os.environ.get(webconfig.ENV) or None
@@ -233,6 +343,12 @@ class Exporter:
         self._train_steps = self.store.get("rl_train_steps_total")
         self._last_ts = self.store.get("rl_last_step_timestamp_seconds")
         self.store.values[self._last_ts.slot] = time.time()  # a run that never logs looks stalled
+        self.store.values[self.store.get("rl_exporter_start_timestamp_seconds").slot] = time.time()
+        self._logged = self.store.get("rl_logged_steps_total")
+        # step-indexed detection: slot -> (metric, labels) of a watched series, None if not watched
+        self.detector = signals.Detector()
+        self._watch: dict[int, tuple[str, tuple[str, ...]] | None] = {}
+        self.clock: Callable[[], float] = time.time  # replay sets its simulated clock here
         self._set_metadata(metadata or {})
         self._set_config(config or {})
         self.registry = CollectorRegistry(auto_describe=False)
@@ -451,31 +567,31 @@ class Exporter:
     def _drop(self, reason: str, key: str, value: Any) -> None:
         with self._drop_lock:
             self.dropped[reason] = self.dropped.get(reason, 0) + 1
+        name = key[:PREVIEW_CHARS] if type(key) is str else _preview(key)
         if self.strict:
-            raise ValueError(f"rlpulse: {key!r}: {reason} ({value!r:.200})")
-        if (key, reason) not in self._warned:
-            self._warned.add((key, reason))
-            log.warning("rlpulse: dropped %r for %r: %s (logged once per key)", value, key, reason)
+            raise ValueError(f"rlpulse: {name!r}: {reason} ({_preview(value)})")
+        if (name, reason) in self._warned or len(self._warned) > MAX_WARNED:
+            return
+        self._warned.add((name, reason))
+        log.warning(
+            "rlpulse: dropped %s for %r: %s (logged once per key)", _preview(value), name, reason
+        )
+        if len(self._warned) > MAX_WARNED:
+            log.warning("rlpulse: drops for %d keys logged; later ones only counted", MAX_WARNED)
+
+    def _refuse_call(self, name: Any, exc: Exception) -> None:
+        """A recording call that failed: raised when strict, else counted as ``bad_call``."""
+        if self.strict:
+            raise exc
+        self._drop("bad_call", name, exc)
 
     def _coerce(self, key: str, value: Any) -> float | None:
         """A number from a logged value, or None after counting why it was dropped."""
-        if value is None:
-            self._drop("none", key, value)
+        v = _plain(value)
+        if isinstance(v, _Dropped):
+            self._drop(v.reason, key, v)
             return None
-        if isinstance(value, bool | np.bool_):
-            self._drop("bool", key, value)
-            return None
-        if isinstance(value, str | bytes):
-            self._drop("non_numeric", key, value)
-            return None
-        if isinstance(value, list | tuple) or getattr(value, "ndim", 0) != 0:
-            self._drop("non_scalar", key, value)
-            return None
-        try:
-            return float(value)
-        except (TypeError, ValueError, OverflowError, RuntimeError):
-            self._drop("non_numeric", key, value)
-            return None
+        return v
 
     def _count_nonfinite(self, series: Series, n: int = 1) -> None:
         nf = self.store.get("rl_nonfinite_values_total", metric=series.metric.name)
@@ -485,15 +601,24 @@ class Exporter:
             raise ValueError(f"rlpulse: {series.metric.name}: non-finite value")
 
     # ---- log(): the hot path ----------------------------------------------------------------
-    def log(self, metrics: Mapping[str, Any], step: int | None = None) -> None:
+    def log(self, metrics: Mapping[str, Any], step: Any = None) -> None:
         """Record a trainer's metrics dict (framework keys are mapped onto the catalog).
 
-        The training thread only snapshots the dict; mapping, checks and counting happen when
+        The training thread only snapshots the dict as plain floats (no reference to a logged
+        object is kept); mapping, checks and counting happen when
         the store is next read (a scrape), or here once ``MAX_PENDING`` snapshots wait, or at
         once with ``strict=True`` so bad values raise in the caller.
         """
         try:
-            self._pending.append((dict(metrics), step, time.time()))
+            snapshot = dict(metrics)
+            if not _PLAIN.issuperset(map(type, snapshot.values())):
+                snapshot = {
+                    (k if type(k) is str else _plain_key(k)): (v if type(v) is float else _plain(v))
+                    for k, v in snapshot.items()
+                }
+            if step is not None and type(step) is not int:
+                step = _plain(step)
+            self._pending.append((snapshot, step, self.clock()))
         except Exception as exc:
             if self.strict:
                 raise
@@ -526,25 +651,40 @@ class Exporter:
                 i = slots.get(k)
                 t = type(v)
                 if i is not None and (t is float or t is int):
+                    if t is int and not -_FLOAT_MAX <= v <= _FLOAT_MAX:
+                        v = _int_float(v)  # past a float's range: ±Inf, counted below
                     values[i] = v
                     if v - v:  # NaN or ±Inf
                         self._count_nonfinite(self.store.by_slot[i])
+                    self._signal(i, v)
                 else:
                     self._log_slow(k, v)
             if step is not None:
-                self._log_step(step)
+                self._log_step(step, stamp)
             values[self._last_ts.slot] = stamp
+            values[self._logged.slot] += 1
         except Exception as exc:
             if self.strict:
                 raise
             self._drop("bad_call", "log", exc)
 
-    def _log_step(self, step: Any) -> None:
+    def _signal(self, slot: int, value: float) -> None:
+        """Hand a value written to a watched series to the step-indexed detector."""
+        watch = self._watch
+        if slot not in watch:
+            s = self.store.by_slot[slot]
+            watch[slot] = (s.metric.name, s.labels) if s.metric.name in signals.OBSERVED else None
+        entry = watch[slot]
+        if entry is not None:
+            self.detector.observe(entry[0], entry[1], float(value))
+
+    def _log_step(self, step: Any, stamp: float) -> None:
         value = self._coerce("step", step)
         if value is None or not math.isfinite(value):
             if value is not None:
                 self._drop("non_finite_step", "step", step)
             return
+        self.detector.step(value, stamp)
         values = self.store.values
         values[self._step.slot] = value
         if value > values[self._train_steps.slot]:
@@ -562,6 +702,9 @@ class Exporter:
         if v is None:
             return
         if binding is None:
+            if key.startswith(SELF_PREFIX):
+                self._drop("self_metric", key, value)
+                return
             slot = self._slots.get(key)
             binding = (
                 _Binding(self.store.by_slot[slot], 1.0) if slot is not None else self._bind_key(key)
@@ -585,6 +728,7 @@ class Exporter:
                 self._drop("negative_increment", key, value)
                 return
         self.store.values[series.slot] = v
+        self._signal(series.slot, v)
 
     def _overflow(self, key: str, value: Any) -> None:
         self.store.overflowed["key"] = self.store.overflowed.get("key", 0) + 1
@@ -592,19 +736,25 @@ class Exporter:
 
     def _bind_key(self, key: str) -> _Binding | object:
         """Resolve a key on first sight; plain gauges go to the fast-path table."""
+        remember = len(self._slots) + len(self._bindings) < MAX_BOUND_KEYS
         target = self._resolve(key)
         if target is None:
             if self._unmapped >= self.unmapped_cap:
-                self._bindings[key] = _OVERFLOW
+                if remember:
+                    self._bindings[key] = _OVERFLOW
                 return _OVERFLOW
-            self._unmapped += 1
+            self._unmapped += 1  # unmapped_cap bounds these keys, not label_cap
             metric, labels, scale = catalog.get("rl_unmapped_metric"), {"key": key}, 1.0
+            capped: frozenset[str] = frozenset()
         else:
             metric, labels, scale = target
+            capped = USER_LABELS
         if metric.type not in ("gauge", "counter"):
             raise ValueError(f"key {key!r} maps to {metric.name}, a {metric.type}")
-        series = self.store.bind(metric, labels, capped=USER_LABELS)
+        series = self.store.bind(metric, labels, capped=capped)
         binding = _Binding(series, scale)
+        if not remember:
+            return binding
         if metric.type == "gauge" and scale == 1.0:
             self._slots[key] = series.slot  # later float/int writes take the fast path
         else:
@@ -625,63 +775,78 @@ class Exporter:
 
     # ---- direct catalog access --------------------------------------------------------------
     def _series(self, name: str, kind: str, labels: Mapping[str, Any]) -> Series | None:
+        """The series a direct call writes; every label value given is user data, capped."""
         try:
             metric = catalog.get(name)
             if metric.type != kind:
                 raise ValueError(f"{name} is a {metric.type}, not a {kind}")
-            return self.store.bind(
-                metric, {k: str(v) for k, v in labels.items()}, capped=USER_LABELS
-            )
-        except (KeyError, ValueError) as exc:
+            if metric.name.startswith(SELF_PREFIX):
+                raise ValueError(f"{name} is one of the exporter's own metrics, not writable")
+            texts = {k: _label_text(v) for k, v in labels.items()}
+            return self.store.bind(metric, texts, capped=metric.labels)
+        except Exception as exc:
             self._drop("bad_metric", name, exc)
             return None
 
     def count(self, name: str, amount: float = 1.0, /, **labels: Any) -> None:
         """Add ``amount`` (≥ 0) to a catalog counter."""
-        series = self._series(name, "counter", labels)
-        if series is None:
-            return
-        v = self._coerce(name, amount)
-        if v is None:
-            return
-        if not (v >= 0 and math.isfinite(v)):
-            self._drop("negative_increment", name, amount)
-            return
-        with self.store.lock:
-            self.store.values[series.slot] += v
+        try:
+            series = self._series(name, "counter", labels)
+            if series is None:
+                return
+            v = self._coerce(name, amount)
+            if v is None:
+                return
+            if not (v >= 0 and math.isfinite(v)):
+                self._drop("negative_increment", name, amount)
+                return
+            with self.store.lock:
+                self.store.values[series.slot] += v
+        except Exception as exc:
+            self._refuse_call(name, exc)
 
     def set(self, name: str, value: Any, /, **labels: Any) -> None:
         """Set a catalog gauge."""
-        series = self._series(name, "gauge", labels)
-        if series is None:
-            return
-        v = self._coerce(name, value)
-        if v is None:
-            return
-        self.store.values[series.slot] = v
-        if not math.isfinite(v):
-            self._count_nonfinite(series)
+        try:
+            series = self._series(name, "gauge", labels)
+            if series is None:
+                return
+            v = self._coerce(name, value)
+            if v is None:
+                return
+            self.store.values[series.slot] = v
+            if not math.isfinite(v):
+                self._count_nonfinite(series)
+            self._signal(series.slot, v)
+        except Exception as exc:
+            self._refuse_call(name, exc)
 
     def observe(
         self, name: str, values: Any, /, *, exemplars: Sequence[Any] | None = None, **labels: Any
     ) -> None:
         """Add a batch of values (or one value) to a catalog histogram."""
-        series = self._series(name, "histogram", labels)
-        if series is not None:
-            self._observe(series, values, exemplars)
+        try:
+            series = self._series(name, "histogram", labels)
+            if series is not None:
+                with np.errstate(all="ignore"):
+                    self._observe(series, values, exemplars)
+        except Exception as exc:
+            self._refuse_call(name, exc)
 
     def _array(self, key: str, values: Any) -> np.ndarray | None:
+        """Numbers as a flat float array, or None after counting them ``non_numeric``."""
         try:
-            arr = np.asarray(values, dtype=float).ravel()
-        except (TypeError, ValueError):
+            return _float_array(values)
+        except Exception:
             self._drop("non_numeric", key, values)
             return None
-        return arr
 
     def _observe(self, series: Series, values: Any, ids: Sequence[Any] | None) -> None:
         arr = self._array(series.metric.name, values)
         if arr is None:
             return
+        if ids is not None:  # any iterable (a generator too), read once, no further than needed
+            ids = list(islice(ids, arr.size + 1))
         finite = np.isfinite(arr)
         if not finite.all():
             bad = int(arr.size - finite.sum())
@@ -878,14 +1043,30 @@ class Exporter:
         self._framework = info["framework"].lower() or None
         self._info = info
 
-    def _set_config(self, config: Mapping[str, Any], prefix: str = "") -> None:
-        if not isinstance(config, Mapping):
-            self._drop("bad_config", prefix or "config", config)
+    def _set_config(
+        self, config: Mapping[str, Any], prefix: str = "", within: tuple[int, ...] = ()
+    ) -> None:
+        """Numeric settings as rl_hyperparameter{name}; a cycle, nesting past
+        ``MAX_CONFIG_DEPTH`` or a mapping that fails to iterate is counted ``bad_config``."""
+        if not isinstance(config, Mapping) or id(config) in within:
+            self._drop("bad_config", prefix or "config", "not a mapping, or a cycle")
             return
-        for key, value in config.items():
-            name = f"{prefix}{key}"
+        if len(within) >= MAX_CONFIG_DEPTH:
+            self._drop("bad_config", prefix, f"nested deeper than {MAX_CONFIG_DEPTH}")
+            return
+        try:
+            items = list(config.items())
+        except Exception as exc:
+            self._drop("bad_config", prefix or "config", exc)
+            return
+        for key, value in items:
+            try:
+                name = f"{prefix}{_label_text(key)}"
+            except ValueError as exc:
+                self._drop("bad_config", prefix or "config", exc)
+                continue
             if isinstance(value, Mapping):
-                self._set_config(value, f"{name}.")
+                self._set_config(value, f"{name}.", (*within, id(config)))
             elif isinstance(value, bool | np.bool_):
                 self.set("rl_hyperparameter", float(value), name=name)
             elif isinstance(value, int | float | np.number):
@@ -920,6 +1101,7 @@ class Exporter:
             for name, labels, value in reading:
                 metric = catalog.get(name)
                 yield metric, tuple(labels[n] for n in metric.labels), value
+        yield from self.detector.samples()
         if self._recorder is not None:
             for name, labels, value in self._recorder.metric_samples():
                 metric = catalog.get(name)

@@ -7,24 +7,35 @@ its first record has one, else from ``step * step_seconds``; it never runs backw
 step counter holds the clock). The exporter starts one scrape before the first record, as in a
 live run where it is up before the trainer's first log. A scrape sees the records logged up to
 its time, as a real scrape would, so several records between two scrapes show only the last.
+
+Bounded: the clock advances at most ``MAX_GAP_STEPS`` steps (or ``MAX_GAP_SECONDS`` of logged
+time) between two records, so a step counter that jumps (to 1e6, to 1e300) or counts environment
+steps instead of updates cannot stretch a replay over years of scrapes; unchanged scrapes cost
+nothing. ``segments`` splits a log that holds several runs (``Record.segment``, or a step
+counter that starts again) into one record stream per run.
 """
 
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from rlpulse import catalog
+from rlpulse import catalog, keys
 from rlpulse.exporter import Exporter
-from rlpulse.logs import Record
+from rlpulse.logs import Record, read_log
 
 LAST_STEP_TS = catalog.get("rl_last_step_timestamp_seconds").name
+START_TS = catalog.get("rl_exporter_start_timestamp_seconds").name
 ENV_STEPS = catalog.get("rl_env_steps_total").name
+UserKeys = Mapping[str, keys.Target | None]
 NODE = "replay"
 INSTANCE = "replay:9400"
+MAX_GAP_STEPS = 10  # simulated clock: the most steps one record may advance it
+MAX_GAP_SECONDS = 6 * 3600.0  # logged timestamps: the longest pause replayed as such
 
 
 def series_key(name: str, labels: dict[str, str]) -> str:
@@ -86,7 +97,9 @@ def _same(a: float, b: float) -> bool:
 class _Replayer:
     """Feeds records into an exporter and reads it as Prometheus would."""
 
-    def __init__(self, run_id: str, framework: str | None, job: str) -> None:
+    def __init__(
+        self, run_id: str, framework: str | None, job: str, key_map: UserKeys | None
+    ) -> None:
         self.exporter = Exporter(
             port=0,
             run_id=run_id,
@@ -97,11 +110,13 @@ class _Replayer:
             gpu=False,
             host=False,
             process=False,
+            key_map=key_map,
         )
         self.target = {"job": job, "instance": INSTANCE}
 
     def apply(self, rec: Record, now: float) -> None:
         exp = self.exporter
+        exp.clock = lambda: now  # step times on the simulated clock (the run's own cadence)
         if rec.kind == "episode":
             exp.observe_episodes([rec.values["r"]], [rec.values["l"]], rec.values.get("is_success"))
             exp.count(ENV_STEPS, rec.values["l"])
@@ -127,30 +142,38 @@ def build(
     job: str,
     scrape_interval: float,
     step_seconds: float,
+    key_map: UserKeys | None = None,
 ) -> Timeline:
-    """The scraped series of one run's records (see the module docstring for the clock)."""
-    replayer = _Replayer(run_id, framework, job)
+    """The scraped series of one run's records (see the module docstring for the clock);
+    ``key_map`` (``rlpulse.keys.user_map``) comes before the framework tables, as live."""
+    replayer = _Replayer(run_id, framework, job, key_map)
     tl = Timeline(run_id, scrape_interval)
     origin: tuple[float, int, bool] | None = None  # (first timestamp or 0, first step, real time)
     now = 0.0
     last_step = 0
+    skipped = 0.0  # logged seconds of pauses longer than MAX_GAP_SECONDS left out
     dirty = True  # the exporter changed since the last scrape was read
     for rec in records:
         if origin is None:  # the exporter starts one scrape before the first record
             origin = (rec.timestamp or 0.0, rec.step, rec.timestamp is not None)
             last_step = rec.step
             replayer.exporter.set(LAST_STEP_TS, 0.0)
+            replayer.exporter.set(START_TS, 0.0)
             now = scrape_interval
         if origin[2] and rec.timestamp is not None:
-            t = scrape_interval + rec.timestamp - origin[0]
+            t = scrape_interval + rec.timestamp - origin[0] - skipped
+            if t - now > MAX_GAP_SECONDS:  # a long pause: replay MAX_GAP_SECONDS of it
+                skipped += t - now - MAX_GAP_SECONDS
+                t = now + MAX_GAP_SECONDS
         else:
-            t = now + max(rec.step - last_step, 0) * step_seconds
+            t = now + min(max(rec.step - last_step, 0), MAX_GAP_STEPS) * step_seconds
         now, last_step = max(now, t), rec.step
-        while tl.scrapes * scrape_interval < now - 1e-9:
+        due = math.ceil(now / scrape_interval - 1e-9)  # scrapes before ``now``
+        if due > tl.scrapes:
             if dirty:  # unchanged scrapes add nothing to the run-length encoded series
                 tl._observe(tl.scrapes, replayer.scrape())
                 dirty = False
-            tl.scrapes += 1
+            tl.scrapes = due
         replayer.apply(rec, now)
         dirty = True
         tl.record_times.append(now)
@@ -162,12 +185,51 @@ def build(
     return tl
 
 
+class _RunKey:
+    """``groupby`` key of a log's records: (segment, restarts of its step counter so far)."""
+
+    def __init__(self) -> None:
+        self.segment: str | None = None
+        self.step = 0
+        self.part = 0
+
+    def __call__(self, rec: Record) -> tuple[str, int]:
+        if rec.segment != self.segment:
+            self.segment, self.part = rec.segment, 0
+        elif rec.step < self.step:
+            self.part += 1
+        self.step = rec.step
+        return rec.segment, self.part
+
+
+def segments(records: Iterable[Record]) -> Iterator[tuple[str, Iterator[Record]]]:
+    """(segment name, its records) for each run in a log, streamed. A run ends where the
+    record's ``segment`` changes or, inside one segment, where the step goes backwards (a
+    restarted counter); the n-th restart of a run is named ``<segment> #<n+1>``."""
+    for (name, part), group in itertools.groupby(records, _RunKey()):
+        yield " ".join(p for p in (name, f"#{part + 1}" if part else "") if p), group
+
+
+_FORMAT_FRAMEWORK = {
+    "trl": "trl",
+    "verl-log": "verl",
+    "verl-jsonl": "verl",
+    "sb3-eval-json": "sb3",
+    "rllib-json": "rllib",
+    "rllib-csv": "rllib",
+    "dopamine": "dopamine",
+    "deepspeed-chat": "deepspeed-chat",
+}
+
+
 def framework_hint(path: Path, fmt: str) -> str | None:
-    """The key-map framework a log format implies (searched first by ``keys.resolve``)."""
-    if fmt == "trl":
-        return "trl"
-    if fmt.startswith("verl"):
-        return "verl"
+    """The key-map framework a log format implies (searched first by ``keys.resolve``); for a
+    JSONL dump, the table that knows most of its first row's keys."""
+    if fmt in _FORMAT_FRAMEWORK:
+        return _FORMAT_FRAMEWORK[fmt]
+    if fmt == "jsonl":
+        first = next(iter(read_log(path, fmt)), None)
+        return None if first is None else keys.likely_framework(first.values)
     if fmt == "sb3-csv":
         with open(path, encoding="utf-8", errors="replace") as fh:
             header = fh.readline()

@@ -14,27 +14,20 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, NewType, get_args, get_origin, get_type_hints
+from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import yaml
 
 from rlpulse import catalog, keys
 from rlpulse.collectors.gpu import THROTTLE_REASONS
+from rlpulse.stack import alerts as alert_defs
+from rlpulse.stack.alerts import step
+from rlpulse.stack.knobs import _DURATION_RE, AlertConfig, _doc
+from rlpulse.stack.knobs import Duration as Duration
+from rlpulse.stack.knobs import doc as doc
+from rlpulse.stack.knobs import duration as duration
+from rlpulse.stack.knobs import seconds as seconds
 
-Duration = NewType("Duration", str)
-"""A Prometheus duration such as ``90s``, ``5m`` or ``1h30m``."""
-
-_UNITS: dict[str, float] = {
-    "ms": 0.001,
-    "s": 1.0,
-    "m": 60.0,
-    "h": 3600.0,
-    "d": 86400.0,
-    "w": 604800.0,
-    "y": 31536000.0,
-}
-_DURATION_RE = re.compile(r"^(?:\d+(?:ms|s|m|h|d|w|y))+$")
-_PART_RE = re.compile(r"(\d+)(ms|s|m|h|d|w|y)")
 # a Kubernetes label as key=value: an optional DNS prefix/, a name, a value (may be empty)
 _K8S_LABEL_RE = re.compile(
     r"^([a-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?=([A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?)?$"
@@ -43,37 +36,6 @@ _K8S_LABEL_RE = re.compile(
 
 class ConfigError(ValueError):
     """A bad key or value in a configuration file; the message names it."""
-
-
-def seconds(duration: str) -> float:
-    """The length of a Prometheus duration string, in seconds."""
-    if not _DURATION_RE.match(duration):
-        raise ValueError(f"{duration!r} is not a Prometheus duration (e.g. 30s, 5m, 1h)")
-    return sum(int(n) * _UNITS[u] for n, u in _PART_RE.findall(duration))
-
-
-def duration(secs: float) -> Duration:
-    """The shortest Prometheus duration string for ``secs`` (whole milliseconds)."""
-    ms = round(secs * 1000)
-    if ms <= 0:
-        return Duration("0s")
-    parts = []
-    for unit in ("d", "h", "m", "s", "ms"):
-        size = round(_UNITS[unit] * 1000)
-        if ms >= size:
-            parts.append(f"{ms // size}{unit}")
-            ms %= size
-    return Duration("".join(parts))
-
-
-def _doc(text: str, choices: frozenset[str] | None = None) -> dict[str, Any]:
-    """Field metadata: the sentence docs/configuration.md shows, and the strings a user may set."""
-    return {"doc": text, "choices": choices}
-
-
-def doc(f: dataclasses.Field[Any]) -> str:
-    """The documentation sentence of a config field."""
-    return str(f.metadata.get("doc", ""))
 
 
 # ---- Prometheus and Alertmanager plumbing ----------------------------------------------------
@@ -427,41 +389,6 @@ class Kubernetes:
 
 
 @dataclass(frozen=True)
-class AlertConfig:
-    """Settings every alert has."""
-
-    enabled: bool = field(default=True, metadata=_doc("Generate this alert."))
-    for_: Duration = field(
-        default=Duration("10m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-
-
-@dataclass(frozen=True)
-class EntropyCollapse(AlertConfig):
-    """Policy entropy far below the run's own early peak (or under an absolute floor)."""
-
-    ratio: float = field(
-        default=0.2, metadata=_doc("Fire below this fraction of the run's peak (smoothed) entropy.")
-    )
-    floor: float = field(
-        default=0.01, metadata=_doc("Also fire below this absolute entropy, in nats (0: off).")
-    )
-
-
-@dataclass(frozen=True)
-class KLReferenceRising(AlertConfig):
-    """KL to the reference rising fast against its earlier window."""
-
-    for_: Duration = field(
-        default=Duration("5m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    zscore: float = field(default=4.0, metadata=_doc("Fire above this z-score of the recent mean."))
-    min_level: float = field(
-        default=0.1, metadata=_doc("...and only when the recent mean KL is above this.")
-    )
-
-
-@dataclass(frozen=True)
 class Threshold(AlertConfig):
     """An alert on one level."""
 
@@ -496,32 +423,6 @@ class NonFiniteLoss(AlertConfig):
 
 
 @dataclass(frozen=True)
-class GradNormSpike(AlertConfig):
-    """Gradient norm spiking against its rolling median."""
-
-    for_: Duration = field(
-        default=Duration("1m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    ratio: float = field(
-        default=10.0,
-        metadata=_doc("Fire when the recent max is this many times the rolling median."),
-    )
-    min_level: float = field(
-        default=5.0, metadata=_doc("...and the recent max grad norm is above this.")
-    )
-
-
-@dataclass(frozen=True)
-class ValueLossExplosion(AlertConfig):
-    """Value loss far above its earlier median."""
-
-    ratio: float = field(
-        default=10.0,
-        metadata=_doc("Fire when the recent mean is this many times the earlier median."),
-    )
-
-
-@dataclass(frozen=True)
 class ExplainedVarianceNegative(Threshold):
     """The value function predicts worse than a constant."""
 
@@ -529,49 +430,6 @@ class ExplainedVarianceNegative(Threshold):
         default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
     )
     threshold: float = field(default=0.0, metadata=_doc("Fire below this mean explained variance."))
-
-
-@dataclass(frozen=True)
-class RewardCollapse(AlertConfig):
-    """Sudden drop of the training reward (or episode return)."""
-
-    for_: Duration = field(
-        default=Duration("5m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    zscore: float = field(
-        default=4.0, metadata=_doc("Fire below minus this z-score of the recent mean...")
-    )
-    drop_ratio: float = field(
-        default=0.2, metadata=_doc("...when the mean fell by this fraction of its earlier level.")
-    )
-
-
-@dataclass(frozen=True)
-class RewardPlateau(AlertConfig):
-    """The reward stopped changing."""
-
-    for_: Duration = field(
-        default=Duration("30m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    window: Duration = field(
-        default=Duration("2h"),
-        metadata=_doc("Compare the recent mean with the mean this long ago."),
-    )
-    min_change_ratio: float = field(
-        default=0.02, metadata=_doc("Fire when it changed by less than this fraction.")
-    )
-
-
-@dataclass(frozen=True)
-class ZeroStdGroupsHigh(Threshold):
-    """Too many prompt groups whose rewards all agree (no GRPO learning signal)."""
-
-    for_: Duration = field(
-        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    threshold: float = field(
-        default=0.6, metadata=_doc("Fire above this mean fraction of zero-std groups.")
-    )
 
 
 @dataclass(frozen=True)
@@ -584,50 +442,11 @@ class ImportanceRatioDrift(AlertConfig):
 
 
 @dataclass(frozen=True)
-class RewardHacking(AlertConfig):
-    """Training reward rising while the held-out eval score is flat or falling."""
-
-    for_: Duration = field(
-        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    window: Duration = field(
-        default=Duration("1h"), metadata=_doc("Compare now with this long ago.")
-    )
-    min_reward_rise_ratio: float = field(
-        default=0.1, metadata=_doc("Reward must have risen by this fraction...")
-    )
-    max_eval_gain_ratio: float = field(
-        default=0.01, metadata=_doc("...while the eval score gained at most this fraction.")
-    )
-    eval_split: str = field(
-        default="eval", metadata=_doc("split label of the held-out rl_eval_score series.")
-    )
-
-
-@dataclass(frozen=True)
 class Tiered(AlertConfig):
     """An alert with a warning and a critical level (same alert name)."""
 
     warning: float = field(default=0.0, metadata=_doc("Warning level."))
     critical: float = field(default=0.0, metadata=_doc("Critical level."))
-
-
-@dataclass(frozen=True)
-class KLReferenceHigh(Tiered):
-    """KL to the reference policy sustained high (median over the recent window)."""
-
-    warning: float = field(default=1.0, metadata=_doc("Warning level, nats."))
-    critical: float = field(default=5.0, metadata=_doc("Critical (blow-up) level, nats."))
-
-
-@dataclass(frozen=True)
-class ResponseLengthExplosion(Tiered):
-    """Mean response length many times the run's own floor (early level)."""
-
-    warning: float = field(
-        default=2.5, metadata=_doc("Warning at this many times the run's smoothed minimum length.")
-    )
-    critical: float = field(default=4.0, metadata=_doc("Critical at this many times."))
 
 
 @dataclass(frozen=True)
@@ -639,26 +458,6 @@ class ResponseLengthDrift(AlertConfig):
     )
     ratio: float = field(
         default=2.0, metadata=_doc("Fire when p90 is this many times (or 1/this) the earlier p90.")
-    )
-
-
-@dataclass(frozen=True)
-class TruncationHigh(Tiered):
-    """Many responses cut at the length limit."""
-
-    warning: float = field(default=0.2, metadata=_doc("Warning above this mean truncation ratio."))
-    critical: float = field(default=0.5, metadata=_doc("Critical above this."))
-
-
-@dataclass(frozen=True)
-class FormatComplianceDrop(AlertConfig):
-    """Format compliance fell below the run's own peak."""
-
-    for_: Duration = field(
-        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    drop_ratio: float = field(
-        default=0.2, metadata=_doc("Fire when it fell by this fraction of its peak.")
     )
 
 
@@ -800,19 +599,16 @@ class ExporterDroppedValues(AlertConfig):
     )
 
 
+# the step alerts declare their own knobs (rlpulse.stack.alerts); they come first
+_StepAlerts = dataclasses.make_dataclass(
+    "_StepAlerts", step.knobs_fields(alert_defs.ALL_STEP), frozen=True
+)
+
+
 @dataclass(frozen=True)
-class Alerts:
+class Alerts(_StepAlerts):  # type: ignore[misc, valid-type]
     """Per-alert settings; the key is the alert name in snake_case without the RL prefix."""
 
-    entropy_collapse: EntropyCollapse = field(
-        default_factory=EntropyCollapse, metadata=_doc("RLEntropyCollapse.")
-    )
-    kl_reference_high: KLReferenceHigh = field(
-        default_factory=KLReferenceHigh, metadata=_doc("RLKLReferenceHigh.")
-    )
-    kl_reference_rising: KLReferenceRising = field(
-        default_factory=KLReferenceRising, metadata=_doc("RLKLReferenceRising.")
-    )
     update_kl_high: UpdateKLHigh = field(
         default_factory=UpdateKLHigh, metadata=_doc("RLUpdateKLHigh.")
     )
@@ -822,41 +618,14 @@ class Alerts:
     nonfinite_loss: NonFiniteLoss = field(
         default_factory=NonFiniteLoss, metadata=_doc("RLNonFiniteLoss.")
     )
-    grad_norm_spike: GradNormSpike = field(
-        default_factory=GradNormSpike, metadata=_doc("RLGradNormSpike.")
-    )
-    value_loss_explosion: ValueLossExplosion = field(
-        default_factory=ValueLossExplosion, metadata=_doc("RLValueLossExplosion.")
-    )
     explained_variance_negative: ExplainedVarianceNegative = field(
         default_factory=ExplainedVarianceNegative, metadata=_doc("RLExplainedVarianceNegative.")
-    )
-    reward_collapse: RewardCollapse = field(
-        default_factory=RewardCollapse, metadata=_doc("RLRewardCollapse.")
-    )
-    reward_plateau: RewardPlateau = field(
-        default_factory=RewardPlateau, metadata=_doc("RLRewardPlateau.")
-    )
-    zero_std_groups_high: ZeroStdGroupsHigh = field(
-        default_factory=ZeroStdGroupsHigh, metadata=_doc("RLZeroStdGroupsHigh.")
     )
     importance_ratio_drift: ImportanceRatioDrift = field(
         default_factory=ImportanceRatioDrift, metadata=_doc("RLImportanceRatioDrift.")
     )
-    reward_hacking: RewardHacking = field(
-        default_factory=RewardHacking, metadata=_doc("RLRewardHacking.")
-    )
-    response_length_explosion: ResponseLengthExplosion = field(
-        default_factory=ResponseLengthExplosion, metadata=_doc("RLResponseLengthExplosion.")
-    )
     response_length_drift: ResponseLengthDrift = field(
         default_factory=ResponseLengthDrift, metadata=_doc("RLResponseLengthDrift.")
-    )
-    truncation_high: TruncationHigh = field(
-        default_factory=TruncationHigh, metadata=_doc("RLTruncationHigh.")
-    )
-    format_compliance_drop: FormatComplianceDrop = field(
-        default_factory=FormatComplianceDrop, metadata=_doc("RLFormatComplianceDrop.")
     )
     target_down: TargetDown = field(default_factory=TargetDown, metadata=_doc("RLTargetDown."))
     run_crashed: RunCrashed = field(default_factory=RunCrashed, metadata=_doc("RLRunCrashed."))

@@ -16,20 +16,17 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import yaml
 
 from rlpulse import catalog
+from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack import config as cfgmod
+from rlpulse.stack.alerts.kit import Alert, Area, Severity
 from rlpulse.stack.config import Config
 from rlpulse.stack.promql import record_name, regex_alternatives, sel
-
-Severity = Literal["critical", "warning", "info"]
-Area = Literal["rl", "task", "system"]
-# "target": the alert keeps job/instance (one exporter); "run": aggregated by (job, run_id).
-Scope = Literal["target", "run"]
 
 AREAS: tuple[Area, ...] = ("rl", "task", "system")
 RUN_BY = "job, run_id"
@@ -191,48 +188,6 @@ class Recording:
 
 
 @dataclass(frozen=True)
-class Alert:
-    """One alerting rule (a tiered alert is two of these with the same name)."""
-
-    name: str
-    severity: Severity
-    expr: str
-    for_: str
-    summary: str
-    description: str
-    scope: Scope = "target"
-    enabled: bool = True
-    annotations: dict[str, str] = field(default_factory=dict)
-
-    @classmethod
-    def of(
-        cls,
-        c: cfgmod.AlertConfig,
-        name: str,
-        severity: Severity,
-        expr: str,
-        summary: str,
-        description: str,
-        scope: Scope = "target",
-    ) -> Alert:
-        """An alert whose ``for`` and ``enabled`` come from its config entry ``c``."""
-        return cls(name, severity, expr, c.for_, summary, description, scope, c.enabled)
-
-    def rule(self, area: Area) -> dict[str, Any]:
-        """The rule as it appears in a Prometheus rule file."""
-        out: dict[str, Any] = {"alert": self.name, "expr": self.expr}
-        if cfgmod.seconds(self.for_) > 0:
-            out["for"] = self.for_
-        out["labels"] = {"severity": self.severity, "layer": area}
-        out["annotations"] = {
-            "summary": self.summary,
-            "description": self.description,
-            **self.annotations,
-        }
-        return out
-
-
-@dataclass(frozen=True)
 class Group:
     """One rule group: the recording rules and alerts of one area."""
 
@@ -333,68 +288,23 @@ def _tiered(
     ]
 
 
+def _step_alerts(q: _Q, area: Area) -> Iterator[Alert]:
+    """The area's alerts on step-indexed signals (declared in ``rlpulse.stack.alerts``)."""
+    for d in alert_defs.STEP_ALERTS[area]:
+        yield from d.alerts(getattr(q.cfg.alerts, d.key), q.cfg.selectors.metrics)
+
+
 # ---- rl ---------------------------------------------------------------------------------------
 
 
 def _rl_recordings(q: _Q) -> list[Recording]:
-    out = [Recording(zscore_name(m), q.zscore(m)) for m in ZSCORE_METRICS]
-    out += [
-        Recording(drop_ratio_name(m), f"({q.earlier(m)} - {q.recent(m)}) / abs({q.earlier(m)})")
-        for m in (REWARD, EPISODE_RETURN)
-    ]
-    out += [
-        Recording(
-            ENTROPY_RATIO_TO_PEAK, f"{q.recent(ENTROPY)} / ({q.baseline(ENTROPY, 'max')} > 0)"
-        ),
-        Recording(
-            GRAD_NORM_SPIKE,
-            f"{q.recent(GRAD_NORM, fn='max')} / "
-            f"quantile_over_time(0.5, {q.s(GRAD_NORM)}[{q.w.zscore}])",
-        ),
-        Recording(
-            VALUE_LOSS_RATIO,
-            f"{q.recent(VALUE_LOSS)} / "
-            f"quantile_over_time(0.5, {q.s(VALUE_LOSS)}[{q.w.zscore}] offset {q.w.recent})",
-        ),
-    ]
-    return out
+    return []
 
 
 def _rl_alerts(q: _Q) -> Iterator[Alert]:
     a = q.cfg.alerts
+    yield from _step_alerts(q, "rl")
 
-    ec = a.entropy_collapse
-    floor = (
-        f" or ({ENTROPY_RATIO_TO_PEAK} and {q.recent(ENTROPY)} < {ec.floor:g})" if ec.floor else ""
-    )
-    yield Alert.of(
-        ec,
-        "RLEntropyCollapse",
-        "critical",
-        f"{ENTROPY_RATIO_TO_PEAK} < {ec.ratio:g}{floor}",
-        "Policy entropy collapsed against the run's own early level.",
-        f"Policy entropy of {_ID} is at {_V} of its early-run peak (threshold {ec.ratio:g}"
-        f"{f', or below {ec.floor:g} nats' if ec.floor else ''}): the policy has become "
-        "near-deterministic and stops exploring.",
-    )
-    yield from _tiered(
-        "RLKLReferenceHigh",
-        a.kl_reference_high,
-        lambda lvl: f"{q.recent(KL_REF, fn='median')} > {lvl:g}",
-        "KL divergence to the reference policy is high.",
-        f"Median KL to the reference of {_ID} over the last {q.w.recent} is {_V} nats "
-        "(threshold $LEVEL).",
-    )
-    kr = a.kl_reference_rising
-    yield Alert.of(
-        kr,
-        "RLKLReferenceRising",
-        "warning",
-        f"{zscore_name(KL_REF)} > {kr.zscore:g} and {q.recent(KL_REF)} > {kr.min_level:g}",
-        "KL to the reference policy is rising fast.",
-        f"KL to the reference of {_ID} rose {_V} standard deviations above its earlier "
-        f"{q.w.zscore} (threshold {kr.zscore:g}).",
-    )
     uk = a.update_kl_high
     yield Alert.of(
         uk,
@@ -433,25 +343,6 @@ def _rl_alerts(q: _Q) -> Iterator[Alert]:
         f"{{{{ $labels.metric }}}} of {_ID} is not finite (value or count {_V}): "
         "training has diverged or will.",
     )
-    gs = a.grad_norm_spike
-    yield Alert.of(
-        gs,
-        "RLGradNormSpike",
-        "warning",
-        f"{GRAD_NORM_SPIKE} > {gs.ratio:g} and {q.recent(GRAD_NORM, fn='max')} > {gs.min_level:g}",
-        "Gradient norm spiked against its rolling median.",
-        f"Gradient norm ({{{{ $labels.network }}}}) of {_ID} reached {_V} times its "
-        f"{q.w.zscore} median (threshold {gs.ratio:g}).",
-    )
-    vl = a.value_loss_explosion
-    yield Alert.of(
-        vl,
-        "RLValueLossExplosion",
-        "warning",
-        f"{VALUE_LOSS_RATIO} > {vl.ratio:g}",
-        "Value loss exploded against its earlier level.",
-        f"Value loss of {_ID} is {_V} times its earlier median (threshold {vl.ratio:g}).",
-    )
     ev = a.explained_variance_negative
     yield Alert.of(
         ev,
@@ -460,40 +351,6 @@ def _rl_alerts(q: _Q) -> Iterator[Alert]:
         f"{q.recent(EXPLAINED_VAR)} < {ev.threshold:g}",
         "The value function explains less than a constant would.",
         f"Explained variance of {_ID} is {_V} (threshold {ev.threshold:g}).",
-    )
-    rc = a.reward_collapse
-    yield Alert.of(
-        rc,
-        "RLRewardCollapse",
-        "critical",
-        " or ".join(
-            f"({zscore_name(m)} < -{rc.zscore:g} and {drop_ratio_name(m)} > {rc.drop_ratio:g})"
-            for m in (REWARD, EPISODE_RETURN)
-        ),
-        "Training reward dropped suddenly.",
-        f"Reward of {_ID} fell {_V} standard deviations against its earlier {q.w.zscore} "
-        f"(thresholds: z below -{rc.zscore:g} and a drop of over {rc.drop_ratio:.0%}).",
-    )
-    rp = a.reward_plateau
-    now, then = q.recent(REWARD), f"avg_over_time({q.s(REWARD)}[{q.w.recent}] offset {rp.window})"
-    yield Alert.of(
-        rp,
-        "RLRewardPlateau",
-        "info",
-        f"abs({now} - {then}) <= {rp.min_change_ratio:g} * abs({then})",
-        "Training reward stopped changing.",
-        f"Mean reward of {_RUN} changed by only {_V} over the last {rp.window}.",
-    )
-    zs = a.zero_std_groups_high
-    # trainers that log all-good / all-bad group shares instead (tinker) sum to the same fraction
-    agreeing = q.recent(GROUP_OUTCOME, 'outcome=~"all_good|all_bad"')
-    yield Alert.of(
-        zs,
-        "RLZeroStdGroupsHigh",
-        "warning",
-        f"({q.recent(ZERO_STD)} or sum without (outcome) ({agreeing})) > {zs.threshold:g}",
-        "Most prompt groups carry no learning signal (all rewards equal).",
-        f"{_V} of the prompt groups of {_ID} have zero reward spread (threshold {zs.threshold:g}).",
     )
     ir = a.importance_ratio_drift
     yield Alert.of(
@@ -510,16 +367,7 @@ def _rl_alerts(q: _Q) -> Iterator[Alert]:
 
 
 def _task_recordings(q: _Q) -> list[Recording]:
-    out = [
-        Recording(zscore_name(LENGTH_MEAN), q.zscore(LENGTH_MEAN)),
-        Recording(
-            LENGTH_RATIO_TO_FLOOR,
-            f"{q.recent(LENGTH_MEAN)} / ({q.baseline(LENGTH_MEAN, 'min')} > 0)",
-        ),
-        Recording(
-            FORMAT_RATIO_TO_PEAK, f"{q.recent(FORMAT_OK)} / ({q.baseline(FORMAT_OK, 'max')} > 0)"
-        ),
-    ]
+    out: list[Recording] = []
     out += [
         Recording(name, q.run_quantile(float(name[-2:]) / 100, LENGTH_HIST))
         for name in LENGTH_QUANTILES.values()
@@ -536,34 +384,7 @@ def _task_recordings(q: _Q) -> list[Recording]:
 
 def _task_alerts(q: _Q) -> Iterator[Alert]:
     a = q.cfg.alerts
-
-    rh = a.reward_hacking
-    h = rh.window
-    ev = q.s(EVAL_SCORE, f'split="{rh.eval_split}"')
-    ev_now, ev_then = f"last_over_time({ev}[{h}])", f"last_over_time({ev}[{h}] offset {h})"
-    rises = [
-        f"{q.recent(m)} - avg_over_time({q.s(m)}[{q.w.recent}] offset {h}) > "
-        f"{rh.min_reward_rise_ratio:g} * abs(avg_over_time({q.s(m)}[{q.w.recent}] offset {h}))"
-        for m in (REWARD, EPISODE_RETURN)
-    ]
-    yield Alert.of(
-        rh,
-        "RLRewardHacking",
-        "critical",
-        f"({ev_now} - {ev_then} <= {rh.max_eval_gain_ratio:g} * abs({ev_then}))"
-        f" and changes({ev}[{_dur_times(h, 2)}]) > 0"
-        f" and on({RUN_BY}) ({' or '.join(f'({r})' for r in rises)})",
-        "Training reward rises while the held-out eval score does not: likely reward hacking.",
-        f"Training reward of {_RUN} rose over the last {h} while the "
-        f"{{{{ $labels.benchmark }}}} {rh.eval_split} score changed by {_V}.",
-    )
-    yield from _tiered(
-        "RLResponseLengthExplosion",
-        a.response_length_explosion,
-        lambda lvl: f"{LENGTH_RATIO_TO_FLOOR} > {lvl:g}",
-        "Response length exploded against the run's own early length.",
-        f"Mean response length of {_ID} is {_V} times its early-run level (threshold $LEVEL).",
-    )
+    yield from _step_alerts(q, "task")
     ld = a.response_length_drift
     yield Alert.of(
         ld,
@@ -574,22 +395,6 @@ def _task_alerts(q: _Q) -> Iterator[Alert]:
         f"p90 response length of {_RUN} is {_V} times its p90 of {q.w.zscore} before "
         f"(threshold x{ld.ratio:g} either way).",
         scope="run",
-    )
-    yield from _tiered(
-        "RLTruncationHigh",
-        a.truncation_high,
-        lambda lvl: f"{q.recent(TRUNCATION)} > {lvl:g}",
-        "Many responses are cut at the length limit.",
-        f"{_V} of the responses of {_ID} hit the length limit (threshold $LEVEL).",
-    )
-    fc = a.format_compliance_drop
-    yield Alert.of(
-        fc,
-        "RLFormatComplianceDrop",
-        "warning",
-        f"{FORMAT_RATIO_TO_PEAK} < {1 - fc.drop_ratio:g}",
-        "Format compliance fell below the run's own peak.",
-        f"Format compliance of {_ID} is at {_V} of its peak (threshold {1 - fc.drop_ratio:g}).",
     )
 
 

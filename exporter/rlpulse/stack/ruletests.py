@@ -12,10 +12,12 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 from typing import Any
 
+from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack import rules
+from rlpulse.stack.alerts import step
+from rlpulse.stack.alerts.kit import Area, Check, Expect, Scenario
 from rlpulse.stack.config import Config
 from rlpulse.stack.promql import sel
 
@@ -72,33 +74,6 @@ def every(value_at: Any, n: int, period: int) -> str:
     return " ".join(f"{value_at(i):.4g}" if i % period == 0 else "_" for i in range(n))
 
 
-@dataclass(frozen=True)
-class Expect:
-    """One alert expected to fire: its severity, labels beyond the alertname, and value."""
-
-    severity: rules.Severity
-    labels: dict[str, str]
-    value: float
-
-
-@dataclass(frozen=True)
-class Check:
-    """What one alert should look like at one time ([] = nothing firing)."""
-
-    alert: str
-    at: str
-    fires: tuple[Expect, ...] = ()
-
-
-@dataclass(frozen=True)
-class Scenario:
-    """One promtool test: input series and the checks made on them."""
-
-    comment: str
-    inputs: tuple[tuple[str, str], ...]
-    checks: tuple[Check, ...] = ()  # none: a healthy run, every alert checked at HEALTHY_TIMES
-
-
 def _w(metric: Any, labels: dict[str, str] = TARGET, suffix: str = "") -> str:
     return series(metric, labels, suffix)
 
@@ -106,45 +81,16 @@ def _w(metric: Any, labels: dict[str, str] = TARGET, suffix: str = "") -> str:
 # ---- rl ---------------------------------------------------------------------------------------
 
 
+def _step(area: Area) -> Iterator[Scenario]:
+    """One scenario per step alert of ``area`` (each built from its declaration)."""
+    alerts = Config().alerts
+    for d in alert_defs.STEP_ALERTS[area]:
+        yield d.scenario(getattr(alerts, d.key), TARGET, getattr(alerts, d.key).keep_firing_for)
+
+
 def _rl() -> Iterator[Scenario]:
     r = rules
-    yield Scenario(
-        "Entropy collapse: 1.0 for an hour, then 0.05. The smoothed entropy is below 0.2 of its "
-        "peak from 69m, so the alert is pending at 75m and fires (10m later) at 100m: 0.05/1.0.",
-        ((_w(r.ENTROPY), f"{const(1.0, 60)} {const(0.05, 60)}"),),
-        (
-            Check("RLEntropyCollapse", "75m"),
-            Check("RLEntropyCollapse", "100m", (Expect("critical", TARGET, 0.05),)),
-        ),
-    )
-    yield Scenario(
-        "Entropy under the absolute floor: a run whose entropy starts low (0.012) and sinks to "
-        "0.008 nats is at 0.667 of its peak, above the ratio, but below the 0.01 floor.",
-        ((_w(r.ENTROPY), f"{const(0.012, 60)} {const(0.008, 60)}"),),
-        (Check("RLEntropyCollapse", "100m", (Expect("critical", TARGET, 0.008 / 0.012),)),),
-    )
-    yield Scenario(
-        "KL to the reference: 0.1, then 2 from 30m (warning level 1), then 8 from 60m "
-        "(critical level 5). Median over 10m: warning fires from 45m, critical from 75m.",
-        ((_w(r.KL_REF), f"{const(0.1, 30)} {const(2, 30)} {const(8, 40)}"),),
-        (
-            Check("RLKLReferenceHigh", "50m", (Expect("warning", TARGET, 2),)),
-            Check(
-                "RLKLReferenceHigh",
-                "90m",
-                (Expect("warning", TARGET, 8), Expect("critical", TARGET, 8)),
-            ),
-        ),
-    )
-    yield Scenario(
-        "KL rising fast: 0.05/0.15 alternating (mean 0.1, std 0.05) until 80m, then 1.0. At "
-        "89m30s the recent mean (1.0) is (1.0 - 0.1) / 0.05 = 18 standard deviations up.",
-        ((_w(r.KL_REF), f"{' '.join(['0.05 0.15'] * 40)} {const(1, 20)}"),),
-        (
-            Check("RLKLReferenceRising", "79m30s"),
-            Check("RLKLReferenceRising", "89m30s", (Expect("warning", TARGET, 18),)),
-        ),
-    )
+    yield from _step("rl")
     yield Scenario(
         "Update-step KL: 0.01, then 0.2 from 20m; above 0.05 from 22m, fires from 32m.",
         ((_w(r.APPROX_KL), f"{const(0.01, 20)} {const(0.2, 40)}"),),
@@ -182,22 +128,6 @@ def _rl() -> Iterator[Scenario]:
         ),
     )
     yield Scenario(
-        "Grad-norm spike: 2.0 for an hour, one step at 50 at 60m. The 10m max over the 1h "
-        "median is 25 until 70m; it fires 1m after the spike.",
-        ((_w(r.GRAD_NORM, policy), f"{const(2, 60)} 50 {const(2, 30)}"),),
-        (
-            Check("RLGradNormSpike", "60m"),
-            Check("RLGradNormSpike", "65m", (Expect("warning", policy, 25),)),
-            Check("RLGradNormSpike", "80m"),
-        ),
-    )
-    yield Scenario(
-        "Value-loss explosion: 1.0 for an hour, then 20. At 85m the recent mean (20) over the "
-        "earlier median (1: 45 of the 61 samples in [15m, 75m] are 1) is 20.",
-        ((_w(r.VALUE_LOSS), f"{const(1, 60)} {const(20, 30)}"),),
-        (Check("RLValueLossExplosion", "85m", (Expect("warning", TARGET, 20),)),),
-    )
-    yield Scenario(
         "Explained variance: 0.5, then -0.3 from 20m; the 10m mean is negative from 26m and "
         "fires 15m later.",
         ((_w(r.EXPLAINED_VAR), f"{const(0.5, 20)} {const(-0.3, 40)}"),),
@@ -205,48 +135,6 @@ def _rl() -> Iterator[Scenario]:
             Check("RLExplainedVarianceNegative", "35m"),
             Check("RLExplainedVarianceNegative", "50m", (Expect("warning", TARGET, -0.3),)),
         ),
-    )
-    yield Scenario(
-        "Reward collapse: 1/0 alternating (mean 0.5, std 0.5) until 80m, then -20. At 89m30s the "
-        "recent mean is (-20 - 0.5) / 0.5 = -41 standard deviations, a drop of 4100%.",
-        ((_w(r.REWARD), f"{' '.join(['1 0'] * 40)} {const(-20, 20)}"),),
-        (
-            Check("RLRewardCollapse", "79m30s"),
-            Check("RLRewardCollapse", "89m30s", (Expect("critical", TARGET, -41),)),
-        ),
-    )
-    yield Scenario(
-        "Reward plateau: 0.5 for 200 minutes. From 120m the mean equals the mean 2h earlier "
-        "(change 0); after 30m more the info alert fires.",
-        ((_w(r.REWARD), const(0.5, 200)),),
-        (
-            Check("RLRewardPlateau", "140m"),
-            Check("RLRewardPlateau", "160m", (Expect("info", TARGET, 0),)),
-        ),
-    )
-    yield Scenario(
-        "Zero-std groups: 0.1, then 0.9 from 20m; fires 15m after the mean passes 0.6.",
-        ((_w(r.ZERO_STD), f"{const(0.1, 20)} {const(0.9, 40)}"),),
-        (Check("RLZeroStdGroupsHigh", "50m", (Expect("warning", TARGET, 0.9),)),),
-    )
-    yield Scenario(
-        "Zero-std groups from group outcomes (all_good + all_bad, as tinker logs them): 0.05 + "
-        "0.05, then 0.5 + 0.3 from 20m; fires like the direct fraction.",
-        (
-            (
-                _w(r.GROUP_OUTCOME, {**TARGET, "outcome": "all_good"}),
-                f"{const(0.05, 20)} {const(0.5, 40)}",
-            ),
-            (
-                _w(r.GROUP_OUTCOME, {**TARGET, "outcome": "all_bad"}),
-                f"{const(0.05, 20)} {const(0.3, 40)}",
-            ),
-            (
-                _w(r.GROUP_OUTCOME, {**TARGET, "outcome": "mixed"}),
-                f"{const(0.9, 20)} {const(0.2, 40)}",
-            ),
-        ),
-        (Check("RLZeroStdGroupsHigh", "50m", (Expect("warning", TARGET, 0.8),)),),
     )
     yield Scenario(
         "Train/inference mismatch: importance ratio 1.0, then 1.5 from 20m: 0.5 away from 1.",
@@ -270,6 +158,7 @@ def _rl() -> Iterator[Scenario]:
             (_w(r.ZERO_STD), noisy(0.2, 0.2, 0.05, n, 10)),
             (_w(r.IMPORTANCE), noisy(1.0, 1.0, 0.02, n, 11)),
             (_w(r.NONFINITE, {**TARGET, "metric": "rl_loss"}), const(0, n)),
+            *step.healthy_inputs(alert_defs.STEP_ALERTS["rl"], TARGET, n),
         ),
     )
 
@@ -279,38 +168,8 @@ def _rl() -> Iterator[Scenario]:
 
 def _task() -> Iterator[Scenario]:
     r = rules
+    yield from _step("task")
     gsm = {**TARGET, "benchmark": "gsm8k", "split": "eval"}
-    yield Scenario(
-        "Reward hacking: training reward climbs 0.2 -> 1.1 over 3h while the held-out eval "
-        "score falls from 0.5 to 0.4 at 60m. From 60m the eval score changed by -0.1 over the "
-        "last hour while reward rose by 0.3; fires 15m later.",
-        (
-            (_w(r.REWARD), ramp(0.2, 0.005, 180)),
-            (_w(r.EVAL_SCORE, gsm), f"{const(0.5, 60)} {const(0.4, 120)}"),
-        ),
-        (
-            Check("RLRewardHacking", "70m"),
-            Check("RLRewardHacking", "100m", (Expect("critical", gsm, 0.4 - 0.5),)),
-        ),
-    )
-    yield Scenario(
-        "No held-out eval series: the same rising reward raises nothing (no guessing).",
-        ((_w(r.REWARD), ramp(0.2, 0.005, 180)),),
-        (Check("RLRewardHacking", "100m"), Check("RLRewardHacking", "170m")),
-    )
-    yield Scenario(
-        "Response-length explosion: 100 tokens for an hour, 300 for an hour, then 500. The "
-        "early floor is 100, so 3x (warning, over 2.5) at 110m and 5x (critical, over 4) at 170m.",
-        ((_w(r.LENGTH_MEAN), f"{const(100, 60)} {const(300, 60)} {const(500, 60)}"),),
-        (
-            Check("RLResponseLengthExplosion", "110m", (Expect("warning", TARGET, 3),)),
-            Check(
-                "RLResponseLengthExplosion",
-                "170m",
-                (Expect("warning", TARGET, 5), Expect("critical", TARGET, 5)),
-            ),
-        ),
-    )
     buckets = {
         "64": const(0, 121),
         "128": counter((10, 61), (0, 60)),
@@ -328,26 +187,6 @@ def _task() -> Iterator[Scenario]:
             Check("RLResponseLengthDrift", "100m", (Expect("warning", RUN, 4),)),
         ),
     )
-    yield Scenario(
-        "Truncation: 0.05, 0.3 from 20m (warning over 0.2), 0.8 from 60m (critical over 0.5).",
-        ((_w(r.TRUNCATION), f"{const(0.05, 20)} {const(0.3, 40)} {const(0.8, 40)}"),),
-        (
-            Check("RLTruncationHigh", "50m", (Expect("warning", TARGET, 0.3),)),
-            Check(
-                "RLTruncationHigh",
-                "90m",
-                (Expect("warning", TARGET, 0.8), Expect("critical", TARGET, 0.8)),
-            ),
-        ),
-    )
-    yield Scenario(
-        "Format compliance: 0.95 for an hour, then 0.5: 0.5 / 0.95 = 0.526 of its peak.",
-        ((_w(r.FORMAT_OK), f"{const(0.95, 60)} {const(0.5, 60)}"),),
-        (
-            Check("RLFormatComplianceDrop", "70m"),
-            Check("RLFormatComplianceDrop", "100m", (Expect("warning", TARGET, 0.5 / 0.95),)),
-        ),
-    )
     n = 480
     yield Scenario(
         "Healthy run, 8 hours: reward rises 0.2 -> 0.8 and the held-out eval score (logged every "
@@ -363,6 +202,7 @@ def _task() -> Iterator[Scenario]:
             (_w(r.LENGTH_HIST, {**TARGET, "le": "+Inf"}, "_bucket"), counter((11, n))),
             (_w(r.TRUNCATION), noisy(0.02, 0.02, 0.01, n, 13)),
             (_w(r.FORMAT_OK), noisy(0.9, 0.95, 0.02, n, 14)),
+            *step.healthy_inputs(alert_defs.STEP_ALERTS["task"], TARGET, n),
         ),
     )
 
@@ -628,10 +468,8 @@ def fill(template: str, labels: dict[str, str], value: float) -> str:
 def _expected(alert: rules.Alert, area: str, exp: Expect) -> dict[str, Any]:
     labels = {**exp.labels, "severity": exp.severity, "layer": area}
     notes = {"summary": alert.summary, "description": alert.description, **alert.annotations}
-    return {
-        "exp_labels": labels,
-        "exp_annotations": {k: fill(v, exp.labels, exp.value) for k, v in notes.items()},
-    }
+    filled = {k: fill(v, exp.labels, exp.value) for k, v in notes.items()}
+    return {"exp_labels": labels, "exp_annotations": {**filled, **(exp.annotations or {})}}
 
 
 def _test(

@@ -6,60 +6,16 @@ Markdown renderers give the ``## <AlertName>`` heading below.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
+from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack import rules
+from rlpulse.stack.alerts.kit import Runbook
 from rlpulse.stack.config import Config
 
 TRAINING = "RL training"
 SYSTEM = "RL system"
 
 
-@dataclass(frozen=True)
-class Runbook:
-    """The three parts of a runbook section."""
-
-    means: str
-    panel: str
-    tries: tuple[str, ...]
-
-
-RUNBOOKS: dict[str, Runbook] = {
-    "RLEntropyCollapse": Runbook(
-        "The policy's token entropy fell far below its own early-run peak (or under an absolute "
-        "floor). The policy is close to deterministic: it stops exploring, groups stop "
-        "disagreeing and learning stalls, often while reward still looks fine.",
-        f"{TRAINING} → Entropy (absolute and % of baseline); compare Zero-std groups and KL.",
-        (
-            "Lower the learning rate or the number of update epochs per batch.",
-            "Add or raise an entropy bonus; raise the sampling temperature of rollouts.",
-            "Tighten clipping (clip-higher / asymmetric clipping keeps low-probability tokens "
-            "alive); check that the KL penalty is on.",
-            "Roll back to the last checkpoint before the drop if reward later collapses too.",
-        ),
-    ),
-    "RLKLReferenceHigh": Runbook(
-        "The policy's KL divergence to the frozen reference stayed high (median over the recent "
-        "window): the policy drifted far from the reference model. Critical means a blow-up.",
-        f"{TRAINING} → KL to reference with KL coefficient.",
-        (
-            "Raise the KL coefficient (beta) or enable an adaptive KL controller.",
-            "Lower the learning rate; check for reward hacking (the policy may exploit the "
-            "grader, see RLRewardHacking).",
-            "Check the reference model is the intended checkpoint and its log-probs are computed "
-            "with the same tokenizer and template.",
-        ),
-    ),
-    "RLKLReferenceRising": Runbook(
-        "KL to the reference rose many standard deviations above its earlier window: a fast "
-        "rise that often precedes a blow-up, or a single large spike.",
-        f"{TRAINING} → KL to reference; Grad norm for a simultaneous spike.",
-        (
-            "Look at the steps around the rise: a bad batch, a learning-rate schedule jump, "
-            "a resumed checkpoint.",
-            "If it keeps rising, treat it like RLKLReferenceHigh.",
-        ),
-    ),
+_STATIC: dict[str, Runbook] = {
     "RLUpdateKLHigh": Runbook(
         "The approximate KL between the policy before and after each update is high: each "
         "optimisation step moves the policy too far (PPO's trust region is not respected).",
@@ -92,25 +48,6 @@ RUNBOOKS: dict[str, Runbook] = {
             "zero-std group) or log of 0 probabilities.",
         ),
     ),
-    "RLGradNormSpike": Runbook(
-        "The gradient norm jumped far above its rolling median. Isolated spikes are common; "
-        "repeated ones precede divergence.",
-        f"{TRAINING} → Grad norm (log), non-finite count, learning rate.",
-        (
-            "Check gradient clipping is active and its threshold sensible.",
-            "Inspect the batch at that step (very long responses, extreme advantages).",
-            "If spikes repeat, lower the learning rate or warm it up longer.",
-        ),
-    ),
-    "RLValueLossExplosion": Runbook(
-        "The critic's value loss is many times its earlier level: the value function is "
-        "diverging, which corrupts advantages (GAE) and then the policy.",
-        f"{TRAINING} → Policy and value losses; Explained variance.",
-        (
-            "Lower the critic learning rate; enable value clipping or value-loss scaling.",
-            "Check reward scale changes (a new reward component, a grader change).",
-        ),
-    ),
     "RLExplainedVarianceNegative": Runbook(
         "The value function explains less of the returns than a constant would: its "
         "advantages are noise.",
@@ -118,37 +55,6 @@ RUNBOOKS: dict[str, Runbook] = {
         (
             "Early in training this can be normal; if it persists, lower the critic learning "
             "rate, warm up the critic, or normalise rewards/returns.",
-        ),
-    ),
-    "RLRewardCollapse": Runbook(
-        "The training reward dropped suddenly, many standard deviations below its earlier "
-        "window and by a large fraction: the policy broke (divergence, collapse, a bad "
-        "checkpoint) or the grader changed.",
-        f"{TRAINING} → Reward (mean with min/max band, per component).",
-        (
-            "Check the grader first (RLGraderErrors, a new grader_version in the run metadata).",
-            "Check entropy, KL and grad norm at the same time for a training instability.",
-            "Roll back to the last good checkpoint and lower the learning rate.",
-        ),
-    ),
-    "RLRewardPlateau": Runbook(
-        "The mean reward has not changed over the plateau window. Informational: the run may "
-        "have converged or stopped learning (e.g. all groups already solved or all failing).",
-        f"{TRAINING} → Reward; Reward spread and zero-std groups.",
-        (
-            "If the task is not solved, check zero-std groups and entropy; consider harder or "
-            "easier prompts, or a higher learning rate.",
-            "If it is solved, stop the run and save compute.",
-        ),
-    ),
-    "RLZeroStdGroupsHigh": Runbook(
-        "Most prompt groups have identical rewards for all samples, so group-relative "
-        "advantages are zero and there is no learning signal (GRPO-style training).",
-        f"{TRAINING} → Reward spread and zero-std groups.",
-        (
-            "Filter or re-sample prompts that are always solved or always failed (dynamic "
-            "sampling), adjust the curriculum.",
-            "Raise sampling temperature or group size; check entropy for a collapse.",
         ),
     ),
     "RLImportanceRatioDrift": Runbook(
@@ -162,26 +68,6 @@ RUNBOOKS: dict[str, Runbook] = {
             "importance sampling to correct the mismatch.",
         ),
     ),
-    "RLRewardHacking": Runbook(
-        "Training reward keeps rising while the held-out eval score is flat or falling: the "
-        "policy is likely exploiting the reward (grader loophole, format trick, length).",
-        f"{TRAINING} → Reward with eval overlaid; Response length, truncation and format.",
-        (
-            "Read samples with high reward and low eval score; look for the loophole.",
-            "Fix the grader, add a penalty or a second verifier; roll back to the checkpoint "
-            "where the eval score peaked.",
-        ),
-    ),
-    "RLResponseLengthExplosion": Runbook(
-        "Mean response length is many times the run's own early length: responses grow "
-        "without bound (repetition, rambling, length-rewarding grader).",
-        f"{TRAINING} → Response length, truncation and format compliance.",
-        (
-            "Check for a length bias in the reward; add a length penalty or normalise the loss "
-            "per token.",
-            "Read long samples for repetition loops; check truncation.",
-        ),
-    ),
     "RLResponseLengthDrift": Runbook(
         "The p90 of the response-length histogram moved by a large factor against the same "
         "window an hour earlier: the length distribution shifted (either way).",
@@ -189,24 +75,6 @@ RUNBOOKS: dict[str, Runbook] = {
         (
             "A shift upward usually precedes truncation and latency problems; downward, "
             "a collapse to short answers. Read samples from both windows.",
-        ),
-    ),
-    "RLTruncationHigh": Runbook(
-        "Many responses are cut at the generation length limit: their rewards are "
-        "unreliable and the policy may be learning to ramble.",
-        f"{TRAINING} → Response length, truncation and format compliance.",
-        (
-            "Raise the max generation length or penalise truncated responses.",
-            "Look at RLResponseLengthExplosion and the reward per component.",
-        ),
-    ),
-    "RLFormatComplianceDrop": Runbook(
-        "The fraction of responses in the required format fell well below the run's own peak: "
-        "the policy is unlearning the format, or found a reward that does not need it.",
-        f"{TRAINING} → Response length, truncation and format compliance.",
-        (
-            "Check the format reward component and the parser; read non-compliant samples.",
-            "Raise the weight of the format reward or roll back.",
         ),
     ),
     "RLTargetDown": Runbook(
@@ -331,6 +199,8 @@ RUNBOOKS: dict[str, Runbook] = {
         ),
     ),
 }
+# the step alerts carry their runbooks in their declarations (rlpulse.stack.alerts)
+RUNBOOKS: dict[str, Runbook] = {**{d.name: d.runbook for d in alert_defs.ALL_STEP}, **_STATIC}
 
 
 def render(cfg: Config) -> dict[str, str]:

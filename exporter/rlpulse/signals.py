@@ -1,0 +1,583 @@
+"""Step-indexed detection signals: RL dynamics measured per logged step, not per minute.
+
+Trainers log at any cadence (every 50 ms to every 20 minutes), so statistics about RL dynamics
+are computed here, on every logged value of a watched series, and exported as the catalog gauges
+``rl_step_signal{signal, series}`` (the statistic) and ``rl_step_signal_baseline{signal, series}``
+(what it is compared with: the run's peak, floor, median or best so far). The generated Prometheus
+rules only threshold them; ``rlpulse replay`` feeds a log through the same exporter, so a replayed
+log and a live run agree by construction.
+
+Every statistic works on the run's own values, in steps:
+
+- *smoothed*: the median of the last ``smooth`` values (one noisy step moves nothing);
+- *sustained*: the median of the last ``2 * smooth`` values (half of them must agree);
+- *peak* / *floor*: the highest / lowest smoothed value once ``warmup`` values were seen;
+- *start*: the first smoothed value after warm-up;
+- *noise*: the step-to-step noise of the history (robust spread of its differences / sqrt 2);
+- *history*: the last ``history`` raw values before the current one (median and MAD for spikes).
+
+An exported value is the worst of the last ``hold`` values and of every value since the previous
+scrape, so a one-step spike between two scrapes is still seen by Prometheus.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import statistics
+from collections import deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Literal
+
+from rlpulse import catalog
+
+SIGNAL = catalog.get("rl_step_signal")
+BASELINE = catalog.get("rl_step_signal_baseline")
+INTERVAL = catalog.get("rl_step_interval_seconds")
+
+Worse = Literal["above", "below"]
+# how a value reads: a share (shown as %), a multiple (x), nats, or robust standard deviations
+Unit = Literal["fraction", "multiple", "nats", "sigma"]
+
+
+@dataclass(frozen=True)
+class Windows:
+    """How many logged values each statistic looks at."""
+
+    smooth: int = 5
+    history: int = 50
+    warmup: int = 5
+    hold: int = 3
+
+
+# ---- per-series state ------------------------------------------------------------------------
+
+
+class Track:
+    """The running statistics of one watched series (one metric with one label set)."""
+
+    def __init__(self, w: Windows) -> None:
+        self.w = w
+        self.n = 0
+        self.recent: deque[float] = deque(maxlen=w.smooth)
+        self.long: deque[float] = deque(maxlen=2 * w.smooth)
+        self.history: deque[float] = deque(maxlen=w.history)
+        self.last = math.nan
+        self.smoothed = math.nan
+        self.peak = math.nan
+        self.floor = math.nan
+        self.start = math.nan
+        # the same, of the sustained level (median of the last 2 x smooth values)
+        self.level = math.nan
+        self.level_peak = math.nan
+        self.level_start = math.nan
+
+    @property
+    def warm(self) -> bool:
+        return self.n >= self.w.warmup
+
+    def add(self, value: float) -> None:
+        if not math.isfinite(value):
+            return
+        if not math.isnan(self.last):
+            self.history.append(self.last)
+        self.n += 1
+        self.last = value
+        self.recent.append(value)
+        self.long.append(value)
+        self.smoothed = statistics.median(self.recent)
+        if self.warm:
+            if math.isnan(self.start):
+                self.start = self.peak = self.floor = self.smoothed
+            self.peak = max(self.peak, self.smoothed)
+            self.floor = min(self.floor, self.smoothed)
+        self.level = self.sustained()
+        if not math.isnan(self.level):
+            if math.isnan(self.level_start):
+                self.level_start = self.level_peak = self.level
+            self.level_peak = max(self.level_peak, self.level)
+
+    def median(self) -> float:
+        return statistics.median(self.history) if self.history else math.nan
+
+    def sustained(self) -> float:
+        """The median of the last ``2 * smooth`` values, once that many were seen."""
+        return statistics.median(self.long) if len(self.long) == self.long.maxlen else math.nan
+
+    def quantile(self, q: float) -> float:
+        h = sorted(self.history)
+        return h[min(int(q * len(h)), len(h) - 1)] if h else math.nan
+
+    def noise(self) -> float:
+        """Step-to-step noise: the robust spread of the history's differences, / sqrt(2)."""
+        h = list(self.history)
+        diffs = [b - a for a, b in itertools.pairwise(h)]
+        if len(diffs) < 2:
+            return math.nan
+        mad = statistics.median(abs(d) for d in diffs)
+        spread = 1.4826 * mad if mad > 0 else statistics.pstdev(diffs)
+        return spread / math.sqrt(2)
+
+    def mad(self) -> float:
+        if not self.history:
+            return math.nan
+        med = self.median()
+        return statistics.median(abs(x - med) for x in self.history)
+
+
+def _ratio(num: float, den: float) -> float:
+    return num / den if den > 0 and math.isfinite(num) else math.nan
+
+
+# ---- signal definitions --------------------------------------------------------------------------
+
+# A signal's value and baseline from the detector's tracks (NaN: not defined yet).
+Compute = Callable[["Detector", Track, str], tuple[float, float]]  # (detector, track, metric)
+
+
+@dataclass(frozen=True)
+class Signal:
+    """One step-indexed statistic of a watched metric."""
+
+    name: str
+    metric: str
+    worse: Worse
+    compute: Compute
+    doc: str
+    unit: Unit
+
+
+def _ratio_to_peak(d: Detector, t: Track, key: str) -> tuple[float, float]:
+    return (_ratio(t.smoothed, t.peak), t.peak) if t.warm else (math.nan, math.nan)
+
+
+def _ratio_to_start(d: Detector, t: Track, key: str) -> tuple[float, float]:
+    return (_ratio(t.smoothed, t.start), t.start) if t.warm else (math.nan, math.nan)
+
+
+def _level(d: Detector, t: Track, key: str) -> tuple[float, float]:
+    return (t.smoothed, t.median()) if t.warm else (math.nan, math.nan)
+
+
+def _sustained(d: Detector, t: Track, key: str) -> tuple[float, float]:
+    """A level that half of the last ``2 * smooth`` values must reach (not a spike)."""
+    return t.sustained(), t.median()
+
+
+KL_FLOOR = 0.02  # nats: KL jumps are measured in at least this unit (a KL of ~0 has no spread)
+KL_MIN = 0.1  # nats: below this a KL "jump" is harmless whatever its z-score
+
+
+def _kl_jump(d: Detector, t: Track, key: str) -> tuple[float, float]:
+    """The robust z-score of the latest KL against its history (0 while KL is small)."""
+    if len(t.history) < d.w.warmup:
+        return math.nan, math.nan
+    med = t.median()
+    if t.last < KL_MIN:
+        return 0.0, med
+    scale = max(1.4826 * t.mad(), 0.1 * abs(med), KL_FLOOR)
+    return (t.last - med) / scale, med
+
+
+def _spike_ratio(d: Detector, t: Track, key: str) -> tuple[float, float]:
+    """The latest value against the history's 90th percentile (steps with no learning signal
+    and a near-zero norm do not make every normal step a spike)."""
+    if len(t.history) < d.w.warmup:
+        return math.nan, math.nan
+    q90 = t.quantile(0.9)
+    return _ratio(t.last, q90), q90
+
+
+def _ratio_to_typical(d: Detector, t: Track, key: str) -> tuple[float, float]:
+    """The smoothed level against the history's median magnitude: never a division by zero
+    (a sparse-reward value loss of 0 gives no ratio) nor by a negative loss."""
+    if len(t.history) < d.w.warmup:
+        return math.nan, math.nan
+    typical = statistics.median(abs(x) for x in t.history)
+    return _ratio(t.smoothed, typical), typical
+
+
+def _gain_lost(d: Detector, t: Track, key: str) -> tuple[float, float]:
+    """The fraction of what the run gained that it has lost again, on the sustained level
+    (start -> peak -> now): learning and losing it both take half of 2 x smooth steps."""
+    if math.isnan(t.level):
+        return math.nan, math.nan
+    gain = t.level_peak - t.level_start
+    # a gain counts when it stands out of the run's step-to-step noise and its own level
+    noise = t.noise()
+    big = max(abs(t.level_start), abs(t.level_peak))
+    if math.isnan(noise) or not gain > max(3 * noise, 0.1 * big, 1e-12):
+        return 0.0, t.level_peak
+    return (t.level_peak - t.level) / gain, t.level_peak
+
+
+EVAL_SMOOTH = 3  # eval readings are rare: a drop must hold over the median of the last three
+
+
+def _drop_from_best(d: Detector, t: Track, key: str) -> tuple[float, float]:
+    """How far the held-out score (median of its last three readings) is below the best such
+    median so far, as a fraction of that best."""
+    if t.n < EVAL_SMOOTH:
+        return math.nan, math.nan
+    readings = [*t.history, t.last]
+    medians = [
+        statistics.median(readings[i - EVAL_SMOOTH : i])
+        for i in range(EVAL_SMOOTH, len(readings) + 1)
+    ]
+    best = max(medians)
+    if not best > 0:
+        return math.nan, best
+    return max(best - medians[-1], 0.0) / best, best
+
+
+def _hacking_rise(d: Detector, t: Track, key: str) -> tuple[float, float]:
+    """How much the training reward rose since the true objective was last at its best, once a
+    later objective reading failed to improve on it (the least over the objective series: any
+    objective still improving clears it)."""
+    if not t.warm or not d.objectives:
+        return math.nan, math.nan
+    rises = []
+    for obj in d.objectives.values():
+        if obj.since_best == 0:
+            return 0.0, math.nan  # this objective just improved or has one reading
+        # the objective peaked before this reward warmed up: its first warm level is the start
+        ref = obj.proxy_at_best.setdefault(key, t.smoothed)
+        rise = t.smoothed - ref
+        # a rise counts when it stands out of the reward's step-to-step noise
+        if not rise > 3 * t.noise():
+            rise = 0.0
+        scale = max(abs(ref), 0.25 * (t.peak - t.floor), 1e-12)
+        rises.append((rise / scale, ref))
+    return min(rises)
+
+
+def _zero_std(d: Detector, t: Track, key: str) -> tuple[float, float]:
+    """The zero-std share of groups over the last ``2 * smooth`` batches, 0 while the reward
+    is at its best (a solved task has one reward per group and nothing to learn)."""
+    if not t.warm:
+        return math.nan, math.nan
+    reward = d.reward_track()
+    if reward is not None and reward.warm and reward.peak > reward.start:
+        span = reward.peak - min(reward.floor, reward.start)
+        if reward.smoothed >= reward.peak - 0.05 * span:
+            return 0.0, reward.peak
+    return statistics.fmean(t.long), reward.peak if reward is not None else math.nan
+
+
+REWARDS = ("rl_reward_mean", "rl_episode_return")
+OBJECTIVE = "rl_eval_score"
+ZERO_STD = "rl_zero_std_groups_ratio"
+
+SIGNALS: tuple[Signal, ...] = (
+    Signal(
+        "entropy_ratio_to_peak",
+        "rl_entropy",
+        "below",
+        _ratio_to_peak,
+        "Smoothed policy entropy as a fraction of its peak so far.",
+        "fraction",
+    ),
+    Signal(
+        "entropy_ratio_to_start",
+        "rl_entropy",
+        "above",
+        _ratio_to_start,
+        "Smoothed policy entropy as a multiple of its level at the run's start.",
+        "multiple",
+    ),
+    Signal(
+        "kl_reference_level",
+        "rl_kl_reference",
+        "above",
+        _sustained,
+        "KL to the reference (nats) that half of the last 2 x smooth values reach; baseline: "
+        "the history's median.",
+        "nats",
+    ),
+    Signal(
+        "kl_reference_zscore",
+        "rl_kl_reference",
+        "above",
+        _kl_jump,
+        "Robust z-score of the latest KL to the reference against its history (0 below 0.1 nats).",
+        "sigma",
+    ),
+    Signal(
+        "grad_norm_spike_ratio",
+        "rl_grad_norm",
+        "above",
+        _spike_ratio,
+        "Latest gradient norm as a multiple of its history's 90th percentile.",
+        "multiple",
+    ),
+    Signal(
+        "value_loss_ratio",
+        "rl_value_loss",
+        "above",
+        _ratio_to_typical,
+        "Smoothed value loss as a multiple of its history's median magnitude.",
+        "multiple",
+    ),
+    *(
+        Signal(
+            "reward_gain_lost_ratio",
+            m,
+            "above",
+            _gain_lost,
+            "Fraction of the run's reward gain (start to peak, smoothed) lost since the peak.",
+            "fraction",
+        )
+        for m in REWARDS
+    ),
+    *(
+        Signal(
+            "reward_hacking_rise_ratio",
+            m,
+            "above",
+            _hacking_rise,
+            "Rise of the smoothed training reward since the true objective (held-out or "
+            "objective score) was last at its best, relative to the reward then.",
+            "fraction",
+        )
+        for m in REWARDS
+    ),
+    Signal(
+        "eval_drop_ratio",
+        OBJECTIVE,
+        "above",
+        _drop_from_best,
+        "Latest eval / objective score below its best so far, as a fraction of the best.",
+        "fraction",
+    ),
+    Signal(
+        "zero_std_unsolved_ratio",
+        ZERO_STD,
+        "above",
+        _zero_std,
+        "Share of prompt groups with one reward over the last 2 x smooth batches, 0 while the "
+        "reward is at its best.",
+        "fraction",
+    ),
+    Signal(
+        "advantage_std_ratio_to_peak",
+        "rl_advantage_std",
+        "below",
+        _ratio_to_peak,
+        "Smoothed advantage standard deviation as a fraction of its peak so far.",
+        "fraction",
+    ),
+    Signal(
+        "length_ratio_to_start",
+        "rl_response_length_mean_tokens",
+        "above",
+        _ratio_to_start,
+        "Smoothed mean response length as a multiple of its level at the run's start.",
+        "multiple",
+    ),
+    Signal(
+        "length_ratio_to_peak",
+        "rl_response_length_mean_tokens",
+        "below",
+        _ratio_to_peak,
+        "Smoothed mean response length as a fraction of its peak so far.",
+        "fraction",
+    ),
+    Signal(
+        "truncation_level",
+        "rl_truncation_ratio",
+        "above",
+        _level,
+        "Smoothed share of responses cut at the length limit.",
+        "fraction",
+    ),
+    Signal(
+        "format_ratio_to_peak",
+        "rl_format_compliance_ratio",
+        "below",
+        _ratio_to_peak,
+        "Smoothed format compliance as a fraction of its peak so far.",
+        "fraction",
+    ),
+)
+SIGNAL_NAMES = frozenset(s.name for s in SIGNALS)
+_BY_METRIC: dict[str, tuple[Signal, ...]] = {}
+for _s in SIGNALS:
+    _BY_METRIC[_s.metric] = (*_BY_METRIC.get(_s.metric, ()), _s)
+WATCHED = frozenset(_BY_METRIC)
+# rl_reward_std == 0 means every group of the batch had one reward: zero-std evidence for
+# trainers that log no zero-std share (older TRL); group outcomes all_good + all_bad likewise
+_REWARD_STD = "rl_reward_std"
+_OUTCOME = "rl_group_outcome_ratio"
+# an end-of-sequence share is the complement of truncation (tinker's format_eos)
+_EOS = "rl_completion_eos_ratio"
+TRUNCATION = "rl_truncation_ratio"
+OBSERVED = WATCHED | {_REWARD_STD, _OUTCOME, _EOS}
+
+
+@dataclass
+class _Objective:
+    """One true-objective series: its best, readings since, and the rewards at the best."""
+
+    best: float | None = None
+    since_best: int = 0
+    proxy_at_best: dict[str, float] = field(default_factory=dict)
+
+
+# ---- one exported value ----------------------------------------------------------------------
+
+
+@dataclass
+class _Held:
+    """An exported signal: worst of the last ``hold`` values and of those since the last read."""
+
+    worse: Worse
+    hold: int
+    last: deque[float] = field(init=False)
+    unread: float = math.nan
+    baseline: float = math.nan
+
+    def __post_init__(self) -> None:
+        self.last = deque(maxlen=self.hold)
+
+    def _worst(self, a: float, b: float) -> float:
+        if math.isnan(a):
+            return b
+        if math.isnan(b):
+            return a
+        return max(a, b) if self.worse == "above" else min(a, b)
+
+    def put(self, value: float, baseline: float) -> None:
+        if math.isnan(value):
+            return
+        self.last.append(value)
+        self.unread = self._worst(self.unread, value)
+        self.baseline = baseline
+
+    def read(self) -> float:
+        out = self.unread
+        for v in self.last:
+            out = self._worst(out, v)
+        self.unread = math.nan
+        return out
+
+
+# ---- the detector ----------------------------------------------------------------------------
+
+
+SeriesKey = tuple[str, tuple[str, ...]]
+
+
+class Detector:
+    """Watches the series the signals read and keeps their exported values.
+
+    ``observe`` is called with every value written to a watched metric; it is cheap for the
+    rest (one dict lookup per write, done when the exporter applies a ``log()`` snapshot).
+    """
+
+    def __init__(self, windows: Windows | None = None) -> None:
+        self.w = windows or Windows()
+        self.tracks: dict[SeriesKey, Track] = {}
+        self.held: dict[tuple[str, str], _Held] = {}
+        self.objectives: dict[tuple[str, ...], _Objective] = {}  # per objective series
+        self._stamps: deque[float] = deque(maxlen=self.w.history)
+        self._last_step: float | None = None
+        self._zero_std_direct = False
+        self._truncation_direct = False
+
+    # -- input
+    def observe(self, metric: str, labels: tuple[str, ...], value: float) -> None:
+        """A value written to ``metric`` with its own label values (catalog order)."""
+        if metric == _REWARD_STD:
+            if not self._zero_std_direct and math.isfinite(value):
+                self._add(ZERO_STD, (), 1.0 if value == 0 else 0.0)
+            return
+        if metric == _OUTCOME:
+            self._outcome(labels, value)
+            return
+        if metric == _EOS:
+            if not self._truncation_direct and math.isfinite(value):
+                self._add(TRUNCATION, (), 1.0 - value)
+            return
+        if metric == TRUNCATION:
+            self._truncation_direct = True
+        if metric == ZERO_STD:
+            self._zero_std_direct = True
+        if metric == OBJECTIVE and labels[-1:] == ("train",):
+            return  # a score on the training split is not a held-out objective
+        if metric in WATCHED:
+            self._add(metric, labels, value)
+
+    def _outcome(self, labels: tuple[str, ...], value: float) -> None:
+        key = (_OUTCOME, labels)
+        self.tracks.setdefault(key, Track(self.w)).last = value
+        if labels == ("all_bad",) and not self._zero_std_direct:
+            good = self.tracks.get((_OUTCOME, ("all_good",)))
+            share = value + (good.last if good is not None else 0.0)
+            if math.isfinite(share):
+                self._add(ZERO_STD, (), share)
+
+    def step(self, step: float, stamp: float) -> None:
+        """A logged step at wall time ``stamp``: feeds the run's own step interval."""
+        if self._last_step is not None and step <= self._last_step:
+            return
+        self._last_step = step
+        self._stamps.append(stamp)
+
+    def _add(self, metric: str, labels: tuple[str, ...], value: float) -> None:
+        key = (metric, labels)
+        track = self.tracks.get(key)
+        if track is None:
+            track = self.tracks[key] = Track(self.w)
+        track.add(value)
+        # the two reward metrics feed the same signals: the series label tells them apart
+        series = metric.removeprefix("rl_") if metric in REWARDS else ",".join(labels)
+        if metric == OBJECTIVE:
+            self._objective(labels, track.last)
+        for sig in _BY_METRIC[metric]:
+            value_, baseline = sig.compute(self, track, metric)
+            held = self.held.get((sig.name, series))
+            if held is None:
+                if math.isnan(value_):
+                    continue
+                held = self.held[(sig.name, series)] = _Held(sig.worse, self.w.hold)
+            held.put(value_, baseline)
+
+    def _objective(self, labels: tuple[str, ...], value: float) -> None:
+        """A true-objective reading: at a new best, remember each reward's level then."""
+        obj = self.objectives.setdefault(labels, _Objective())
+        if obj.best is not None and not value > obj.best:
+            obj.since_best += 1
+            return
+        obj.best, obj.since_best = value, 0
+        for metric in REWARDS:
+            reward = self.tracks.get((metric, ()))
+            if reward is not None and reward.n:
+                obj.proxy_at_best[metric] = reward.smoothed
+
+    def reward_track(self) -> Track | None:
+        for metric in REWARDS:
+            t = self.tracks.get((metric, ()))
+            if t is not None:
+                return t
+        return None
+
+    def interval(self) -> float:
+        """The median seconds between the run's last logged steps (NaN before two steps)."""
+        s = list(self._stamps)
+        gaps = [b - a for a, b in itertools.pairwise(s) if b >= a]
+        return statistics.median(gaps) if gaps else math.nan
+
+    # -- output
+    def samples(self) -> Iterator[tuple[catalog.Metric, tuple[str, ...], float]]:
+        """The exported gauges (read at scrape time)."""
+        for (name, series), held in list(self.held.items()):
+            value = held.read()
+            if math.isnan(value):
+                continue
+            yield SIGNAL, (name, series), value
+            if not math.isnan(held.baseline):
+                yield BASELINE, (name, series), held.baseline
+        gap = self.interval()
+        if not math.isnan(gap):
+            yield INTERVAL, (), gap

@@ -1,0 +1,96 @@
+"""The parts every alert definition is made of: the rule, its runbook, its promtool scenarios."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rlpulse.stack.knobs import AlertConfig, seconds
+
+Severity = Literal["critical", "warning", "info"]
+Area = Literal["rl", "task", "system"]
+# "target": the alert keeps job/instance (one exporter); "run": aggregated by (job, run_id).
+Scope = Literal["target", "run"]
+
+
+@dataclass(frozen=True)
+class Alert:
+    """One alerting rule (a tiered alert is two of these with the same name)."""
+
+    name: str
+    severity: Severity
+    expr: str
+    for_: str
+    summary: str
+    description: str
+    scope: Scope = "target"
+    enabled: bool = True
+    annotations: dict[str, str] = field(default_factory=dict)
+    keep_firing_for: str = ""
+
+    @classmethod
+    def of(
+        cls,
+        c: AlertConfig,
+        name: str,
+        severity: Severity,
+        expr: str,
+        summary: str,
+        description: str,
+        scope: Scope = "target",
+    ) -> Alert:
+        """An alert whose ``for`` and ``enabled`` come from its config entry ``c``."""
+        return cls(name, severity, expr, c.for_, summary, description, scope, c.enabled)
+
+    def rule(self, area: Area) -> dict[str, Any]:
+        """The rule as it appears in a Prometheus rule file."""
+        out: dict[str, Any] = {"alert": self.name, "expr": self.expr}
+        if seconds(self.for_) > 0:
+            out["for"] = self.for_
+        if self.keep_firing_for and seconds(self.keep_firing_for) > 0:
+            out["keep_firing_for"] = self.keep_firing_for
+        out["labels"] = {"severity": self.severity, "layer": area}
+        out["annotations"] = {
+            "summary": self.summary,
+            "description": self.description,
+            **self.annotations,
+        }
+        return out
+
+
+@dataclass(frozen=True)
+class Runbook:
+    """The three parts of a runbook section."""
+
+    means: str
+    panel: str
+    tries: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Expect:
+    """One alert expected to fire: its severity, labels beyond the alertname, and value."""
+
+    severity: Severity
+    labels: dict[str, str]
+    value: float
+    # annotations as they must read, where the rule's templates query more than $labels/$value
+    annotations: dict[str, str] | None = None
+
+
+@dataclass(frozen=True)
+class Check:
+    """What one alert should look like at one time ([] = nothing firing)."""
+
+    alert: str
+    at: str
+    fires: tuple[Expect, ...] = ()
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """One promtool test: input series and the checks made on them."""
+
+    comment: str
+    inputs: tuple[tuple[str, str], ...]
+    checks: tuple[Check, ...] = ()  # none: a healthy run, every alert checked at HEALTHY_TIMES

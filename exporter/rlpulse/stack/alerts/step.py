@@ -1,0 +1,269 @@
+"""Alerts on step-indexed signals (``rlpulse.signals``): one declaration makes the whole alert.
+
+A ``StepAlert`` names a signal, its warning and critical levels and its runbook. From that one
+declaration come its knobs (a config section), its rules (a tier per severity, with hysteresis:
+a firing alert clears only once the signal is back past ``hysteresis`` of the level, and
+``keep_firing_for`` so a run that stops logging mid-failure keeps its page), its description
+(value, baseline and step, in the signal's units) and its promtool scenario.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlpulse import catalog, signals
+from rlpulse.stack.alerts.kit import Alert, Area, Check, Expect, Runbook, Scenario, Severity
+from rlpulse.stack.knobs import AlertConfig, Duration, _doc, seconds
+from rlpulse.stack.promql import sel
+
+SIGNAL = catalog.get("rl_step_signal")
+BASELINE = catalog.get("rl_step_signal_baseline")
+STEP = catalog.get("rl_step")
+ID = "run {{ $labels.run_id }} (rank {{ $labels.rank }})"
+_BY_NAME = {s.name: s for s in signals.SIGNALS}
+
+
+@dataclass(frozen=True)
+class StepKnobs(AlertConfig):
+    """Knobs every step alert has; its levels are added per alert."""
+
+    for_: Duration = field(
+        default=Duration("0s"),
+        metadata=_doc("How long the condition must hold (the signal is already step-smoothed)."),
+    )
+    hysteresis: float = field(
+        default=0.25,
+        metadata=_doc(
+            "A firing alert clears only this fraction of the way back from its level to the "
+            "signal's healthy value (no flapping)."
+        ),
+    )
+    keep_firing_for: Duration = field(
+        default=Duration("10m"),
+        metadata=_doc("Keep firing this long after the condition last held."),
+    )
+
+
+def _fmt_value(unit: str, v: float) -> str:
+    """A value as the description prints it (Python side of ``_go_value``)."""
+    if unit == "fraction":
+        return f"{v * 100:.4g}%"
+    return {"multiple": f"{v:.3g}x", "nats": f"{v:.3g} nats", "sigma": f"{v:.3g} sigma"}[unit]
+
+
+def _go_value(unit: str) -> str:
+    """The Go template that prints ``$value`` like ``_fmt_value``."""
+    if unit == "fraction":
+        return "{{ $value | humanizePercentage }}"
+    suffix = {"multiple": "x", "nats": " nats", "sigma": " sigma"}[unit]
+    return '{{ printf "%.3g" $value }}' + suffix
+
+
+def _go_query(selector: str, args: str, fmt: str) -> str:
+    """A template that prints the first value of a query, or nothing."""
+    return (
+        f"{{{{ with printf `{selector}` {args} | query }}}}"
+        f'{{{{ . | first | value | printf "{fmt}" }}}}{{{{ end }}}}'
+    )
+
+
+@dataclass(frozen=True)
+class StepAlert:
+    """One alert on one step-indexed signal."""
+
+    name: str
+    key: str
+    area: Area
+    signal: str
+    summary: str
+    subject: str
+    relation: str
+    runbook: Runbook
+    healthy: float
+    warning: float | None = None
+    critical: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.signal not in _BY_NAME:
+            raise ValueError(f"{self.name}: unknown signal {self.signal!r}")
+        if self.warning is None and self.critical is None:
+            raise ValueError(f"{self.name}: give a warning or a critical level")
+
+    @property
+    def sig(self) -> signals.Signal:
+        return _BY_NAME[self.signal]
+
+    @property
+    def above(self) -> bool:
+        return self.sig.worse == "above"
+
+    # ---- knobs
+    def knobs(self) -> type[StepKnobs]:
+        """The config section of this alert (its levels as fields)."""
+        tiers = [("warning", self.warning), ("critical", self.critical)]
+        fields: list[Any] = [
+            (
+                sev,
+                float,
+                field(
+                    default=level,
+                    metadata=_doc(
+                        f"{sev.capitalize()} {'above' if self.above else 'below'} this "
+                        f"{self.signal} ({self.sig.unit})."
+                    ),
+                ),
+            )
+            for sev, level in tiers
+            if level is not None
+        ]
+        cls = dataclasses.make_dataclass(
+            f"{self.name.removeprefix('RL')}Knobs", fields, bases=(StepKnobs,), frozen=True
+        )
+        cls.__doc__ = f"{self.summary} ({self.signal})"
+        return cls
+
+    def tiers(self, k: Any) -> list[tuple[Severity, float]]:
+        out: list[tuple[Severity, float]] = []
+        if self.warning is not None:
+            out.append(("warning", k.warning))
+        if self.critical is not None:
+            out.append(("critical", k.critical))
+        return out
+
+    def clear_level(self, level: float, hysteresis: float) -> float:
+        """Where a firing tier clears: ``hysteresis`` of the way from its level back to the
+        signal's healthy value."""
+        return level + hysteresis * (self.healthy - level)
+
+    # ---- rules
+    def alerts(self, k: Any, extra: str) -> Iterator[Alert]:
+        """The rule of each tier, for knobs ``k`` and the config's extra matchers."""
+        s = sel(SIGNAL, f'signal="{self.signal}"', extra=extra)
+        op = ">" if self.above else "<"
+        for sev, level in self.tiers(k):
+            clear = self.clear_level(level, k.hysteresis)
+            firing = f'ALERTS{{alertname="{self.name}",alertstate="firing",severity="{sev}"}}'
+            expr = (
+                f"{s} {op} {level:g} or ({s} {op} {clear:g} "
+                f"and on(job, instance, signal, series) {firing})"
+            )
+            yield Alert(
+                self.name,
+                sev,
+                expr,
+                k.for_,
+                self.summary,
+                self.description(level),
+                enabled=k.enabled,
+                keep_firing_for=k.keep_firing_for,
+            )
+
+    def description(self, level: float) -> str:
+        ident = '{job="%s",instance="%s"'
+        base = _go_query(
+            f'{BASELINE.name}{ident},signal="%s",series="%s"}}',
+            "$labels.job $labels.instance $labels.signal $labels.series",
+            "%.4g",
+        )
+        step = _go_query(f"{STEP.name}{ident}}}", "$labels.job $labels.instance", "%.0f")
+        series = "{{ if $labels.series }} ({{ $labels.series }}){{ end }}"
+        return (
+            f"{self.subject}{series} of {ID} is {_go_value(self.sig.unit)} {self.relation} "
+            f"({base}) at step {step}; fires {'above' if self.above else 'below'} "
+            f"{_fmt_value(self.sig.unit, level)}."
+        )
+
+    def expected_description(
+        self, level: float, labels: dict[str, str], value: float, baseline: float, step: float
+    ) -> str:
+        """``description`` as Prometheus prints it for these labels and values."""
+        series = f" ({labels['series']})" if labels.get("series") else ""
+        return (
+            f"{self.subject}{series} of run {labels['run_id']} (rank {labels['rank']}) is "
+            f"{_fmt_value(self.sig.unit, value)} {self.relation} ({baseline:.4g}) at step "
+            f"{step:.0f}; fires {'above' if self.above else 'below'} "
+            f"{_fmt_value(self.sig.unit, level)}."
+        )
+
+    # ---- promtool scenario
+    def scenario(self, k: Any, target: dict[str, str], keep: str) -> Scenario:
+        """The signal goes bad tier by tier, sits in the hysteresis band, then heals: each tier
+        fires at its level, stays firing in the band, and clears after ``keep_firing_for``."""
+        tiers = self.tiers(k)
+        levels = [lvl for _, lvl in tiers]
+        worst = max(levels) * 1.5 if self.above else min(levels) / 2
+        crit = levels[-1]
+        band = (crit + self.clear_level(crit, k.hysteresis)) / 2
+        stages: list[tuple[float, int]] = [(self.healthy, 5)]
+        if len(levels) == 2:
+            stages.append(((levels[0] + levels[1]) / 2, 5))
+        stages += [(worst, 5), (band, 4)]
+        keep_min = int(seconds(keep) // 60)
+        stages.append((self.healthy, keep_min + 10))
+        values: list[float] = [v for v, n in stages for _ in range(n)]
+        labels = {**target, "signal": self.signal}  # series="" is no label in Prometheus
+        baseline, n = 2.0, len(values)
+        inputs = (
+            (_series(SIGNAL, {**labels, "series": ""}), " ".join(f"{v:g}" for v in values)),
+            (_series(BASELINE, {**labels, "series": ""}), f"{baseline:g}x{n - 1}"),
+            (_series(STEP, target), f"100+10x{n - 1}"),
+        )
+
+        def describe(level: float, v: float, step: float) -> str:
+            return self.expected_description(level, labels, v, baseline, step)
+
+        def at(minute: int) -> Check:
+            v = values[minute]
+            fires = [
+                Expect(sev, labels, v, {"description": describe(lvl, v, 100 + 10 * minute)})
+                for sev, lvl in tiers
+                if self._fires(v, lvl, k.hysteresis, minute, values)
+            ]
+            return Check(self.name, f"{minute}m", tuple(fires))
+
+        start_band = n - keep_min - 10 - 4
+        checks = [at(3)]
+        if len(levels) == 2:
+            checks.append(at(7))
+        checks += [at(start_band - 2), at(start_band + 2)]
+        checks.append(Check(self.name, f"{n - 3}m"))
+        return Scenario(
+            f"{self.name}: {self.signal} goes from healthy ({self.healthy:g}) through each level "
+            f"to {worst:g}, sits in the hysteresis band ({band:g}: still firing), then heals; "
+            f"the alert ends {keep} (keep_firing_for) after the band.",
+            inputs,
+            tuple(checks),
+        )
+
+    def _fires(self, v: float, level: float, h: float, minute: int, values: list[float]) -> bool:
+        """Whether a tier fires at ``minute``: past its level, or in its band after firing."""
+        past = (lambda x, lvl: x > lvl) if self.above else (lambda x, lvl: x < lvl)
+        if past(v, level):
+            return True
+        clear = self.clear_level(level, h)
+        return past(v, clear) and any(past(x, level) for x in values[:minute])
+
+
+def _series(metric: catalog.Metric, labels: dict[str, str]) -> str:
+    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
+    return f"{metric.name}{{{inner}}}"
+
+
+def knobs_fields(defs: tuple[StepAlert, ...]) -> list[Any]:
+    """Config fields (key, knobs class, default) for a set of step alerts."""
+    out = []
+    for d in defs:
+        cls = d.knobs()
+        out.append((d.key, cls, field(default_factory=cls, metadata=_doc(f"{d.name}."))))
+    return out
+
+
+def healthy_inputs(defs: tuple[StepAlert, ...], target: dict[str, str], n: int) -> list[Any]:
+    """Input series of a healthy run: every signal on its healthy side for ``n`` samples."""
+    return [
+        (_series(SIGNAL, {**target, "signal": d.signal, "series": ""}), f"{d.healthy:g}x{n - 1}")
+        for d in defs
+    ]

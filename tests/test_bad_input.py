@@ -194,7 +194,7 @@ def test_a_flood_of_label_values_is_capped() -> None:
     ("kwargs", "reason", "needle"),
     [
         ({"config": ["lr", 1e-5]}, "bad_config", "config"),
-        ({"metadata": {"modle": "typo"}}, "bad_metadata", "modle"),
+        ({"metadata": {"job": "x"}}, "bad_metadata", "job"),  # Prometheus would rename it
         ({"metadata": "qwen"}, "bad_metadata", "metadata"),
     ],
 )

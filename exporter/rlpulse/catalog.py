@@ -570,7 +570,8 @@ CATALOG: tuple[Metric, ...] = (
         "info",
         "",
         "meta",
-        "Run metadata; the value is always 1.",
+        "Run metadata; the value is always 1. Free-form metadata keys (env, algo …; up to 16, "
+        "label names only) are extra labels.",
         (
             "model",
             "framework",

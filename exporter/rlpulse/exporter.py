@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import logging
 import math
 import os
+import re
 import reprlib
 import signal
 import socket
@@ -73,6 +75,13 @@ MAX_REASON_CHARS = 120
 SCRAPER_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 METRICS_PATH = "/metrics"
 METADATA_ALIASES = {"grader": "grader_version", "version": "framework_version", "sha": "git_sha"}
+RUN_INFO = catalog.get("rl_run_info")
+MAX_EXTRA_METADATA = 16  # free-form metadata keys kept as rl_run_info labels
+MAX_METADATA_KEY_CHARS = 64
+MAX_METADATA_VALUE_CHARS = 256
+# label names a free-form key may not take: Prometheus' own and the ones it would rename
+RESERVED_LABELS = frozenset({*IDENTITY_LABELS, *RUN_INFO.labels, "job", "instance", "le"})
+_LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 EPISODE_WINDOW = 100
 MAX_PENDING = 4096  # log() snapshots held for the scrape thread before the trainer applies them
 
@@ -1031,17 +1040,37 @@ class Exporter:
             metadata = {}
         info = dict.fromkeys(METADATA_KEYS, "")
         info["host"] = socket.gethostname()
+        extra: dict[str, str] = {}
         for raw_key, value in metadata.items():
             key = METADATA_ALIASES.get(raw_key, raw_key)
-            if key not in info:
+            text = "" if value is None else str(value)[:MAX_METADATA_VALUE_CHARS]
+            if key in info:
+                info[key] = text
+            elif self._free_form_key(key, extra):
+                extra[key] = text
+            else:
                 self._drop("bad_metadata", str(raw_key), value)
-                continue
-            info[key] = "" if value is None else str(value)[:256]
         if not info["git_sha"]:
             info["git_sha"] = _git_sha()
         info["rlpulse_version"] = __version__
         self._framework = info["framework"].lower() or None
         self._info = info
+        # free-form keys (env, algo …) become extra labels of this run's rl_run_info
+        self._info_metric = dataclasses.replace(RUN_INFO, labels=(*RUN_INFO.labels, *extra))
+        self._info_values = (*(info[k] for k in RUN_INFO.labels), *extra.values())
+
+    @staticmethod
+    def _free_form_key(key: Any, kept: Mapping[str, str]) -> bool:
+        """Whether a metadata key outside the catalog's can be one more rl_run_info label: a
+        label name (not reserved, not ``__``-prefixed, bounded length) while there is room."""
+        return (
+            isinstance(key, str)
+            and len(key) <= MAX_METADATA_KEY_CHARS
+            and _LABEL_NAME.fullmatch(key) is not None
+            and not key.startswith("__")
+            and key not in RESERVED_LABELS
+            and len(kept) < MAX_EXTRA_METADATA
+        )
 
     def _set_config(
         self, config: Mapping[str, Any], prefix: str = "", within: tuple[int, ...] = ()
@@ -1083,8 +1112,7 @@ class Exporter:
 
         Run info comes first, then the self-metrics and the GPU/host readings (taken now).
         """
-        info = catalog.get("rl_run_info")
-        yield info, tuple(self._info[k] for k in info.labels), 1.0
+        yield self._info_metric, self._info_values, 1.0
         for reason, n in sorted(self.dropped.items()):
             yield catalog.get("rlpulse_dropped_values_total"), (reason,), n
         for label, n in sorted(self.store.overflowed.items()):

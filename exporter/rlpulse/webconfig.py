@@ -191,6 +191,8 @@ def load(path: str | os.PathLike[str]) -> WebConfig:
         text = p.read_text(encoding="utf-8")
     except OSError as exc:
         raise WebConfigError(f"web config {p}: cannot read it: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise WebConfigError(f"web config {p}: not UTF-8 text (byte {exc.start})") from None
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -337,6 +339,8 @@ def _http(raw: Any, errors: _Errors) -> dict[str, str]:
             continue  # unset, as exporter-toolkit treats a blank value
         if not isinstance(value, str) or "\r" in value or "\n" in value:
             raise errors.fail(key, "must be a single-line string")
+        if not value.isascii():  # HTTP sends header values as Latin-1 at best: refuse at load
+            raise errors.fail(key, "must be ASCII text")
         allowed = HEADERS[name]
         if allowed is not None and value.lower() not in allowed:
             raise errors.fail(key, f"{value!r} is not one of {', '.join(allowed)}")
@@ -454,10 +458,13 @@ class BasicAuth:
     keyed hash, never the password — and Prometheus' next scrapes cost one HMAC. Wrong passwords
     and unknown users always pay the full bcrypt cost (an unknown user is checked against a dummy
     hash of the same cost, so timing does not tell which users exist); comparisons are constant
-    time.
+    time. A bcrypt check holds a core (and the GIL) for tens of ms, so the endpoint runs at most
+    ``BCRYPT_RATE`` per second (burst ``BCRYPT_BURST``) and answers 429 past that, and both
+    refusals come after ``FAILURE_DELAY``: a flood of wrong passwords cannot starve the trainer.
     """
 
     def __init__(self, users: Mapping[str, bytes]) -> None:
+        self._budget = TokenBucket(RateLimit(1.0 / BCRYPT_RATE, BCRYPT_BURST))
         self._users = dict(users)
         self._key = secrets.token_bytes(32)
         self._verified: dict[str, bytes] = {}
@@ -466,16 +473,30 @@ class BasicAuth:
 
     def __call__(self, request: Request) -> Response | None:
         creds = credentials(request.headers.get("Authorization"))
-        if creds is None or not self.check(*creds):
+        if creds is None:
             return _unauthorized()
-        return None
+        if self._remembered(*creds):
+            return None
+        refused = self._budget(request)
+        if refused is None and self._verify(*creds):
+            return None
+        time.sleep(FAILURE_DELAY)  # a flood's threads wait here without the GIL
+        return refused or _unauthorized()
 
     def check(self, user: str, password: bytes) -> bool:
         """Whether ``password`` is ``user``'s."""
-        digest = hmac.new(self._key, user.encode() + b"\0" + password, hashlib.sha256).digest()
+        return self._remembered(user, password) or self._verify(user, password)
+
+    def _digest(self, user: str, password: bytes) -> bytes:
+        return hmac.new(self._key, user.encode() + b"\0" + password, hashlib.sha256).digest()
+
+    def _remembered(self, user: str, password: bytes) -> bool:
         known = self._verified.get(user)
-        if known is not None and hmac.compare_digest(known, digest):
-            return True
+        return known is not None and hmac.compare_digest(known, self._digest(user, password))
+
+    def _verify(self, user: str, password: bytes) -> bool:
+        """The bcrypt check; a success is remembered."""
+        digest = self._digest(user, password)
         hashed = self._users.get(user)
         ok = _checkpw(password, hashed if hashed is not None else self._dummy)
         if ok and hashed is not None:
@@ -499,6 +520,11 @@ def _checkpw(password: bytes, hashed: bytes) -> bool:
         return bool(_bcrypt().checkpw(password[:72], hashed))
     except ValueError:
         return False
+
+
+BCRYPT_RATE = 2.0  # bcrypt checks per second for credentials not yet verified
+BCRYPT_BURST = 4
+FAILURE_DELAY = 0.5  # seconds before a wrong password (or one past the budget) is answered
 
 
 class TokenBucket:

@@ -39,6 +39,7 @@ GENERATED = ("prometheus/", "alertmanager/", "grafana/")
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 INBOX_FILE = "inbox.jsonl"
+REDACTED = "<redacted>"
 
 
 class MissingBinary(FileNotFoundError):
@@ -412,9 +413,14 @@ class Inbox(ThreadingHTTPServer):
         super().__init__(("127.0.0.1", port), Handler)
 
     def record(self, path: str, body: Any) -> None:
-        """Append one notification and print its one-line description (to the inbox log)."""
+        """Append one notification, its routing key redacted, to the inbox file (owner-only:
+        a notification carries alert text) and print its one-line description."""
+        if isinstance(body, dict) and "routing_key" in body:
+            body = {**body, "routing_key": REDACTED}  # a real key (--pagerduty-key-file) too
         note = {"time": time.time(), "path": path, "body": body}
-        with open(self.file, "a") as f:
+        fd = os.open(self.file, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.fchmod(fd, 0o600)  # also a file an older version left world-readable
+        with open(fd, "a") as f:
             f.write(json.dumps(note) + "\n")
         print(describe(note), flush=True)
 

@@ -78,14 +78,17 @@ def test_a_second_write_changes_nothing(tmp_path: Path, files: dict[str, str]) -
 def test_yaml_overrides_reach_the_rules(tmp_path: Path) -> None:
     cfg_file = tmp_path / "rlpulse.yaml"
     cfg_file.write_text(
-        "alerts:\n  entropy_collapse:\n    ratio: 0.35\n    for: 7m\n"
+        "alerts:\n  entropy_collapse:\n    critical: 0.15\n    for: 7m\n"
         "receivers:\n  warning: webhook\n  webhook:\n    url: http://127.0.0.1:9/hook\n"
     )
     out = tmp_path / "out"
     assert _generate("--config", str(cfg_file), "--out", str(out)) == 0
     rl = yaml.safe_load((out / "prometheus/rules/rl.yml").read_text())
-    alert = next(r for r in rl["groups"][0]["rules"] if r.get("alert") == "RLEntropyCollapse")
-    assert "< 0.35" in alert["expr"] and alert["for"] == "7m"
+    assert any(
+        "< 0.15 or" in r["expr"] and r["for"] == "7m"
+        for r in rl["groups"][0]["rules"]
+        if r.get("alert") == "RLEntropyCollapse"
+    )
     am = yaml.safe_load((out / "alertmanager/alertmanager.yml").read_text())
     hook = next(r for r in am["receivers"] if r["name"] == "webhook")
     assert hook["webhook_configs"][0]["url"] == "http://127.0.0.1:9/hook"
@@ -96,8 +99,8 @@ def test_yaml_overrides_reach_the_rules(tmp_path: Path) -> None:
 
 BAD = [
     (
-        "alerts:\n  entropy_collapse:\n    ratio: abc\n",
-        "alerts.entropy_collapse.ratio: expected a number, got 'abc'",
+        "alerts:\n  entropy_collapse:\n    critical: abc\n",
+        "alerts.entropy_collapse.critical: expected a number, got 'abc'",
     ),
     ("alerts:\n  entropy_colapse: {}\n", "alerts.entropy_colapse: unknown key (expected one of:"),
     (
@@ -122,8 +125,8 @@ BAD = [
     ),
     ("windows: 5m\n", "windows: expected a mapping of keys, got '5m'"),
     (
-        "alerts:\n  entropy_collapse:\n    ratio: .nan\n",
-        "alerts.entropy_collapse.ratio: expected a finite number, got nan",
+        "alerts:\n  entropy_collapse:\n    critical: .nan\n",
+        "alerts.entropy_collapse.critical: expected a finite number, got nan",
     ),
     ("scrape:\n  username: prom\n", "scrape: username and password_file go together"),
     ("scrape:\n  ca_file: ca.crt\n", "scrape: ca_file, server_name, cert_file need scheme https"),
@@ -154,7 +157,7 @@ def test_the_cli_reports_a_bad_config_and_exits_2(
     path.write_text(BAD[0][0])
     assert _generate("--config", str(path), "--out", str(tmp_path / "out")) == 2
     err = capsys.readouterr().err
-    assert f"{path}: alerts.entropy_collapse.ratio: expected a number, got 'abc'" in err
+    assert f"{path}: alerts.entropy_collapse.critical: expected a number, got 'abc'" in err
     assert not (tmp_path / "out").exists()
 
 
@@ -184,14 +187,15 @@ def test_fast_preset_compresses_every_duration() -> None:
             assert f == max(1.0, s / config.FAST_FACTOR), key
         else:
             assert f == pytest.approx(s / config.FAST_FACTOR), key
-    assert fast["windows.baseline"] == "6m" and fast["alerts.entropy_collapse.for_"] == "10s"
+    assert fast["windows.baseline"] == "6m"
+    assert fast["alerts.entropy_collapse.keep_firing_for"] == "10s"
 
 
 def test_generate_fast(tmp_path: Path) -> None:
     assert _generate("--fast", "--out", str(tmp_path)) == 0
     prom = yaml.safe_load((tmp_path / "prometheus/prometheus.yml").read_text())
     assert prom["global"]["evaluation_interval"] == "1s"
-    assert "[6m:1s]" in (tmp_path / "prometheus/rules/rl.yml").read_text()
+    assert "[6m:1s]" in (tmp_path / "prometheus/rules/system.yml").read_text()
 
 
 @pytest.mark.parametrize(("secs", "text"), [(90, "1m30s"), (3600, "1h"), (0.5, "500ms"), (0, "0s")])
@@ -215,4 +219,4 @@ def test_configuration_doc_lists_every_key() -> None:
     assert len(every) > 80
     for key in every:
         assert f"| `{key}` |" in text, key
-    assert "| `alerts.entropy_collapse.ratio` | `0.2` |" in text
+    assert "| `alerts.entropy_collapse.critical` | `0.2` |" in text

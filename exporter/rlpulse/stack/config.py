@@ -21,7 +21,6 @@ import yaml
 from rlpulse import catalog, keys
 from rlpulse.collectors.gpu import THROTTLE_REASONS
 from rlpulse.stack import alerts as alert_defs
-from rlpulse.stack.alerts import step
 from rlpulse.stack.knobs import _DURATION_RE, AlertConfig, _doc
 from rlpulse.stack.knobs import Duration as Duration
 from rlpulse.stack.knobs import doc as doc
@@ -487,18 +486,6 @@ class RunCrashed(AlertConfig):
 
 
 @dataclass(frozen=True)
-class TrainingStalled(AlertConfig):
-    """The exporter is up but the step does not advance."""
-
-    for_: Duration = field(
-        default=Duration("1m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    window: Duration = field(
-        default=Duration("15m"), metadata=_doc("No step change for this long (longer than a step).")
-    )
-
-
-@dataclass(frozen=True)
 class GPUIdle(Threshold):
     """GPUs idle while the run's exporter is alive."""
 
@@ -599,14 +586,19 @@ class ExporterDroppedValues(AlertConfig):
     )
 
 
-# the step alerts declare their own knobs (rlpulse.stack.alerts); they come first
-_StepAlerts = dataclasses.make_dataclass(
-    "_StepAlerts", step.knobs_fields(alert_defs.ALL_STEP), frozen=True
+# alerts declared in rlpulse.stack.alerts bring their own knobs; they come first
+_Declared = dataclasses.make_dataclass(
+    "_Declared",
+    [
+        (d.key, d.knobs, field(default_factory=d.knobs, metadata=_doc(f"{', '.join(d.runbooks)}.")))
+        for d in alert_defs.ALL
+    ],
+    frozen=True,
 )
 
 
 @dataclass(frozen=True)
-class Alerts(_StepAlerts):  # type: ignore[misc, valid-type]
+class Alerts(_Declared):  # type: ignore[misc, valid-type]
     """Per-alert settings; the key is the alert name in snake_case without the RL prefix."""
 
     update_kl_high: UpdateKLHigh = field(
@@ -629,9 +621,6 @@ class Alerts(_StepAlerts):  # type: ignore[misc, valid-type]
     )
     target_down: TargetDown = field(default_factory=TargetDown, metadata=_doc("RLTargetDown."))
     run_crashed: RunCrashed = field(default_factory=RunCrashed, metadata=_doc("RLRunCrashed."))
-    training_stalled: TrainingStalled = field(
-        default_factory=TrainingStalled, metadata=_doc("RLTrainingStalled.")
-    )
     gpu_idle: GPUIdle = field(default_factory=GPUIdle, metadata=_doc("RLGPUIdle."))
     gpu_memory_full: GPUMemoryFull = field(
         default_factory=GPUMemoryFull, metadata=_doc("RLGPUMemoryFull.")
@@ -833,6 +822,7 @@ def _check(cfg: Config) -> None:
         _check_remote_write(f"remote_write[{i}]", rw)
         if rw.name and names.count(rw.name) > 1:
             raise ConfigError(f"remote_write[{i}].name: {rw.name!r} is used twice")
+    _check_plumbing(cfg)
     fed = cfg.federation
     if seconds(fed.timeout) > seconds(fed.interval):
         raise ConfigError(
@@ -861,13 +851,77 @@ def _check_remote_write(where: str, rw: RemoteWrite) -> None:
             )
 
 
+# Values copied into PromQL, or into text Prometheus and Alertmanager run as Go templates.
+_JOB_RE = re.compile(r"^[A-Za-z0-9_.:/-]+$")
+_MATCHER = r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\\n]|\\.)*"\s*'
+_MATCHERS_RE = re.compile(rf"^(?:{_MATCHER}(?:,{_MATCHER})*,?\s*)?$")
+_URL_RE = re.compile(r"^https?://[^\s{}]+$")
+_TEMPLATED = (
+    ("receivers.slack.channel", lambda c: c.receivers.slack.channel),
+    ("links.training_dashboard_uid", lambda c: c.links.training_dashboard_uid),
+    ("links.system_dashboard_uid", lambda c: c.links.system_dashboard_uid),
+    ("links.comparison_dashboard_uid", lambda c: c.links.comparison_dashboard_uid),
+)
+_URLS = (
+    ("links.grafana_url", lambda c: c.links.grafana_url),
+    ("links.runbook_url", lambda c: c.links.runbook_url),
+    ("receivers.pagerduty.url", lambda c: c.receivers.pagerduty.url),
+    ("receivers.webhook.url", lambda c: c.receivers.webhook.url),
+)
+
+
+def _check_plumbing(cfg: Config) -> None:
+    """Settings that end up inside PromQL or Go templates: refused unless they are inert."""
+    for where, job in (
+        ("scrape.job_name", cfg.scrape.job_name),
+        ("federation.job_name", cfg.federation.job_name),
+    ):
+        if not _JOB_RE.match(job):
+            raise ConfigError(
+                f"{where}: {_shown(job)} is not a job name (letters, digits and _.:/- only)"
+            )
+    if not _MATCHERS_RE.match(cfg.selectors.metrics) or "{{" in cfg.selectors.metrics:
+        raise ConfigError(
+            f"selectors.metrics: {_shown(cfg.selectors.metrics)} is not a comma-separated list "
+            'of label matchers like cluster="a", env=~"prod|staging"'
+        )
+    for where, get in _URLS:
+        if not _URL_RE.match(get(cfg)):
+            raise ConfigError(
+                f"{where}: {_shown(get(cfg))} is not an http(s) URL without spaces or braces"
+            )
+    for where, get in _TEMPLATED:
+        if "{{" in get(cfg) or "}}" in get(cfg):
+            raise ConfigError(f"{where}: {_shown(get(cfg))}: template braces are not allowed")
+
+
+def _shown(value: Any) -> str:
+    """A value for an error message: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= 80 else f"{text[:77]}..."
+
+
+class _Loader(yaml.SafeLoader):
+    """Safe YAML without aliases: ``*name`` could expand a few hundred bytes into gigabytes."""
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        if self.check_event(yaml.AliasEvent):
+            mark = self.peek_event().start_mark
+            raise ConfigError(f"line {mark.line + 1}: YAML aliases (*name) are not allowed")
+        return super().compose_node(parent, index)
+
+
 def load(path: str | Path, *, base: Config | None = None) -> Config:
     """The defaults (or ``base``) overridden by the YAML file at ``path``."""
     p = Path(path)
     try:
-        data = yaml.safe_load(p.read_text())
+        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_Loader)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{p}: not UTF-8 text (byte {exc.start})") from None
+    except ConfigError as exc:
+        raise ConfigError(f"{p}: {exc}") from None
     return from_dict(data, source=str(p), base=base)
 
 

@@ -24,13 +24,12 @@ import yaml
 from rlpulse import catalog
 from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack import config as cfgmod
-from rlpulse.stack.alerts.kit import Alert, Area, Severity
+from rlpulse.stack.alerts.kit import Alert, Area, Recording, Severity
 from rlpulse.stack.config import Config
-from rlpulse.stack.promql import record_name, regex_alternatives, sel
+from rlpulse.stack.promql import record_name, regex_alternatives
+from rlpulse.stack.query import NODE_BY, RUN_BY, Query
 
 AREAS: tuple[Area, ...] = ("rl", "task", "system")
-RUN_BY = "job, run_id"
-NODE_BY = "job, run_id, node"
 TARGET_BY = "job, instance, run_id, rank"
 
 M = catalog.get
@@ -136,9 +135,6 @@ RUN_AGGREGATES: tuple[tuple[catalog.Metric, str], ...] = (
     (PROCESS_RSS, "max"),
     (GPU_UTIL, "avg"),
 )
-# Counters every rank holds the same global value of (the step): a run's rate is their max, not
-# their sum. Every other throughput counter counts the rank's own work and is summed.
-GLOBAL_COUNTERS = (TRAIN_STEPS,)
 LENGTH_QUANTILES = {q: record_name("run", LENGTH_HIST, q) for q in ("p50", "p90", "p99")}
 
 
@@ -176,18 +172,6 @@ def rate_ratio_name(metric: catalog.Metric) -> str:
 
 
 @dataclass(frozen=True)
-class Recording:
-    """One recording rule."""
-
-    record: str
-    expr: str
-
-    def rule(self) -> dict[str, Any]:
-        """The rule as it appears in a Prometheus rule file."""
-        return {"record": self.record, "expr": self.expr}
-
-
-@dataclass(frozen=True)
 class Group:
     """One rule group: the recording rules and alerts of one area."""
 
@@ -211,65 +195,6 @@ class Group:
 # ---- query builders -----------------------------------------------------------------------------
 
 
-class _Q:
-    """PromQL fragments bound to one Config (selector and windows)."""
-
-    def __init__(self, cfg: Config) -> None:
-        self.cfg = cfg
-        self.w = cfg.windows
-
-    def s(self, metric: catalog.Metric, *matchers: str, suffix: str = "") -> str:
-        return sel(metric, *matchers, suffix=suffix, extra=self.cfg.selectors.metrics)
-
-    def up(self) -> str:
-        return f'up{{job="{self.cfg.scrape.job_name}"}}'
-
-    def recent(self, metric: catalog.Metric, *matchers: str, fn: str = "avg") -> str:
-        """The series' level (``fn``: avg, max, min or median) over the recent window."""
-        inner = f"{self.s(metric, *matchers)}[{self.w.recent}]"
-        if fn == "median":
-            return f"quantile_over_time(0.5, {inner})"
-        return f"{fn}_over_time({inner})"
-
-    def earlier(self, metric: catalog.Metric, fn: str = "avg") -> str:
-        """The series over the earlier window that ends where the recent window starts."""
-        return f"{fn}_over_time({self.s(metric)}[{self.w.zscore}] offset {self.w.recent})"
-
-    def zscore(self, metric: catalog.Metric) -> str:
-        """How many earlier-window standard deviations the recent mean moved."""
-        return (
-            f"({self.recent(metric)} - {self.earlier(metric)}) / {self.earlier(metric, 'stddev')}"
-        )
-
-    def baseline(self, metric: catalog.Metric, fn: str) -> str:
-        """``fn`` (max/min) of the smoothed series over the run's baseline lookback."""
-        return f"{fn}_over_time({self.recent(metric)}[{self.w.baseline}:{self.w.resolution}])"
-
-    def rate(self, metric: catalog.Metric, window: str = "", suffix: str = "") -> str:
-        return f"rate({self.s(metric, suffix=suffix)}[{window or self.w.rate}])"
-
-    def run_sum_rate(self, metric: catalog.Metric, window: str = "", offset: str = "") -> str:
-        """A run's rate of a counter: summed over ranks, or their max for a global counter."""
-        off = f" offset {offset}" if offset else ""
-        agg = "max" if metric in GLOBAL_COUNTERS else "sum"
-        return f"{agg} by ({RUN_BY}) (rate({self.s(metric)}[{window or self.w.rate}]{off}))"
-
-    def by(self, op: str, labels: str, metric: catalog.Metric) -> str:
-        return f"{op} by ({labels}) ({self.s(metric)})"
-
-    def run_quantile(
-        self, q: float, metric: catalog.Metric, window: str = "", off: str = ""
-    ) -> str:
-        offset = f" offset {off}" if off else ""
-        bucket = self.s(metric, suffix="_bucket")
-        rate = f"rate({bucket}[{window or self.w.rate}]{offset})"
-        return f"histogram_quantile({q}, sum by ({RUN_BY}, le) ({rate}))"
-
-
-def _dur_times(d: str, factor: float) -> str:
-    return cfgmod.duration(cfgmod.seconds(d) * factor)
-
-
 UNCORRECTED = 'error_type="uncorrected"'
 CRASHED = 'outcome="crashed"'
 _ID = "run {{ $labels.run_id }} (rank {{ $labels.rank }})"
@@ -288,22 +213,26 @@ def _tiered(
     ]
 
 
-def _step_alerts(q: _Q, area: Area) -> Iterator[Alert]:
-    """The area's alerts on step-indexed signals (declared in ``rlpulse.stack.alerts``)."""
-    for d in alert_defs.STEP_ALERTS[area]:
-        yield from d.alerts(getattr(q.cfg.alerts, d.key), q.cfg.selectors.metrics)
+def _declared(q: Query, area: Area) -> Iterator[Alert]:
+    """The area's alerts declared in ``rlpulse.stack.alerts``."""
+    for d in alert_defs.DEFS[area]:
+        yield from d.rules(q, getattr(q.cfg.alerts, d.key))
+
+
+def _declared_recordings(q: Query, area: Area) -> list[Recording]:
+    return [r for d in alert_defs.DEFS[area] for r in d.recordings(q, getattr(q.cfg.alerts, d.key))]
 
 
 # ---- rl ---------------------------------------------------------------------------------------
 
 
-def _rl_recordings(q: _Q) -> list[Recording]:
+def _rl_recordings(q: Query) -> list[Recording]:
     return []
 
 
-def _rl_alerts(q: _Q) -> Iterator[Alert]:
+def _rl_alerts(q: Query) -> Iterator[Alert]:
     a = q.cfg.alerts
-    yield from _step_alerts(q, "rl")
+    yield from _declared(q, "rl")
 
     uk = a.update_kl_high
     yield Alert.of(
@@ -366,7 +295,7 @@ def _rl_alerts(q: _Q) -> Iterator[Alert]:
 # ---- task -------------------------------------------------------------------------------------
 
 
-def _task_recordings(q: _Q) -> list[Recording]:
+def _task_recordings(q: Query) -> list[Recording]:
     out: list[Recording] = []
     out += [
         Recording(name, q.run_quantile(float(name[-2:]) / 100, LENGTH_HIST))
@@ -382,9 +311,9 @@ def _task_recordings(q: _Q) -> list[Recording]:
     return out
 
 
-def _task_alerts(q: _Q) -> Iterator[Alert]:
+def _task_alerts(q: Query) -> Iterator[Alert]:
     a = q.cfg.alerts
-    yield from _step_alerts(q, "task")
+    yield from _declared(q, "task")
     ld = a.response_length_drift
     yield Alert.of(
         ld,
@@ -401,7 +330,7 @@ def _task_alerts(q: _Q) -> Iterator[Alert]:
 # ---- system -----------------------------------------------------------------------------------
 
 
-def _system_recordings(q: _Q) -> list[Recording]:
+def _system_recordings(q: Query) -> list[Recording]:
     out = [
         Recording(name, q.run_quantile(p, ROLLOUT))
         for (n, p), name in zip(QUANTILES, ROLLOUT_QUANTILES.values(), strict=True)
@@ -426,10 +355,10 @@ def _system_recordings(q: _Q) -> list[Recording]:
         ),
         Recording(GPU_MEMORY_RATIO, f"{q.s(GPU_MEM_USED)} / {q.s(GPU_MEM_TOTAL)}"),
     ]
-    return out + _scale_recordings(q)
+    return out + _scale_recordings(q) + _declared_recordings(q, "system")
 
 
-def _scale_recordings(q: _Q) -> list[Recording]:
+def _scale_recordings(q: Query) -> list[Recording]:
     """Per-node and per-run pre-aggregations the dashboards read (see NODE_AGGREGATES)."""
     out = [
         Recording(aggregate_name("node", m, op), q.by(op, NODE_BY, m)) for m, op in NODE_AGGREGATES
@@ -464,7 +393,7 @@ def _scale_recordings(q: _Q) -> list[Recording]:
     return out
 
 
-def _system_alerts(q: _Q) -> Iterator[Alert]:
+def _system_alerts(q: Query) -> Iterator[Alert]:
     a = q.cfg.alerts
     w = q.w
 
@@ -499,17 +428,7 @@ def _system_alerts(q: _Q) -> Iterator[Alert]:
         "A run ended in an uncaught exception or a non-zero exit status.",
         f"{_ID} on {{{{ $labels.instance }}}} crashed {_V} s ago: {{{{ $labels.reason }}}}.",
     )
-    ts = a.training_stalled
-    yield Alert.of(
-        ts,
-        TRAINING_STALLED,
-        "critical",
-        f"({q.s(STEP)} > 0) and (changes({q.s(STEP)}[{ts.window}]) == 0)"
-        f" and (count_over_time({q.s(STEP)}[{ts.window}]) > 1)"
-        f" unless on(job, run_id, rank) {q.s(FINISHED)}",  # a finished run kept by a Pushgateway
-        "The training step is not advancing while the exporter is up.",
-        f"{_ID} has been at step {_V} for over {ts.window} while its exporter still answers.",
-    )
+    yield from _declared(q, "system")
     gi = a.gpu_idle
     yield Alert.of(
         gi,
@@ -609,7 +528,9 @@ def _system_alerts(q: _Q) -> Iterator[Alert]:
 
 # ---- assembly ----------------------------------------------------------------------------------
 
-_BUILDERS: dict[Area, tuple[Callable[[_Q], list[Recording]], Callable[[_Q], Iterator[Alert]]]] = {
+_BUILDERS: dict[
+    Area, tuple[Callable[[Query], list[Recording]], Callable[[Query], Iterator[Alert]]]
+] = {
     "rl": (_rl_recordings, _rl_alerts),
     "task": (_task_recordings, _task_alerts),
     "system": (_system_recordings, _system_alerts),
@@ -638,7 +559,7 @@ def _annotate(alert: Alert, area: Area, cfg: Config) -> Alert:
 
 def groups(cfg: Config) -> list[Group]:
     """Every rule group for ``cfg``; disabled alerts are left out."""
-    q = _Q(cfg)
+    q = Query(cfg)
     out = []
     for area in AREAS:
         recordings, alerts = _BUILDERS[area]

@@ -16,7 +16,7 @@ from typing import Any
 
 from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack import rules
-from rlpulse.stack.alerts import step
+from rlpulse.stack.alerts import liveness, step
 from rlpulse.stack.alerts.kit import Area, Check, Expect, Scenario
 from rlpulse.stack.config import Config
 from rlpulse.stack.promql import sel
@@ -81,16 +81,16 @@ def _w(metric: Any, labels: dict[str, str] = TARGET, suffix: str = "") -> str:
 # ---- rl ---------------------------------------------------------------------------------------
 
 
-def _step(area: Area) -> Iterator[Scenario]:
-    """One scenario per step alert of ``area`` (each built from its declaration)."""
+def _declared(area: Area) -> Iterator[Scenario]:
+    """The scenarios of the alerts of ``area`` declared in ``rlpulse.stack.alerts``."""
     alerts = Config().alerts
-    for d in alert_defs.STEP_ALERTS[area]:
-        yield d.scenario(getattr(alerts, d.key), TARGET, getattr(alerts, d.key).keep_firing_for)
+    for d in alert_defs.DEFS[area]:
+        yield from d.scenarios(getattr(alerts, d.key))
 
 
 def _rl() -> Iterator[Scenario]:
     r = rules
-    yield from _step("rl")
+    yield from _declared("rl")
     yield Scenario(
         "Update-step KL: 0.01, then 0.2 from 20m; above 0.05 from 22m, fires from 32m.",
         ((_w(r.APPROX_KL), f"{const(0.01, 20)} {const(0.2, 40)}"),),
@@ -168,7 +168,7 @@ def _rl() -> Iterator[Scenario]:
 
 def _task() -> Iterator[Scenario]:
     r = rules
-    yield from _step("task")
+    yield from _declared("task")
     gsm = {**TARGET, "benchmark": "gsm8k", "split": "eval"}
     buckets = {
         "64": const(0, 121),
@@ -212,6 +212,7 @@ def _task() -> Iterator[Scenario]:
 
 def _system() -> Iterator[Scenario]:
     r = rules
+    yield from _declared("system")
     up = {"job": "rlpulse", "instance": "127.0.0.1:9400"}
     yield Scenario(
         "Target down: the exporter serves run r1 for 30 minutes, then every scrape fails "
@@ -264,22 +265,6 @@ def _system() -> Iterator[Scenario]:
             Check(r.RUN_CRASHED, "50m", (Expect("critical", crashed, 50 * 60 - (29 * 60 - 10)),)),
             Check(r.TARGET_DOWN, "50m"),
         ),
-    )
-    yield Scenario(
-        "Training stalled: the step advances once a minute to 30, then stays at 30 while the "
-        "exporter answers; no change for 15m at 44m, fires at 45m with the step.",
-        ((_w(r.STEP), f"{ramp(1, 1, 30)} {const(30, 40)}"),),
-        (
-            Check(r.TRAINING_STALLED, "43m"),
-            Check(r.TRAINING_STALLED, "60m", (Expect("critical", TARGET, 30),)),
-        ),
-    )
-    yield Scenario(
-        "Sparse logging is not a stall: a replayed log with one step every 12 minutes has one "
-        "sample in the 15m window from 99m30s (the 96m one, still fresh); only a repeated, "
-        "unchanged step counts.",
-        ((_w(r.STEP), every(lambda i: i // 12 + 1, 120, 12)),),
-        (Check(r.TRAINING_STALLED, "28m30s"), Check(r.TRAINING_STALLED, "100m30s")),
     )
     yield Scenario(
         "GPU idle: utilization 0.9, then 0 from 20m; the 10m mean is under 0.05 from 30m.",
@@ -431,6 +416,7 @@ def _system() -> Iterator[Scenario]:
             (_w(r.COLLECTOR_UP, gpu_col), const(1, n)),
             (_w(r.COLLECTOR_ERRORS, gpu_col), const(0, n)),
             (_w(r.DROPPED, dropped), const(0, n)),
+            *liveness.HEALTHY_INPUTS(),
         ),
     )
 
@@ -456,13 +442,30 @@ def go_g3(value: float) -> str:
     return f"{value:.3g}"
 
 
+def go_duration(value: float) -> str:
+    """``humanizeDuration`` as Prometheus' templates print a number of seconds (>= 1 s)."""
+    if not math.isfinite(value):
+        return go_g3(value)
+    sign, v = ("-", -value) if value < 0 else ("", value)
+    secs, mins, hours, days = int(v) % 60, int(v) // 60 % 60, int(v) // 3600 % 24, int(v) // 86400
+    if days:
+        return f"{sign}{days}d {hours}h {mins}m {secs}s"
+    if hours:
+        return f"{sign}{hours}h {mins}m {secs}s"
+    if mins:
+        return f"{sign}{mins}m {secs}s"
+    return f"{sign}{v:.4g}s"
+
+
 _LABEL = re.compile(r"\{\{ \$labels\.(\w+) \}\}")
 _VALUE = '{{ printf "%.3g" $value }}'
+_DURATION = "{{ $value | humanizeDuration }}"
 
 
 def fill(template: str, labels: dict[str, str], value: float) -> str:
     """An annotation template with the labels and value filled in."""
-    return _LABEL.sub(lambda m: labels.get(m.group(1), ""), template.replace(_VALUE, go_g3(value)))
+    text = template.replace(_VALUE, go_g3(value)).replace(_DURATION, go_duration(value))
+    return _LABEL.sub(lambda m: labels.get(m.group(1), ""), text)
 
 
 def _expected(alert: rules.Alert, area: str, exp: Expect) -> dict[str, Any]:

@@ -106,16 +106,6 @@ _STATIC: dict[str, Runbook] = {
             "curl -X DELETE <pushgateway>/metrics/job/rlpulse/run_id/<run_id>/rank/<rank>.",
         ),
     ),
-    "RLTrainingStalled": Runbook(
-        "The exporter still answers but the training step has not changed for the stall "
-        "window: the loop hangs (deadlock, stuck collective, waiting on a dead worker or grader).",
-        f"{TRAINING} → Throughput, phase times and liveness; {SYSTEM} → phase-time breakdown.",
-        (
-            "Dump the stacks of the trainer (py-spy dump) to see where it waits.",
-            "Check the phase that stopped finishing (rollout, reward, update, sync).",
-            "If the trainer logs less often than the window, raise alerts.training_stalled.window.",
-        ),
-    ),
     "RLGPUIdle": Runbook(
         "A GPU of a live run averaged near-zero utilization: the run waits on something "
         "(rollouts, grader, data, a stalled rank) or the GPU is not used at all.",
@@ -199,8 +189,11 @@ _STATIC: dict[str, Runbook] = {
         ),
     ),
 }
-# the step alerts carry their runbooks in their declarations (rlpulse.stack.alerts)
-RUNBOOKS: dict[str, Runbook] = {**{d.name: d.runbook for d in alert_defs.ALL_STEP}, **_STATIC}
+# declared alerts carry their runbooks (rlpulse.stack.alerts)
+RUNBOOKS: dict[str, Runbook] = {
+    **{name: rb for d in alert_defs.ALL for name, rb in d.runbooks.items()},
+    **_STATIC,
+}
 
 
 def render(cfg: Config) -> dict[str, str]:

@@ -1,10 +1,20 @@
-"""Alert definitions, one module per area: knobs, signal, rule, runbook and scenarios."""
+"""Alert definitions, one module per area: each alert's knobs, rules, runbook and scenarios.
+
+``DEFS[area]`` is what the generators read: ``stack.config`` makes a config section of each
+definition's knobs, ``stack.rules`` its rules, ``stack.runbooks`` its sections and
+``stack.ruletests`` its promtool scenarios.
+"""
 
 from __future__ import annotations
 
-from rlpulse.stack.alerts import rl, task
-from rlpulse.stack.alerts.kit import Area
+from rlpulse.stack.alerts import liveness, rl, task
+from rlpulse.stack.alerts.kit import AlertDef, Area
 from rlpulse.stack.alerts.step import StepAlert
 
 STEP_ALERTS: dict[Area, tuple[StepAlert, ...]] = {"rl": rl.DEFS, "task": task.DEFS, "system": ()}
-ALL_STEP: tuple[StepAlert, ...] = (*rl.DEFS, *task.DEFS)
+DEFS: dict[Area, tuple[AlertDef, ...]] = {
+    "rl": tuple(d.definition() for d in rl.DEFS),
+    "task": tuple(d.definition() for d in task.DEFS),
+    "system": liveness.DEFS,
+}
+ALL: tuple[AlertDef, ...] = tuple(d for defs in DEFS.values() for d in defs)

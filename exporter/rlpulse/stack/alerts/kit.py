@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
@@ -11,6 +12,18 @@ Severity = Literal["critical", "warning", "info"]
 Area = Literal["rl", "task", "system"]
 # "target": the alert keeps job/instance (one exporter); "run": aggregated by (job, run_id).
 Scope = Literal["target", "run"]
+
+
+@dataclass(frozen=True)
+class Recording:
+    """One recording rule."""
+
+    record: str
+    expr: str
+
+    def rule(self) -> dict[str, Any]:
+        """The rule as it appears in a Prometheus rule file."""
+        return {"record": self.record, "expr": self.expr}
 
 
 @dataclass(frozen=True)
@@ -94,3 +107,20 @@ class Scenario:
     comment: str
     inputs: tuple[tuple[str, str], ...]
     checks: tuple[Check, ...] = ()  # none: a healthy run, every alert checked at HEALTHY_TIMES
+
+
+@dataclass(frozen=True)
+class AlertDef:
+    """One alert declared in one place: its knobs (a config section), the rules it generates
+    (and the recording rules they read), its runbook sections and its promtool scenarios.
+
+    ``rules`` and ``recordings`` take a ``stack.query.Query`` and the knobs; ``scenarios`` the
+    default knobs."""
+
+    key: str
+    area: Area
+    knobs: type[AlertConfig]
+    rules: Callable[[Any, Any], Iterator[Alert]]
+    runbooks: Mapping[str, Runbook]
+    scenarios: Callable[[Any], Iterator[Scenario]]
+    recordings: Callable[[Any, Any], list[Recording]] = lambda q, k: []

@@ -15,7 +15,16 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlpulse import catalog, signals
-from rlpulse.stack.alerts.kit import Alert, Area, Check, Expect, Runbook, Scenario, Severity
+from rlpulse.stack.alerts.kit import (
+    Alert,
+    AlertDef,
+    Area,
+    Check,
+    Expect,
+    Runbook,
+    Scenario,
+    Severity,
+)
 from rlpulse.stack.knobs import AlertConfig, Duration, _doc, seconds
 from rlpulse.stack.promql import sel
 
@@ -23,6 +32,7 @@ SIGNAL = catalog.get("rl_step_signal")
 BASELINE = catalog.get("rl_step_signal_baseline")
 STEP = catalog.get("rl_step")
 ID = "run {{ $labels.run_id }} (rank {{ $labels.rank }})"
+TARGET = {"job": "rlpulse", "instance": "127.0.0.1:9400", "run_id": "r1", "rank": "0"}
 _BY_NAME = {s.name: s for s in signals.SIGNALS}
 
 
@@ -99,6 +109,17 @@ class StepAlert:
     @property
     def above(self) -> bool:
         return self.sig.worse == "above"
+
+    def definition(self) -> AlertDef:
+        """This alert as the generators read every alert."""
+        return AlertDef(
+            self.key,
+            self.area,
+            self.knobs(),
+            lambda q, k: self.alerts(k, q.cfg.selectors.metrics),
+            {self.name: self.runbook},
+            lambda k: iter([self.scenario(k, TARGET, k.keep_firing_for)]),
+        )
 
     # ---- knobs
     def knobs(self) -> type[StepKnobs]:
@@ -250,15 +271,6 @@ class StepAlert:
 def _series(metric: catalog.Metric, labels: dict[str, str]) -> str:
     inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
     return f"{metric.name}{{{inner}}}"
-
-
-def knobs_fields(defs: tuple[StepAlert, ...]) -> list[Any]:
-    """Config fields (key, knobs class, default) for a set of step alerts."""
-    out = []
-    for d in defs:
-        cls = d.knobs()
-        out.append((d.key, cls, field(default_factory=cls, metadata=_doc(f"{d.name}."))))
-    return out
 
 
 def healthy_inputs(defs: tuple[StepAlert, ...], target: dict[str, str], n: int) -> list[Any]:

@@ -241,3 +241,34 @@ def test_critical_does_not_silence_other_runs_warnings(stack: tuple[str, Sink, S
         ],
     )
     assert _states(url)[("RLTruncationHigh", "warning", "r3")] == "active"
+
+
+def test_one_root_cause_opens_one_incident(stack: tuple[str, Sink, Sink]) -> None:
+    """Cause-based inhibition: NaN losses hold back every other training alert of the run, a
+    length explosion its truncation and reward alerts; another run keeps its own pages."""
+    url, _, _ = stack
+    nan_run = {**TARGET, "run_id": "r5"}
+    long_run = {**TARGET, "run_id": "r6"}
+    other = {**TARGET, "run_id": "r7"}
+    api(
+        f"{url}/api/v2/alerts",
+        [
+            _alert("RLNonFiniteLoss", "critical", **nan_run, metric="rl_loss"),
+            _alert("RLResponseLengthExplosion", "critical", **nan_run),
+            _alert("RLGradNormSpike", "warning", **nan_run),
+            _alert("RLResponseLengthExplosion", "critical", **long_run),
+            _alert("RLTruncationHigh", "critical", **long_run),
+            _alert("RLRewardHacking", "critical", **long_run),
+            _alert("RLTruncationHigh", "critical", **other),
+        ],
+    )
+    states = {k: v for k, v in _states(url).items() if k[2] in ("r5", "r6", "r7")}
+    assert states == {
+        ("RLNonFiniteLoss", "critical", "r5"): "active",
+        ("RLResponseLengthExplosion", "critical", "r5"): "suppressed",
+        ("RLGradNormSpike", "warning", "r5"): "suppressed",
+        ("RLResponseLengthExplosion", "critical", "r6"): "active",
+        ("RLTruncationHigh", "critical", "r6"): "suppressed",
+        ("RLRewardHacking", "critical", "r6"): "suppressed",
+        ("RLTruncationHigh", "critical", "r7"): "active",
+    }

@@ -11,7 +11,9 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack import rules
+from rlpulse.stack.alerts import NONFINITE
 from rlpulse.stack.config import Config
 
 PATH = "alertmanager/alertmanager.yml"
@@ -139,7 +141,24 @@ def _inhibit_rules(cfg: Config) -> list[dict[str, Any]]:
             "equal": ["run_id"],
         }
     )
-    return out
+    return out + _cause_rules(alerts)
+
+
+def _cause_rules(alerts: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+    """One root cause, one incident: a paging cause holds back its consequences on its run
+    (``rlpulse.stack.alerts.CAUSES``); non-finite values hold back every other RL/task alert."""
+    names = {a.name for _, a in alerts}
+    training = sorted({a.name for area, a in alerts if area in ("rl", "task")} - {NONFINITE})
+    causes = {NONFINITE: tuple(training), **alert_defs.CAUSES}
+    return [
+        {
+            "source_matchers": [f'alertname="{cause}"', 'severity="critical"'],
+            "target_matchers": [f'alertname=~"{"|".join(sorted(set(effects) & names))}"'],
+            "equal": ["run_id"],
+        }
+        for cause, effects in causes.items()
+        if cause in names and set(effects) & names
+    ]
 
 
 def config(cfg: Config) -> dict[str, Any]:

@@ -18,3 +18,26 @@ DEFS: dict[Area, tuple[AlertDef, ...]] = {
     "system": liveness.DEFS,
 }
 ALL: tuple[AlertDef, ...] = tuple(d for defs in DEFS.values() for d in defs)
+
+NONFINITE = "RLNonFiniteLoss"
+# One root cause, one incident: while a cause pages (critical), Alertmanager holds back the
+# alerts it brings about on the same run. NaN/Inf values break every statistic of the run.
+CAUSES: dict[str, tuple[str, ...]] = {
+    task.LENGTH_EXPLOSION.name: (
+        task.TRUNCATION.name,
+        task.REWARD_HACKING.name,
+        task.FORMAT_DROP.name,
+        task.EVAL_DROP.name,
+    ),
+    rl.KL_HIGH.name: (
+        task.REWARD_HACKING.name,
+        rl.REWARD_COLLAPSE.name,
+        task.EVAL_DROP.name,
+        rl.ENTROPY_BLOWUP.name,
+    ),
+    rl.ENTROPY_COLLAPSE.name: (
+        rl.ZERO_STD.name,
+        rl.ADVANTAGE_COLLAPSE.name,
+        task.LENGTH_COLLAPSE.name,
+    ),
+}

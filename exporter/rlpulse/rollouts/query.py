@@ -127,7 +127,7 @@ def open_run(run_id: str, data_dir: str | os.PathLike[str] | None = None) -> sql
 
 
 def _connect(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(f"{path.as_uri()}?mode=rw", uri=True, timeout=5.0)
+    conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=rw", uri=True, timeout=5.0)
     conn.execute("PRAGMA query_only = 1")
     return conn
 

@@ -144,6 +144,8 @@ class Columns:
         sizes = {k: a.size for k, a in arrays.items()}
         sizes |= {f"components[{k}]": a.size for k, a in comps.items()}
         sizes |= {k: len(v) for k, v in per_row.items()}
+        if isinstance(truncated, str | bytes | Mapping):  # '' would read as an empty batch
+            raise ColumnError("column 'truncated' must hold one truth value per rollout")
         if truncated is not None and hasattr(truncated, "__len__"):
             sizes["truncated"] = len(truncated)
         if np.ndim(step) == 1:

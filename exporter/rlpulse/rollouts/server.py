@@ -61,6 +61,8 @@ def _int(params: Params, key: str) -> int | None:
         raise BadRequest(f"query parameter {key!r}={values[-1]!r} is not an integer") from None
     if n < 0 and key != "step":
         raise BadRequest(f"query parameter {key!r}={n} must be ≥ 0")
+    if not -(2**63) <= n < 2**63:  # SQLite's integers
+        raise BadRequest(f"query parameter {key!r} is out of range")
     return n
 
 

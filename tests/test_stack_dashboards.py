@@ -386,7 +386,6 @@ def test_docker_compose_config_accepts_the_file(compose_dir: Path) -> None:
     ]
     assert all(b.is_dir() for b in binds), binds
     assert {str(b.relative_to(compose_dir.resolve())) for b in binds} == {
-        ".",  # the demo installs the repository
         "prometheus",
         "alertmanager",
         "secrets",
@@ -402,4 +401,7 @@ def test_compose_mounts_secrets_where_alertmanager_reads_them() -> None:
     assert f"{compose.SECRETS_DIR}:{key_dir}:ro" in volumes
     assert "routing_key:" not in FILES["docker-compose.yml"]
     assert spec["services"]["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"].startswith("${")
-    assert "rlpulse demo" in " ".join(spec["services"]["demo"]["command"])
+    demo = spec["services"]["demo"]
+    assert "rlpulse demo" in " ".join(demo["command"])
+    assert "volumes" not in demo  # it installs rlpulse, never the project it was generated in
+    assert compose.RLPULSE_PIP_SPEC in " ".join(demo["command"])

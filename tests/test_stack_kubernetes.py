@@ -353,8 +353,9 @@ def test_cli_writes_and_checks_the_manifests(
     assert cli.main(["generate", "--check", "--kubernetes", "--out", str(tmp_path)]) == 0
     capsys.readouterr()
 
-    (tmp_path / "kubernetes" / "podmonitor.yaml").write_text("kind: PodMonitor\n")
-    (tmp_path / "kubernetes" / "old.yaml").write_text("kind: ConfigMap\n")
+    header = written["kubernetes/podmonitor.yaml"].splitlines(keepends=True)[0]  # GENERATED …
+    (tmp_path / "kubernetes" / "podmonitor.yaml").write_text(header + "kind: PodMonitor\n")
+    (tmp_path / "kubernetes" / "old.yaml").write_text(header + "kind: ConfigMap\n")
     assert cli.main(["generate", "--check", "--kubernetes", "--out", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "kubernetes/podmonitor.yaml" in err and "kubernetes/old.yaml" in err

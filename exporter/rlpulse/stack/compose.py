@@ -24,6 +24,9 @@ PYTHON_IMAGE = "python:3.11-slim-bookworm"
 PROMETHEUS_URL = "http://127.0.0.1:9090"
 GRAFANA_DASHBOARDS = "/var/lib/grafana/dashboards"
 SECRETS_DIR = "./secrets"
+# what the demo service installs: rlpulse itself (never the project the file was generated in);
+# RLPULSE_PIP_SPEC overrides it at `docker compose up` time (a fork, a branch, a release)
+RLPULSE_PIP_SPEC = "rlpulse @ git+https://github.com/rlpulse/rlpulse"
 
 
 def _secret_mounts(config: Config) -> list[str]:
@@ -91,10 +94,9 @@ def services(config: Config) -> dict[str, Any]:
                 "command": [
                     "sh",
                     "-c",
-                    "cp -r /src /tmp/rlpulse && pip install --no-cache-dir /tmp/rlpulse"
+                    f'pip install --no-cache-dir "${{RLPULSE_PIP_SPEC:-{RLPULSE_PIP_SPEC}}}"'
                     " && exec rlpulse demo",
                 ],
-                "volumes": [".:/src:ro"],
                 "depends_on": ["prometheus"],
             },
         },

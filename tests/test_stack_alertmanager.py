@@ -244,8 +244,8 @@ def test_critical_does_not_silence_other_runs_warnings(stack: tuple[str, Sink, S
 
 
 def test_one_root_cause_opens_one_incident(stack: tuple[str, Sink, Sink]) -> None:
-    """Cause-based inhibition: NaN losses hold back every other training alert of the run, a
-    length explosion its truncation and reward alerts; another run keeps its own pages."""
+    """Cause-based inhibition: NaN losses hold back every other training alert of the run,
+    reward hacking the length and truncation alerts it drives; another run keeps its pages."""
     url, _, _ = stack
     nan_run = {**TARGET, "run_id": "r5"}
     long_run = {**TARGET, "run_id": "r6"}
@@ -267,8 +267,8 @@ def test_one_root_cause_opens_one_incident(stack: tuple[str, Sink, Sink]) -> Non
         ("RLNonFiniteLoss", "critical", "r5"): "active",
         ("RLResponseLengthExplosion", "critical", "r5"): "suppressed",
         ("RLGradNormSpike", "warning", "r5"): "suppressed",
-        ("RLResponseLengthExplosion", "critical", "r6"): "active",
+        ("RLRewardHacking", "critical", "r6"): "active",
+        ("RLResponseLengthExplosion", "critical", "r6"): "suppressed",
         ("RLTruncationHigh", "critical", "r6"): "suppressed",
-        ("RLRewardHacking", "critical", "r6"): "suppressed",
         ("RLTruncationHigh", "critical", "r7"): "active",
     }

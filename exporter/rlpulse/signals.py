@@ -217,7 +217,8 @@ EVAL_SMOOTH = 3  # eval readings are rare: a drop must hold over the median of t
 
 def _drop_from_best(d: Detector, t: Track, key: str) -> tuple[float, float]:
     """How far the held-out score (median of its last three readings) is below the best such
-    median so far, as a fraction of that best."""
+    median so far, as a fraction of that best; 0 while the drop is within twice the readings'
+    step-to-step noise."""
     if t.n < EVAL_SMOOTH:
         return math.nan, math.nan
     readings = [*t.history, t.last]
@@ -228,7 +229,11 @@ def _drop_from_best(d: Detector, t: Track, key: str) -> tuple[float, float]:
     best = max(medians)
     if not best > 0:
         return math.nan, best
-    return max(best - medians[-1], 0.0) / best, best
+    drop = best - medians[-1]
+    # a drop counts when it stands out of the readings' own noise (small eval sets are noisy)
+    if not drop > 2 * t.noise():
+        return 0.0, best
+    return drop / best, best
 
 
 def _hacking_rise(d: Detector, t: Track, key: str) -> tuple[float, float]:

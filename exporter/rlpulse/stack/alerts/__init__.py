@@ -22,15 +22,23 @@ ALL: tuple[AlertDef, ...] = tuple(d for defs in DEFS.values() for d in defs)
 NONFINITE = "RLNonFiniteLoss"
 # One root cause, one incident: while a cause pages (critical), Alertmanager holds back the
 # alerts it brings about on the same run. NaN/Inf values break every statistic of the run.
+# A policy that games its reward drifts in length, format and entropy. No cycles: two alerts
+# holding each other back would both stay silent.
 CAUSES: dict[str, tuple[str, ...]] = {
+    task.REWARD_HACKING.name: (
+        task.LENGTH_EXPLOSION.name,
+        task.LENGTH_COLLAPSE.name,
+        task.TRUNCATION.name,
+        task.FORMAT_DROP.name,
+        task.EVAL_DROP.name,
+        rl.ENTROPY_BLOWUP.name,
+    ),
     task.LENGTH_EXPLOSION.name: (
         task.TRUNCATION.name,
-        task.REWARD_HACKING.name,
         task.FORMAT_DROP.name,
         task.EVAL_DROP.name,
     ),
     rl.KL_HIGH.name: (
-        task.REWARD_HACKING.name,
         rl.REWARD_COLLAPSE.name,
         task.EVAL_DROP.name,
         rl.ENTROPY_BLOWUP.name,

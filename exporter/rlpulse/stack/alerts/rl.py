@@ -67,7 +67,7 @@ KL_HIGH = StepAlert(
     relation="(half of the last 10 logged steps); recent median",
     healthy=0.05,
     warning=1.0,
-    critical=5.0,
+    critical=3.0,
     runbook=Runbook(
         "The policy's KL to the frozen reference stayed high over several logged steps (a "
         "step-smoothed median, so one spike does not fire it): the policy drifted far from the "

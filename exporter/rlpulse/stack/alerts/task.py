@@ -41,7 +41,7 @@ EVAL_DROP = StepAlert(
     subject="Held-out score",
     relation="below its best so far",
     healthy=0.0,
-    warning=0.1,
+    warning=0.15,
     critical=0.3,
     runbook=Runbook(
         "The latest eval / objective score is well below the best the run reached: the "

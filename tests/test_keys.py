@@ -558,7 +558,7 @@ SECOND_BATCH: dict[str, dict[str, Expect]] = {
         "info/learner/vf_loss": t("rl_value_loss"),
         "info/learner/policy_loss": t("rl_policy_loss"),
         "info/learner/vf_explained_var": t("rl_explained_variance"),
-        "episodes_total": t("rl_episodes_total"),
+        "episodes_total": None,
     },
     "sb3/SpencerCPurdy": {
         "eval/mean_reward": t("rl_eval_score", benchmark="episode_return", split="eval"),

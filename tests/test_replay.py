@@ -14,13 +14,13 @@ from pathlib import Path
 import pytest
 
 from rlpulse import cli
-from rlpulse.logs import Record
-from rlpulse.replay import ReplayResult, replay
+from rlpulse.logs import Record, read_log
+from rlpulse.replay import ReplayResult, replay, replay_runs
 from rlpulse.replay.onsets import AlertOnset
-from rlpulse.replay.promtool import parse_failures, series_values
-from rlpulse.replay.timeline import build
-
-CORPUS = Path(__file__).resolve().parents[1].parent / "shared" / "corpus" / "real-logs"
+from rlpulse.replay.promtool import parse_failures, prom_duration, series_values
+from rlpulse.replay.timeline import MAX_GAP_STEPS, build, framework_hint, segments
+from rlpulse.stack import config
+from tests.corpus import CORPUS, FILES, needs_corpus
 
 HEALTHY = (
     "trl/IMJONEZZ__UnslothGRPO__outputs_checkpoint-250_trainer_state.json",
@@ -55,12 +55,14 @@ def fired(result: ReplayResult, alert: str, severity: str | None = None) -> list
     return [a for a in result.alerts if a.alert == alert and severity in (None, a.severity)]
 
 
+@needs_corpus
 @pytest.mark.parametrize("name", HEALTHY)
 def test_healthy_corpus_runs_page_nobody(name: str) -> None:
     result = replayed(name)
     assert result.critical() == [], [(a.alert, a.onset_step) for a in result.critical()]
 
 
+@needs_corpus
 @pytest.mark.parametrize("name", sorted(FAILING))
 def test_failing_corpus_runs_raise_their_alert(
     name: str, record_property: Callable[[str, object], None]
@@ -75,6 +77,7 @@ def test_failing_corpus_runs_raise_their_alert(
     assert all(a.value is not None and math.isfinite(a.value) for a in hits)
 
 
+@needs_corpus
 def test_no_eval_series_keeps_the_hacking_alert_quiet() -> None:
     for name in (*HEALTHY, *FAILING):
         assert not fired(replayed(name), "RLRewardHacking"), name
@@ -103,6 +106,7 @@ def test_nan_loss_fires_at_once(tmp_path: Path) -> None:
     assert hits and min(a.onset_step for a in hits) == 10
 
 
+@needs_corpus
 def test_config_overrides_change_the_rules(tmp_path: Path) -> None:
     cfg = tmp_path / "rlpulse.yaml"
     cfg.write_text("alerts:\n  truncation_high:\n    enabled: false\n")
@@ -121,6 +125,7 @@ def _cli(argv: list[str], out: Path) -> int:
         return cli.main(argv)
 
 
+@needs_corpus
 def test_cli_json_and_reports(tmp_path: Path) -> None:
     log = CORPUS / "other/arvindcr4__tinker-rl-lab__experiments_results_arithmetic_metrics.jsonl"
     out = tmp_path / "out.json"
@@ -228,3 +233,160 @@ def test_tensorboard_run_directory_with_real_time(tmp_path: Path) -> None:
     assert result.timeline.record_times[-1] == 15 + 39 * 60
     (hit,) = fired(result, "RLEntropyCollapse")
     assert 10 < hit.onset_step < 35
+
+
+# ---- every corpus file becomes scraped series (no promtool: cheap), run by run ------------------
+def _timelines(path: Path, **options: object) -> list[tuple[str, object]]:
+    fmt = FILES[str(path.relative_to(CORPUS))].format
+    framework = framework_hint(path, fmt)
+    return [
+        (
+            name,
+            build(
+                records,
+                run_id=name or "r",
+                framework=framework,
+                job="rlpulse",
+                scrape_interval=15,
+                step_seconds=60,
+                **options,  # type: ignore[arg-type]
+            ),
+        )
+        for name, records in segments(read_log(path, fmt))
+    ]
+
+
+# corpus file prefix -> a metric its replay must carry (what its judgement rests on)
+CARRIES = {
+    "tinker-cookbook/astOwOlfo": "rl_eval_score",  # honest_success_ratio, the objective
+    "tinker-cookbook/thinking-machines-lab": "rl_success_ratio",
+    "tinker-cookbook/joanvelja": "rl_eval_score",
+    "deepspeed-chat/": "rl_policy_loss",
+    "dopamine/": "rl_episode_return",
+    "rllib/ray-project__rl-experiments__atari-apex": "rl_episode_return",
+    "rllib/ray-project__rl-experiments__atari-impala": "rl_grad_norm",
+    "sb3/SpencerCPurdy": "rl_eval_score",
+}
+
+
+@needs_corpus
+@pytest.mark.parametrize("name", sorted(FILES))
+def test_every_corpus_file_replays_run_by_run(name: str) -> None:
+    expected = FILES[name]
+    runs = _timelines(CORPUS / name)
+    assert len(runs) == expected.segments
+    assert sum(len(tl.record_steps) for _, tl in runs) == expected.records
+    for _, tl in runs:
+        # bounded: at most MAX_GAP_STEPS x 60 s per record, 15 s scrapes, one more at the start
+        assert tl.scrapes <= 1 + len(tl.record_steps) * MAX_GAP_STEPS * 4 + 1
+        assert not tl.keys_of("rlpulse_dropped_values_total"), name
+    carried = next((m for p, m in CARRIES.items() if name.startswith(p)), None)
+    if carried:
+        assert all(tl.keys_of(carried) for _, tl in runs), carried
+
+
+@needs_corpus
+def test_rllib_nan_rows_count_as_non_finite() -> None:
+    name = next(n for n in FILES if n.startswith("rllib/ray-project__rl-experiments__atari-apex"))
+    ((_, tl),) = _timelines(CORPUS / name)
+    (key,) = [k for k in tl.keys_of("rl_nonfinite_values_total") if "rl_episode_return" in k]
+    assert tl.values(key)[-1] == 4  # iterations 1, 136, 215, 219: no episode finished
+
+
+@needs_corpus
+def test_dopamine_runs_are_replayed_apart(tmp_path: Path) -> None:
+    name = next(n for n in FILES if n.startswith("dopamine/"))
+    runs = dict(_timelines(CORPUS / name))
+    assert "DQN #2" in runs and "Rainbow #5" in runs
+    tl = runs["DQN #2"]
+    assert tl.record_steps == list(range(199))  # its own clock, from its own first iteration
+    (key,) = tl.keys_of("rl_episode_return")
+    assert 'run_id="DQN #2"' in key
+
+
+# ---- replay robustness ------------------------------------------------------------------------
+def test_restarted_step_counter_is_a_second_run(tmp_path: Path) -> None:
+    rows = [{"step": s, "reward": 0.5} for s in (*range(5), *range(3))]
+    log = tmp_path / "resumed.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    results = replay_runs(log, framework="trl")
+    assert [r.run_id for r in results] == ["resumed", "resumed/#2"]
+    assert [len(r.timeline.record_steps) for r in results] == [5, 3]
+    with pytest.raises(ValueError, match="holds 2 runs"):
+        replay(log)
+
+
+def test_huge_step_jumps_stay_bounded() -> None:
+    recs = [Record(0, None, {"reward": 1.0}), Record(int(1e300), None, {"reward": 2.0})]
+    recs += [Record(int(1e300) + 10**6 * i, None, {"reward": 3.0}) for i in range(1, 50)]
+    tl = build(recs, run_id="r", framework="trl", job="j", scrape_interval=15, step_seconds=60)
+    assert tl.record_times[1] - tl.record_times[0] == MAX_GAP_STEPS * 60
+    assert tl.scrapes == 2 + 50 * MAX_GAP_STEPS * 4  # 51 records: the first at 15 s
+    assert sum(len(runs) for runs in tl.series.values()) < 2000  # unchanged scrapes cost nothing
+
+
+def test_long_pauses_in_logged_time_stay_bounded() -> None:
+    day = 86_400.0
+    recs = [Record(i, 1e9 + i * 30 * day, {"reward": 1.0}) for i in range(4)]
+    tl = build(recs, run_id="r", framework="trl", job="j", scrape_interval=15, step_seconds=60)
+    assert tl.record_times == [15.0, 15.0 + 6 * 3600, 15.0 + 12 * 3600, 15.0 + 18 * 3600]
+
+
+def test_prometheus_durations_at_any_size() -> None:
+    assert prom_duration(1e6) == "1000000s" and prom_duration(1.5) == "1500ms"
+    assert prom_duration(15) == "15s" and prom_duration(0) == "0s"
+
+
+def test_a_run_past_a_million_seconds_replays(tmp_path: Path) -> None:
+    cfg = config.from_dict(
+        {
+            "scrape": {"interval": "1h", "evaluation_interval": "1h", "timeout": "10s"},
+            "windows": {"rate": "2h", "recent": "2h"},
+        }
+    )
+    log = _jsonl(tmp_path / "long.jsonl", [{"loss": 0.5, "reward": 0.1}] * 30)
+    result = replay(log, cfg=cfg, step_seconds=40_000, framework="trl")
+    assert result.timeline.duration > 1e6 and result.timeline.record_steps[-1] == 29
+
+
+def test_sb3_update_counter_and_step_agree(tmp_path: Path) -> None:
+    log = tmp_path / "progress.csv"
+    rows = [f"{2048 * (i + 1)},{10 * i if i else ''},{i}.0,0.01" for i in range(20)]
+    log.write_text(
+        "time/total_timesteps,train/n_updates,rollout/ep_rew_mean,train/approx_kl\n"
+        + "\n".join(rows)
+        + "\n"
+    )
+    tl = build(
+        read_log(log), run_id="r", framework="sb3", job="j", scrape_interval=15, step_seconds=60
+    )
+    assert not tl.keys_of("rlpulse_dropped_values_total")
+    (steps,) = tl.keys_of("rl_train_steps_total")
+    assert tl.values(steps)[-1] == 190
+    (env,) = tl.keys_of("rl_env_steps_total")
+    assert tl.values(env)[-1] == 2048 * 20
+
+
+def test_verl_null_losses_count_as_non_finite() -> None:
+    recs = [Record(s, None, {"actor/pg_loss": 0.1}) for s in range(3)]
+    recs.append(Record(3, None, {"actor/pg_loss": math.nan}))  # what verl-jsonl reads for null
+    tl = build(recs, run_id="r", framework="verl", job="j", scrape_interval=15, step_seconds=60)
+    (key,) = tl.keys_of("rl_nonfinite_values_total")
+    assert 'metric="rl_policy_loss"' in key and tl.values(key)[-1] == 1
+
+
+def test_cli_key_map_declares_the_objective(tmp_path: Path) -> None:
+    log = _jsonl(
+        tmp_path / "hack.jsonl",
+        [{"reward/mean": 0.2 + 0.01 * s, "reward/true_correct": 0.01} for s in range(20)],
+    )
+    keymap = tmp_path / "keys.yaml"
+    keymap.write_text("reward/true_correct: objective\n")
+    out = tmp_path / "out.json"
+    assert _cli(["replay", str(log), "--json", "--key-map", str(keymap)], out) == 0
+    (runs,) = [replay_runs(log, key_map=keymap)]
+    (key,) = runs[0].timeline.keys_of("rl_eval_score")
+    assert 'split="objective"' in key and 'benchmark="reward/true_correct"' in key
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("reward/true_correct: rl_nope\n")
+    assert cli.main(["replay", str(log), "--key-map", str(bad)]) == 2

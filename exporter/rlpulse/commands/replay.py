@@ -31,6 +31,12 @@ def register(sub: Any) -> None:
     p.add_argument("--config", type=Path, help="rlpulse.yaml with threshold overrides")
     p.add_argument("--framework", help="key map searched first (default: from the format)")
     p.add_argument(
+        "--key-map",
+        type=Path,
+        help="YAML/JSON file: logged key -> objective | catalog metric | "
+        "{metric, labels, scale} | null, searched before the framework tables",
+    )
+    p.add_argument(
         "--report", type=Path, help="write a report: FILE.md (PNG charts beside it) or FILE.html"
     )
     p.add_argument("--json", action="store_true", help="print JSON: per log, the alerts that fired")
@@ -40,7 +46,7 @@ def register(sub: Any) -> None:
 def run(args: argparse.Namespace) -> int:
     """Replay every log; print the alerts; optionally write the report."""
     from rlpulse.keys import framework_name
-    from rlpulse.replay import replay, report
+    from rlpulse.replay import replay_runs, report
     from rlpulse.stack import config
 
     cfg = config.load(args.config) if args.config else config.Config()
@@ -51,8 +57,16 @@ def run(args: argparse.Namespace) -> int:
         if not args.report.parent.is_dir():
             raise FileNotFoundError(f"--report {args.report}: no directory {args.report.parent}")
     results = [
-        replay(log, fmt=args.format, cfg=cfg, step_seconds=args.step_seconds, framework=framework)
+        result
         for log in args.logs
+        for result in replay_runs(
+            log,
+            fmt=args.format,
+            cfg=cfg,
+            step_seconds=args.step_seconds,
+            framework=framework,
+            key_map=args.key_map,
+        )
     ]
     print(report.as_json(results) if args.json else report.text(results))
     if args.report is not None:

@@ -3,17 +3,22 @@
 A log is read (``rlpulse.logs``), fed through a real exporter on a simulated clock
 (``timeline``), and the generated alert rules are evaluated over it by promtool (``promtool``);
 ``onsets`` says which alerts fired from which step, ``report`` writes it up with charts.
+A log that holds several runs (Dopamine's seeds, a digest's environments, a restarted step
+counter) is replayed run by run (``replay_runs``), each under its own ``run_id``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from rlpulse import keys
 from rlpulse.logs import read_log, resolve_format
 from rlpulse.replay.onsets import AlertOnset, onsets
 from rlpulse.replay.promtool import evaluate
-from rlpulse.replay.timeline import Timeline, build, framework_hint
+from rlpulse.replay.timeline import Timeline, build, framework_hint, segments
 from rlpulse.stack.config import Config, seconds
 
 DEFAULT_STEP_SECONDS = 60.0
@@ -57,7 +62,7 @@ def run_id_of(path: Path) -> str:
     return path.name if path.is_dir() else path.stem
 
 
-def replay(
+def replay_runs(
     path: Path | str,
     *,
     fmt: str = "auto",
@@ -65,26 +70,49 @@ def replay(
     step_seconds: float = DEFAULT_STEP_SECONDS,
     framework: str | None = None,
     run_id: str | None = None,
-) -> ReplayResult:
-    """Replay one log through the generated rules of ``cfg`` (default: the shipped defaults)."""
+    key_map: Mapping[str, object] | str | Path | None = None,
+) -> list[ReplayResult]:
+    """Replay every run of one log through the generated rules of ``cfg`` (default: the
+    shipped defaults). ``key_map`` (a mapping or a YAML/JSON file, ``rlpulse.keys.user_map``)
+    adds to and overrides ``cfg.keys``. A run after the first is labelled ``<run_id>/<name>``
+    (its segment, or ``#2`` … for a restarted step counter)."""
     if not step_seconds > 0:
         raise ValueError(f"--step-seconds must be positive, got {step_seconds!r}")
     cfg = cfg or Config()
     p = Path(path)
     if not p.exists():
         raise FileNotFoundError(f"{p}: no such log file or directory")
+    user_keys = {**dict(cfg.keys), **keys.user_map(key_map, "--key-map")}
     name = resolve_format(p, fmt)
     fw = framework or framework_hint(p, name)
-    tl = build(
-        read_log(p, name),
-        run_id=run_id or run_id_of(p),
-        framework=fw,
-        job=cfg.scrape.job_name,
-        scrape_interval=seconds(cfg.scrape.interval),
-        step_seconds=step_seconds,
-    )
+    base = run_id or run_id_of(p)
     interval = seconds(cfg.scrape.evaluation_interval)
-    return ReplayResult(p, name, fw, tl, onsets(evaluate(tl, cfg), tl, interval), interval)
+    results = []
+    for segment, records in segments(read_log(p, name)):
+        tl = build(
+            records,
+            run_id=f"{base}/{segment}" if segment else base,
+            framework=fw,
+            job=cfg.scrape.job_name,
+            scrape_interval=seconds(cfg.scrape.interval),
+            step_seconds=step_seconds,
+            key_map=user_keys,
+        )
+        alerts = onsets(evaluate(tl, cfg), tl, interval)
+        results.append(ReplayResult(p, name, fw, tl, alerts, interval))
+    if not results:
+        raise ValueError(f"{p}: the log holds no metric records")
+    return results
 
 
-__all__ = ["DEFAULT_STEP_SECONDS", "ReplayResult", "replay"]
+def replay(path: Path | str, **options: Any) -> ReplayResult:
+    """Replay a log of one run (``replay_runs`` takes the same options); ValueError naming
+    the runs when the log holds several."""
+    results = replay_runs(path, **options)
+    if len(results) > 1:
+        names = ", ".join(r.run_id for r in results[:4])
+        raise ValueError(f"{path}: holds {len(results)} runs ({names} …); use replay_runs")
+    return results[0]
+
+
+__all__ = ["DEFAULT_STEP_SECONDS", "ReplayResult", "replay", "replay_runs"]

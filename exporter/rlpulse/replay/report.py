@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import html
 import json
+import re
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from rlpulse.replay import ReplayResult
 from rlpulse.replay.charts import chart_png
 from rlpulse.replay.onsets import AlertOnset
 
+_SLUG = re.compile(r"[^A-Za-z0-9._-]+")  # a run_id as part of a file name ("run/DQN #2")
 HEADERS = ("alert", "severity", "labels", "onset step", "value at onset", "firing", "episodes")
 
 
@@ -92,7 +94,7 @@ def markdown(results: Sequence[ReplayResult], path: Path) -> None:
         lines += [f"## {r.run_id}", "", summary(r), ""]
         png = chart_png(r)
         if png is not None:
-            chart = path.with_name(f"{path.stem}-{r.run_id}.png")
+            chart = path.with_name(f"{path.stem}-{_SLUG.sub('_', r.run_id)}.png")
             chart.write_bytes(png)
             lines += [f"![{r.run_id}]({chart.name})", ""]
         table = rows(r)

@@ -514,7 +514,7 @@ SECOND_BATCH: dict[str, dict[str, Expect]] = {
         "env/all/reward/total": t("rl_reward_mean"),
         "env/all/correct": t("rl_success_ratio"),
         "env/all/format_boxed": t("rl_format_compliance_ratio"),
-        "env/all/format_eos": None,
+        "env/all/format_eos": t("rl_completion_eos_ratio"),
         "env/all/ac_tokens_per_turn": t("rl_response_length_mean_tokens"),
         "env/all/by_group/frac_all_good": t("rl_group_outcome_ratio", outcome="all_good"),
         "optim/entropy": t("rl_entropy"),

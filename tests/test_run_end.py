@@ -23,7 +23,7 @@ FINISHED = "rl_run_finished_timestamp_seconds"
 # is known), then runs the ending under test.
 PRELUDE = """
 import sys, threading, rlpulse
-exp = rlpulse.start(port=0, addr="127.0.0.1", run_id="r1", gpu=False, host=False)
+exp = rlpulse.start(port=0, addr="127.0.0.1", run_id="r1", gpu=False, host=False, collector_ttl=0)
 print(exp.url, flush=True)
 sys.stdin.readline()
 rlpulse.log({"loss": 0.5}, step=3)

@@ -62,7 +62,10 @@ class CachedReader:
             if time.monotonic() - self._stamp < self._ttl:
                 return st.last
             if self._pending is None:
-                self._pending = self._pool.submit(self._timed)
+                try:
+                    self._pending = self._pool.submit(self._timed)
+                except RuntimeError:  # interpreter exit (a run's last scrape): no new reads
+                    return st.last
             pending = self._pending
             try:
                 reading = pending.result(timeout=self._timeout)

@@ -80,7 +80,7 @@ def test_the_short_run_reaches_prometheus_and_ends_finished(tutorial: Any) -> No
 
 
 def test_nothing_pages(tutorial: Any) -> None:
-    prom, run = tutorial
+    prom, _ = tutorial
     down = wait_for(
         lambda: results(prom, 'up{job="rlpulse"} == 0'), 60, "the ended run's target down"
     )

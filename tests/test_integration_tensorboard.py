@@ -18,6 +18,7 @@ from rlpulse import catalog
 from rlpulse.cli import main
 from rlpulse.exporter import Exporter
 from rlpulse.integrations.tensorboard import TensorBoardTailer
+from rlpulse.logs.tfrecord import frame
 from tests.conftest import promtool_check_metrics, scrape, scrape_as_prometheus, value
 
 RETURN = catalog.get("rl_episode_return").name
@@ -107,9 +108,13 @@ def test_a_corrupt_file_is_left_and_the_others_followed(tmp_path: Path, exporter
     good.flush()
     bad = tmp_path / "events.out.tfevents.0.corrupt"
     bad.write_bytes(b"\x00" * 64)
+    # framing and CRCs intact, a summary value whose tag is a varint (an assert once)
+    crafted = tmp_path / "events.out.tfevents.1.crafted"
+    crafted.write_bytes(frame(bytes([0x2A, 6, 0x0A, 4, 0x08, 5, 0x10, 1])))
     tailer = TensorBoardTailer(tmp_path, exporter)
     assert tailer.poll() == 1
-    assert list(tailer.broken) == [bad]
+    assert sorted(tailer.broken) == [bad, crafted]
+    assert "bad Event proto" in tailer.broken[crafted]
     good.add_scalar("losses/value_loss", 3.0, 6)
     good.flush()
     assert tailer.poll() == 1

@@ -390,3 +390,17 @@ def test_cli_key_map_declares_the_objective(tmp_path: Path) -> None:
     bad = tmp_path / "bad.yaml"
     bad.write_text("reward/true_correct: rl_nope\n")
     assert cli.main(["replay", str(log), "--key-map", str(bad)]) == 2
+
+
+def test_a_long_run_builds_in_bounded_time_and_memory() -> None:
+    import time
+
+    n = 17_000  # past 1,000,000 s at 60 s a step
+    recs = (Record(s, None, {"reward": (s % 7) / 7, "kl": 0.01, "entropy": 0.5}) for s in range(n))
+    started = time.perf_counter()
+    tl = build(recs, run_id="r", framework="trl", job="j", scrape_interval=15, step_seconds=60)
+    assert time.perf_counter() - started < 60  # ~6 s on one core
+    assert tl.duration > 1e6 and len(tl.record_steps) == n and tl.scrapes == 4 * (n - 1) + 2
+    # memory follows the changes (a few per record), not the 68,000 scrapes x series
+    assert sum(len(runs) for runs in tl.series.values()) < 10 * n
+    assert prom_duration(tl.duration) == f"{round(tl.duration)}s"

@@ -7,8 +7,10 @@ from pathlib import Path
 
 from rlpulse.replay import replay
 from rlpulse.replay.quality import CORPUS, CORPUS_RUNS, DEMO_EXPECTED, Row, _e, markdown
+from tests.corpus import needs_corpus
 
 
+@needs_corpus
 def test_every_corpus_log_has_a_judgement() -> None:
     logs = {
         str(p.relative_to(CORPUS))

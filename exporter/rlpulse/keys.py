@@ -451,8 +451,15 @@ OPENRLHF = KeyMap(
                 "ppo_kl": _APPROX_KL,
                 "ptx_loss": None,
                 "vllm_kl": None,
+                "actor_grad_norm": _GRAD_POLICY,
+                "policy_kl": _APPROX_KL,
+                "logprobs_diff": _t("rl_logprob_mismatch"),
             },
-            notes={"entropy_loss": "the mean entropy itself (subtracted from the loss)"},
+            notes={
+                "entropy_loss": "the mean entropy itself (subtracted from the loss)",
+                "policy_kl": "newer name of ppo_kl (old vs new policy)",
+                "logprobs_diff": "rollout-engine vs trainer log-probs of the same tokens",
+            },
         ),
         Source(
             "OpenRLHF/OpenRLHF: openrlhf/trainer/ppo_utils/experience_maker.py (Experience.info)",

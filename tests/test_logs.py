@@ -375,3 +375,14 @@ def test_a_huge_line_is_refused_without_reading_it_whole(
         path.write_text(text)
         with pytest.raises(LogFormatError, match="longer than 1000 characters"):
             list(read_log(path, "auto" if not name.endswith(".log") else "verl-log"))
+
+
+def test_dopamine_is_told_by_its_keys_in_any_order(tmp_path: Path) -> None:
+    log = tmp_path / "pong.json"
+    log.write_text(
+        json.dumps(
+            [{"Agent": "DQN", "Value": v, "Iteration": i % 3} for i, v in enumerate(range(6))]
+        )
+    )
+    assert detect_format(log) == "dopamine"
+    assert [(r.segment, r.step) for r in read_log(log)][2:4] == [("DQN #1", 2), ("DQN #2", 0)]

@@ -10,6 +10,7 @@ from pathlib import Path
 from rlpulse.logs.base import LogFormatError
 from rlpulse.logs.deepspeed_chat import is_step_line
 from rlpulse.logs.digest import looks_like_digest
+from rlpulse.logs.documents import DOPAMINE_KEYS
 from rlpulse.logs.rllib import looks_like_rllib
 from rlpulse.logs.tensorboard import EVENT_GLOB, event_files
 from rlpulse.logs.tfrecord import looks_like_tfrecord
@@ -33,7 +34,9 @@ def detect_format(path: Path) -> str:
     stripped = text.lstrip()
     first_line = stripped.split("\n", 1)[0]
     if stripped.startswith("["):
-        return "dopamine" if _DOPAMINE.match(stripped) else "trl"
+        first_object = _FIRST_OBJECT.match(stripped)
+        keys = set(_KEY.findall(first_object.group(1))) if first_object else set()
+        return "dopamine" if keys >= set(DOPAMINE_KEYS) else "trl"
     if stripped.startswith("{"):
         return _json_format(stripped, first_line)
     if first_line.startswith("#{"):
@@ -70,7 +73,8 @@ NAMES = (
     "env-digest",
 )
 # the first element of a Dopamine long-format array holds Iteration, Value and Agent
-_DOPAMINE = re.compile(r'\[\s*\{[^{}]*"Iteration"\s*:[^{}]*"Agent"\s*:', re.DOTALL)
+_FIRST_OBJECT = re.compile(r"\[\s*(\{[^{}]*\})")
+_KEY = re.compile(r'"([^"\\]+)"\s*:')
 _SB3_HISTORY = re.compile(r'^\s{0,8}"training_history"\s*:', re.MULTILINE)
 
 

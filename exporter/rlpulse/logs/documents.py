@@ -22,7 +22,7 @@ from typing import Any
 from rlpulse.logs.base import LogFormatError, Record, as_step, number
 from rlpulse.logs.trl import JsonStream
 
-DOPAMINE_KEYS = frozenset({"Iteration", "Value", "Agent"})
+DOPAMINE_KEYS = ("Iteration", "Value", "Agent")
 DOPAMINE_RETURN = "Train/AverageReturns"
 SB3_HISTORY = "training_history"
 
@@ -47,7 +47,7 @@ def read_dopamine(path: Path) -> Iterator[Record]:
     last: tuple[str, int] | None = None
     with open(path, encoding="utf-8", errors="replace") as fh:
         for where, raw in JsonStream(path, fh).array():
-            entry = _entry(path, where, raw, ("Iteration", "Value", "Agent"))
+            entry = _entry(path, where, raw, DOPAMINE_KEYS)
             agent, step = str(entry["Agent"]), _step(path, where, entry["Iteration"])
             if last is None or last[0] != agent or step <= last[1]:
                 runs[agent] = runs.get(agent, 0) + 1

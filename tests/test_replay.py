@@ -15,7 +15,7 @@ import pytest
 
 from rlpulse import cli
 from rlpulse.logs import Record, read_log
-from rlpulse.replay import ReplayResult, replay, replay_runs
+from rlpulse.replay import ReplayResult, replay, replay_runs, report
 from rlpulse.replay.onsets import AlertOnset
 from rlpulse.replay.promtool import parse_failures, prom_duration, series_values
 from rlpulse.replay.timeline import MAX_GAP_STEPS, build, framework_hint, segments
@@ -312,6 +312,8 @@ def test_restarted_step_counter_is_a_second_run(tmp_path: Path) -> None:
     results = replay_runs(log, framework="trl")
     assert [r.run_id for r in results] == ["resumed", "resumed/#2"]
     assert [len(r.timeline.record_steps) for r in results] == [5, 3]
+    text = report.text(results)
+    assert f"{log} (jsonl" in text and f"{log} run resumed/#2 (jsonl" in text
     with pytest.raises(ValueError, match="holds 2 runs"):
         replay(log)
 

@@ -10,7 +10,7 @@ import re
 from collections.abc import Sequence
 from pathlib import Path
 
-from rlpulse.replay import ReplayResult
+from rlpulse.replay import ReplayResult, run_id_of
 from rlpulse.replay.charts import chart_png
 from rlpulse.replay.onsets import AlertOnset
 
@@ -51,8 +51,9 @@ def rows(result: ReplayResult) -> list[tuple[str, ...]]:
 def summary(result: ReplayResult) -> str:
     """One paragraph: what was replayed, over how long."""
     tl = result.timeline
+    run = "" if result.run_id == run_id_of(result.log) else f" run {result.run_id}"
     return (
-        f"{result.log} ({result.format}, key map {result.framework or 'auto'}): "
+        f"{result.log}{run} ({result.format}, key map {result.framework or 'auto'}): "
         f"{len(tl.record_steps)} records, steps {tl.record_steps[0]}..{tl.record_steps[-1]}, "
         f"{_duration(tl.duration)} of run time, {len(tl.series)} series"
     )

@@ -17,7 +17,7 @@ from rlpulse import cli
 from rlpulse.logs import Record, read_log
 from rlpulse.replay import ReplayResult, replay, replay_runs, report
 from rlpulse.replay.onsets import AlertOnset
-from rlpulse.replay.promtool import parse_failures, prom_duration, series_values
+from rlpulse.replay.promtool import parse_failures, series_values, test_file
 from rlpulse.replay.timeline import MAX_GAP_STEPS, build, framework_hint, segments
 from rlpulse.stack import config
 from tests.corpus import CORPUS, FILES, needs_corpus
@@ -334,9 +334,13 @@ def test_long_pauses_in_logged_time_stay_bounded() -> None:
     assert tl.record_times == [15.0, 15.0 + 6 * 3600, 15.0 + 12 * 3600, 15.0 + 18 * 3600]
 
 
-def test_prometheus_durations_at_any_size() -> None:
-    assert prom_duration(1e6) == "1000000s" and prom_duration(1.5) == "1500ms"
-    assert prom_duration(15) == "15s" and prom_duration(0) == "0s"
+def test_promtool_file_durations_at_any_size() -> None:
+    recs = [Record(0, None, {"reward": 1.0}), Record(1, None, {"reward": 0.5})]
+    tl = build(recs, run_id="r", framework="trl", job="j", scrape_interval=15, step_seconds=1e6)
+    doc = test_file(tl, config.Config(), [], ["RLX"])
+    times = [t["eval_time"] for t in doc["tests"][0]["alert_rule_test"]]
+    assert times[:2] == ["0s", "15s"] and times[-1] == "11d13h47m"  # 1,000,020 s
+    assert doc["tests"][0]["interval"] == "15s" and not any("e+" in t for t in times)
 
 
 def test_a_run_past_a_million_seconds_replays(tmp_path: Path) -> None:
@@ -405,4 +409,4 @@ def test_a_long_run_builds_in_bounded_time_and_memory() -> None:
     assert tl.duration > 1e6 and len(tl.record_steps) == n and tl.scrapes == 4 * (n - 1) + 2
     # memory follows the changes (a few per record), not the 68,000 scrapes x series
     assert sum(len(runs) for runs in tl.series.values()) < 10 * n
-    assert prom_duration(tl.duration) == f"{round(tl.duration)}s"
+    assert "e+" not in config.duration(tl.duration)

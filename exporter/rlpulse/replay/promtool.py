@@ -26,7 +26,7 @@ import yaml
 
 from rlpulse.replay.timeline import Timeline
 from rlpulse.stack import rules as rulesmod
-from rlpulse.stack.config import Config, seconds
+from rlpulse.stack.config import Config, duration, seconds
 
 VALUE_ANNOTATION = "rlpulse_replay_value"
 TIMEOUT_SECONDS = 1800
@@ -141,13 +141,6 @@ def series_values(runs: list[tuple[int, float]], total: int) -> str:
     return " ".join(parts)
 
 
-def prom_duration(seconds: float) -> str:
-    """``seconds`` as a Prometheus duration promtool accepts at any size: whole milliseconds
-    written out (``1000000s``, ``1500ms``), never Python's ``1e+06s``."""
-    ms = round(seconds * 1000)
-    return f"{ms // 1000}s" if ms % 1000 == 0 else f"{ms}ms"
-
-
 def test_file(
     tl: Timeline, cfg: Config, rule_paths: list[str], alerts: list[str]
 ) -> dict[str, Any]:
@@ -159,13 +152,13 @@ def test_file(
         "evaluation_interval": cfg.scrape.evaluation_interval,
         "tests": [
             {
-                "interval": prom_duration(tl.interval),
+                "interval": duration(tl.interval),
                 "input_series": [
                     {"series": key, "values": series_values(runs, tl.scrapes)}
                     for key, runs in tl.series.items()
                 ],
                 "alert_rule_test": [
-                    {"eval_time": prom_duration(i * step), "alertname": name, "exp_alerts": []}
+                    {"eval_time": duration(i * step), "alertname": name, "exp_alerts": []}
                     for i in range(evals)
                     for name in alerts
                 ],

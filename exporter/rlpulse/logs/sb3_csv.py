@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import TextIO
 
-from rlpulse.logs.base import MAX_LINE, LogFormatError, Record, as_step, lines, number
+from rlpulse.logs.base import LogFormatError, Record, as_step, lines, number
 
 UPDATE_COLUMNS = ("train/n_updates", "misc/nupdates", "nupdates")
 STEP_COLUMNS = ("time/total_timesteps", "total_timesteps", "misc/total_timesteps", "TimestepsSoFar")
@@ -41,10 +41,7 @@ def read_sb3_csv(path: Path) -> Iterator[Record]:
 
 
 def _line(path: Path, fh: TextIO, lineno: int) -> str:
-    line = fh.readline(MAX_LINE + 1)
-    if len(line) > MAX_LINE:
-        raise LogFormatError(path, f"line {lineno}", f"line longer than {MAX_LINE} characters")
-    return line
+    return next(lines(path, fh, lineno), (lineno, ""))[1]
 
 
 def _header(path: Path, line: str, lineno: int) -> list[str]:

@@ -15,9 +15,9 @@ import pytest
 
 from rlpulse import cli
 from rlpulse.logs import Record, read_log
-from rlpulse.replay import ReplayResult, replay, replay_runs, report
+from rlpulse.replay import ReplayResult, promtool, replay, replay_runs, report
 from rlpulse.replay.onsets import AlertOnset
-from rlpulse.replay.promtool import parse_failures, series_values, test_file
+from rlpulse.replay.promtool import parse_failures, series_values
 from rlpulse.replay.timeline import MAX_GAP_STEPS, build, framework_hint, segments
 from rlpulse.stack import config
 from tests.corpus import CORPUS, FILES, needs_corpus
@@ -337,7 +337,7 @@ def test_long_pauses_in_logged_time_stay_bounded() -> None:
 def test_promtool_file_durations_at_any_size() -> None:
     recs = [Record(0, None, {"reward": 1.0}), Record(1, None, {"reward": 0.5})]
     tl = build(recs, run_id="r", framework="trl", job="j", scrape_interval=15, step_seconds=1e6)
-    doc = test_file(tl, config.Config(), [], ["RLX"])
+    doc = promtool.test_file(tl, config.Config(), [], ["RLX"])
     times = [t["eval_time"] for t in doc["tests"][0]["alert_rule_test"]]
     assert times[:2] == ["0s", "15s"] and times[-1] == "11d13h47m"  # 1,000,020 s
     assert doc["tests"][0]["interval"] == "15s" and not any("e+" in t for t in times)

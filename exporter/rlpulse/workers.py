@@ -28,6 +28,13 @@ the hub when its connection closes; everything it sent stays in the totals. Call
 a worker that is killed (SIGKILL, or SIGTERM without a handler) are lost: ``flush()`` at the points
 where a total must be exact.
 
+No peer can stall another: a connection must authenticate and say hello within ``HELLO_TIMEOUT``
+(the accept loop does not wait for it), each worker is read by its own thread (a partial frame
+holds only its sender), and a worker only appends to a bounded buffer that a background thread
+sends (a frozen rank fills the buffer; later calls are dropped, never blocked on). A call that
+cannot be pickled is counted as dropped by the rank (``bad_worker_call``); the worker goes on.
+Clients and recorders survive ``fork()`` from any thread: their locks are renewed in the child.
+
 A worker's ``log()`` maps keys like the trainer's but sets no step and does not count as the
 trainer's activity (``rl_last_step_timestamp_seconds`` follows the trainer loop only).
 """
@@ -45,9 +52,16 @@ import socket
 import tempfile
 import threading
 import time
+import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Client, Connection, Listener, wait
+from multiprocessing.connection import (
+    Client,
+    Connection,
+    answer_challenge,
+    deliver_challenge,
+)
+from multiprocessing.reduction import ForkingPickler
 from multiprocessing.util import Finalize
 from typing import Any
 
@@ -61,9 +75,23 @@ log = logging.getLogger("rlpulse")
 
 ENV = "RLPULSE_WORKER_ADDRESS"
 PHASE = catalog.get("rl_phase_duration_seconds").name
-HELLO_TIMEOUT = 5.0
+HELLO_TIMEOUT = 5.0  # seconds for a connection to authenticate and say hello, in total
+MAX_PENDING = 16  # connections authenticating at once; more are closed at once
+MAX_BUFFERED = 65536  # calls a worker holds for a hub that does not read; later ones are dropped
+ACCEPT_POLL = 0.2  # seconds between the accept loop's deadline checks
 _OPS = frozenset({"log", "count", "set", "observe", "observe_rollouts", "observe_episodes"})
 _Call = tuple[str, tuple[Any, ...], dict[str, Any]]
+_DROPPED = "dropped"  # a call the worker could not send, counted by the hub: (reason, count)
+
+
+def _shutdown(fd: int) -> None:
+    """Shut a socket down by descriptor: a thread blocked reading it sees EOF."""
+    with contextlib.suppress(OSError):
+        sock = socket.socket(fileno=fd)
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        finally:
+            sock.detach()
 
 
 @dataclass(frozen=True)
@@ -111,19 +139,20 @@ class WorkerHub:
         self.exporter = exporter
         self._dir = tempfile.mkdtemp(prefix="rlpulse-workers-")  # mode 0700: this user only
         self.address = Address(os.path.join(self._dir, "hub.sock"), secrets.token_bytes(32))
-        self._listener = Listener(self.address.path, family="AF_UNIX", authkey=self.address.key)
+        self._sock = socket.socket(socket.AF_UNIX)
+        self._sock.bind(self.address.path)
+        self._sock.listen(64)
+        self._sock.settimeout(ACCEPT_POLL)
         self._owner = os.getpid()
         self._lock = threading.Lock()
         self._conns: dict[Connection, Worker] = {}
+        self._pending: dict[socket.socket, float] = {}  # authenticating -> deadline
         self.exited = 0  # workers whose connection has closed
-        self._wake_r, self._wake_w = os.pipe()
         self._closed = threading.Event()
-        self._threads = [
-            threading.Thread(target=self._accept, name="rlpulse-workers-accept", daemon=True),
-            threading.Thread(target=self._receive, name="rlpulse-workers", daemon=True),
-        ]
-        for t in self._threads:
-            t.start()
+        self._thread = threading.Thread(
+            target=self._accept, name="rlpulse-workers-accept", daemon=True
+        )
+        self._thread.start()
 
     def __enter__(self) -> WorkerHub:
         return self
@@ -142,66 +171,96 @@ class WorkerHub:
         if os.getpid() != self._owner or self._closed.is_set():
             return
         self._closed.set()
-        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX) as poke:
-            poke.connect(self.address.path)  # wakes the accept() a closed listener would not
-        with contextlib.suppress(OSError):
-            os.write(self._wake_w, b"x")
-        for t in self._threads:
-            t.join(5)
-        self._listener.close()
+        self._thread.join(5)
+        self._sock.close()
         with self._lock:
+            for sock in self._pending:
+                _shutdown(sock.fileno())
             for conn in self._conns:
-                conn.close()
-            self._conns.clear()
-        os.close(self._wake_r)
-        os.close(self._wake_w)
+                _shutdown(conn.fileno())  # its reader thread sees EOF and closes it
         shutil.rmtree(self._dir, ignore_errors=True)
         if os.environ.get(ENV) == str(self.address):
             del os.environ[ENV]
 
     def _accept(self) -> None:
+        """Take connections; each authenticates in its own thread against a deadline."""
         while not self._closed.is_set():
+            self._expire()
             try:
-                conn = self._listener.accept()
-                if not conn.poll(HELLO_TIMEOUT):
-                    conn.close()
-                    raise TimeoutError(f"no hello within {HELLO_TIMEOUT:g} s")
-                kind, info = conn.recv()
-                if kind != "hello":
-                    raise ValueError(f"expected hello, got {kind!r}")
-                worker = Worker(str(info["name"])[:128], int(info["pid"]), time.time())
-            except Exception as exc:  # a worker that failed to authenticate or to say hello
+                sock, _ = self._sock.accept()
+            except TimeoutError:
+                continue
+            except OSError as exc:
                 if self._closed.is_set():
                     return
-                log.warning("rlpulse: refused a worker connection: %s", exc)
+                log.debug("rlpulse: worker accept failed: %s", exc)
+                time.sleep(ACCEPT_POLL)  # out of descriptors: wait, do not spin
                 continue
+            sock.setblocking(True)
             with self._lock:
-                self._conns[conn] = worker
-            os.write(self._wake_w, b"x")
-            log.debug("rlpulse: worker %s (pid %d) connected", worker.name, worker.pid)
+                crowded = len(self._pending) >= MAX_PENDING
+                if not crowded:
+                    self._pending[sock] = time.monotonic() + HELLO_TIMEOUT
+            if crowded:
+                sock.close()
+                continue
+            threading.Thread(
+                target=self._admit, args=(sock,), name="rlpulse-workers-hello", daemon=True
+            ).start()
 
-    def _receive(self) -> None:
-        while not self._closed.is_set():
-            with self._lock:
-                conns = list(self._conns)
-            ready = wait([*conns, self._wake_r], timeout=1.0)
-            for conn in ready:
-                if isinstance(conn, int):
-                    os.read(self._wake_r, 4096)
-                    continue
-                assert isinstance(conn, Connection)
-                self._read(conn)
-
-    def _read(self, conn: Connection) -> None:
-        try:
-            message = conn.recv()
-        except Exception:  # EOF: the worker exited or died (also a stream cut mid-message)
-            self._gone(conn)
-            return
+    def _expire(self) -> None:
+        """Cut connections still authenticating past their deadline (their thread then ends)."""
+        now = time.monotonic()
         with self._lock:
-            worker = self._conns.get(conn)
-        if worker is None:
+            late = [sock for sock, deadline in self._pending.items() if deadline <= now]
+        for sock in late:
+            _shutdown(sock.fileno())
+
+    def _admit(self, sock: socket.socket) -> None:
+        """Authenticate one connection and read its hello; then serve it."""
+        conn = Connection(os.dup(sock.fileno()))
+        try:
+            deliver_challenge(conn, self.address.key)
+            answer_challenge(conn, self.address.key)
+            if not conn.poll(HELLO_TIMEOUT):
+                raise TimeoutError(f"no hello within {HELLO_TIMEOUT:g} s")
+            kind, info = conn.recv()
+            if kind != "hello":
+                raise ValueError(f"expected hello, got {kind!r}")
+            worker = Worker(str(info["name"])[:128], int(info["pid"]), time.time())
+        except Exception as exc:  # failed to authenticate or to say hello in time
+            conn.close()
+            if not self._closed.is_set():
+                log.warning("rlpulse: refused a worker connection: %s", exc)
             return
+        finally:
+            with self._lock:
+                self._pending.pop(sock, None)
+            sock.close()
+        with self._lock:
+            if self._closed.is_set():
+                conn.close()
+                return
+            self._conns[conn] = worker
+        log.debug("rlpulse: worker %s (pid %d) connected", worker.name, worker.pid)
+        self._serve(conn, worker)
+
+    def _serve(self, conn: Connection, worker: Worker) -> None:
+        """Read one worker until it goes away (a partial frame holds only this thread)."""
+        while True:
+            try:
+                data = conn.recv_bytes()
+            except Exception:  # EOF: the worker exited or died, or the hub closed
+                self._gone(conn)
+                return
+            try:
+                message = ForkingPickler.loads(data)
+            except Exception as exc:
+                self._drop(f"message from worker {worker.name}", exc)
+                continue
+            self._handle(conn, worker, message)
+
+    def _handle(self, conn: Connection, worker: Worker, message: Any) -> None:
         kind, payload = message if isinstance(message, tuple) and len(message) == 2 else ("?", 0)
         if kind == "calls" and isinstance(payload, list):
             worker.batches += 1
@@ -226,6 +285,11 @@ class WorkerHub:
     def _apply(self, call: Any) -> None:
         try:
             op, args, kwargs = call
+            if op == _DROPPED:
+                reason, count = args
+                for _ in range(min(int(count), MAX_BUFFERED)):
+                    self._drop(f"worker call ({reason})", reason)
+                return
             if op not in _OPS or not isinstance(args, tuple) or not isinstance(kwargs, dict):
                 raise ValueError(f"not a worker call: {op!r}")
             if op == "log":
@@ -268,12 +332,13 @@ def serve(exporter: Exporter | None = None, *, env: bool = True) -> WorkerHub:
 # ---- the worker's side -------------------------------------------------------------------------
 
 
-@dataclass
+@dataclass(eq=False)  # identity: kept in a WeakSet for fork handling
 class WorkerClient:
     """The worker end: the exporter's recording calls, buffered and sent to the hub.
 
-    Never raises into the worker once created: a hub that is gone is logged once and the calls
-    are dropped.
+    Never raises into the worker once created, and never blocks it: calls go into a buffer
+    (at most ``MAX_BUFFERED``) that a background thread sends. A hub that is gone is logged once
+    and the calls are dropped.
     """
 
     address: Address | None
@@ -286,8 +351,14 @@ class WorkerClient:
     _conn: Connection | None = field(default=None, init=False, repr=False)
     _pid: int = field(default=0, init=False, repr=False)
     _broken: bool = field(default=False, init=False, repr=False)
-    _wake: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _kick: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
+    _syncs: list[_Sync] = field(default_factory=list, init=False, repr=False)
+    _overflow: int = field(default=0, init=False, repr=False)
     _sync_id: int = field(default=0, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        _clients.add(self)
 
     @property
     def connected(self) -> bool:
@@ -335,31 +406,25 @@ class WorkerClient:
     def flush(self, timeout: float = 10.0) -> bool:
         """Send what is buffered and wait until the hub has applied it; False on timeout or
         when no hub is reachable."""
-        if not self._send(self._take()):
+        if not self.connected:
             return False
-        conn = self._conn
-        if conn is None:
-            return False
-        with self._send_lock:
-            self._sync_id += 1
-            token = self._sync_id
-            try:
-                conn.send(("sync", token))
-                deadline = time.monotonic() + timeout
-                while conn.poll(max(0.0, deadline - time.monotonic())):
-                    if conn.recv() == ("synced", token):
-                        return True
-            except (OSError, EOFError) as exc:
-                self._lost(exc)
-        return False
+        if self._pid != os.getpid():
+            self._start()
+        sync = _Sync(time.monotonic() + timeout)
+        with self._lock:
+            self._syncs.append(sync)
+        self._kick.set()
+        return sync.done.wait(timeout) and sync.ok
 
     def close(self) -> None:
         """Send what is buffered and disconnect (also at exit)."""
-        self._send(self._take())
+        if self._pid == os.getpid() and self.connected:
+            self.flush(CLOSE_TIMEOUT)
+        self._stop.set()
+        self._kick.set()
         conn, self._conn = self._conn, None
         if conn is not None and self._pid == os.getpid():
             conn.close()
-        self._wake.set()
 
     def _call(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
         if not self.connected:
@@ -367,14 +432,20 @@ class WorkerClient:
         if self._pid != os.getpid():
             self._start()
         with self._lock:
+            if len(self._buf) >= MAX_BUFFERED:  # the hub does not read (a frozen rank)
+                self._overflow += 1
+                return
             self._buf.append((op, args, kwargs))
             full = len(self._buf) >= self.max_batch
         if full:
-            self._send(self._take())
+            self._kick.set()
 
     def _take(self) -> list[_Call]:
         with self._lock:
             batch, self._buf = self._buf, []
+            if self._overflow:
+                batch.append((_DROPPED, ("worker_buffer_full", self._overflow), {}))
+                self._overflow = 0
         return batch
 
     def _start(self) -> None:
@@ -384,8 +455,9 @@ class WorkerClient:
                 return
             self._pid = os.getpid()
             self._buf = []  # a forked child does not resend its parent's calls
+            self._syncs = []
             self._conn = None
-            self._wake = threading.Event()
+            self._stop = threading.Event()
             assert self.address is not None
             try:
                 conn = Client(self.address.path, family="AF_UNIX", authkey=self.address.key)
@@ -399,32 +471,89 @@ class WorkerClient:
         Finalize(self, self.close, exitpriority=10)  # a forked multiprocessing child does not
 
     def _send(self, batch: list[_Call]) -> bool:
+        """Send a batch (from the flusher thread); a call that cannot be pickled is replaced
+        by a drop the hub counts."""
         if not batch:
             return self.connected
-        if self._pid != os.getpid():
-            self._start()
         with self._send_lock:
             conn = self._conn
             if conn is None:
                 return False
             try:
-                conn.send(("calls", batch))
+                conn.send_bytes(_pickled(batch))
             except Exception as exc:
                 self._lost(exc)
                 return False
         return True
 
     def _flusher(self) -> None:
-        wake = self._wake
-        while not wake.wait(self.flush_interval):
+        stop, kick = self._stop, self._kick
+        while not stop.is_set():
+            kick.wait(self.flush_interval)
+            kick.clear()
             self._send(self._take())
+            with self._lock:
+                syncs, self._syncs = self._syncs, []
+            for sync in syncs:
+                self._sync(sync)
+
+    def _sync(self, sync: _Sync) -> None:
+        """Ask the hub to confirm it applied everything sent so far (flusher thread)."""
+        conn = self._conn
+        self._sync_id += 1
+        token = self._sync_id
+        try:
+            if conn is not None:
+                conn.send(("sync", token))
+                while conn.poll(max(0.0, sync.deadline - time.monotonic())):
+                    if conn.recv() == ("synced", token):
+                        sync.ok = True
+                        break
+        except (OSError, EOFError) as exc:
+            self._lost(exc)
+        sync.done.set()
 
     def _lost(self, exc: BaseException) -> None:
         if not self._broken:
             log.warning("rlpulse: worker cannot reach its rank's exporter (%s): dropping", exc)
         self._broken = True
         self._conn = None
-        self._wake.set()
+        self._stop.set()
+        self._kick.set()
+
+    def _after_fork_in_child(self) -> None:
+        """Fresh locks: a parent thread may have held one at the fork (it never releases it
+        here). ``_start`` then reconnects on the child's first call."""
+        self._lock = threading.Lock()
+        self._send_lock = threading.Lock()
+        self._kick = threading.Event()
+        self._stop = threading.Event()
+
+
+@dataclass
+class _Sync:
+    """A ``flush()`` waiting for the hub's confirmation."""
+
+    deadline: float
+    ok: bool = False
+    done: threading.Event = field(default_factory=threading.Event)
+
+
+def _pickled(batch: list[_Call]) -> Any:
+    """The wire form of a batch; calls that cannot be pickled become counted drops."""
+    try:
+        return ForkingPickler.dumps(("calls", batch))
+    except Exception:
+        kept = [c if _picklable(c) else (_DROPPED, ("unpicklable", 1), {}) for c in batch]
+        return ForkingPickler.dumps(("calls", kept))
+
+
+def _picklable(call: _Call) -> bool:
+    try:
+        ForkingPickler.dumps(call)
+    except Exception:
+        return False
+    return True
 
 
 def _default_name() -> str:
@@ -433,6 +562,18 @@ def _default_name() -> str:
 
 _client: WorkerClient | None = None
 _client_lock = threading.Lock()
+_clients: weakref.WeakSet[WorkerClient] = weakref.WeakSet()
+CLOSE_TIMEOUT = 5.0  # seconds a closing worker waits for the hub to take what is buffered
+
+
+def _after_fork_in_child() -> None:
+    global _client_lock
+    _client_lock = threading.Lock()
+    for client in list(_clients):
+        client._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def worker_client(

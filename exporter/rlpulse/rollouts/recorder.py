@@ -7,6 +7,7 @@ import logging
 import os
 import secrets
 import threading
+import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -95,21 +96,41 @@ class Recorder:
         self._seen = 0
         self._warned: set[str] = set()
         self._closed = False
-        self._writer = Writer(
-            self.path,
-            run_id=run_id,
-            session=secrets.randbits(62),
-            rank=int(rank),
-            max_rows=max_rows,
-            max_bytes=max_bytes,
-            queue_size=queue_size,
-            queue_bytes=queue_bytes,
-            timeout_s=lock_timeout_s,
-            page_limit=page_limit,
-            redact=redact,
-            counters=self._counters,
-        )
+        self._writer_options: dict[str, Any] = {
+            "run_id": run_id,
+            "rank": int(rank),
+            "max_rows": max_rows,
+            "max_bytes": max_bytes,
+            "queue_size": queue_size,
+            "queue_bytes": queue_bytes,
+            "timeout_s": lock_timeout_s,
+            "page_limit": page_limit,
+            "redact": redact,
+        }
+        self._writer = self._new_writer()
         atexit.register(self.close)
+        _recorders.add(self)
+
+    def _new_writer(self) -> Writer:
+        """A writer thread with its own connection and session (rows of one process)."""
+        return Writer(
+            self.path,
+            session=secrets.randbits(62),
+            counters=self._counters,
+            **self._writer_options,
+        )
+
+    def _after_fork_in_child(self) -> None:
+        """In a forked child: fresh locks (a parent thread may have held one at the fork) and
+        a writer of its own (the parent's thread and SQLite connection are not the child's),
+        so the child's rollouts are stored too. Its counters and sampler (whose random
+        generator has a lock of its own) start afresh."""
+        self._lock = threading.Lock()
+        self._counters = Counters()
+        self._sampler = Sampler(self.sampling)
+        self._parents_writer = self._writer  # kept: closing its connection here is unsafe
+        if not self._closed:
+            self._writer = self._new_writer()
 
     def record(
         self,
@@ -224,6 +245,17 @@ class Recorder:
                 labels = dict(zip(metric.labels, (reason,), strict=True)) if reason else {}
                 out.append((metric.name, labels, value))
         return out
+
+
+_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    for recorder in list(_recorders):
+        recorder._after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def record_rollouts(recorder: Recorder, **columns: Any) -> list[int]:

@@ -3,6 +3,7 @@ and OpenRLHF use it, and tensorboardX), growing while the command runs, scraped 
 
 from __future__ import annotations
 
+import http.client
 import os
 import subprocess
 import sys
@@ -155,8 +156,12 @@ def test_backfill_of_a_directory_that_appears_later_ends_as_a_finished_run(
     writer.close()
     staging.rename(logdir)
     last = ""
-    while "rl_run_outcome" not in last:
-        last = scrape_as_prometheus(url)
+    while proc.poll() is None:  # scrape as Prometheus does, until the tailer has ended
+        try:
+            text = scrape_as_prometheus(url)
+        except (OSError, http.client.HTTPException):
+            continue
+        last = text if OUTCOME in text else last
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert value(last, OUTCOME, outcome="finished") == 1

@@ -4,6 +4,7 @@ one; a last scrape carries the outcome; problems reach stderr without any loggin
 
 from __future__ import annotations
 
+import http.client
 import os
 import subprocess
 import sys
@@ -59,22 +60,34 @@ def _child(body: str, **env: str) -> Iterator[subprocess.Popen[str]]:
 
 
 def _end(body: str, **env: str) -> Ended:
-    """Run ``body`` in a child after one scrape; scrape until the outcome shows up."""
+    """Run ``body`` in a child after one scrape; scrape, as Prometheus would, until it exits."""
     with _child(body, **env) as proc:
         assert proc.stdout is not None and proc.stdin is not None
         url = proc.stdout.readline().strip()
         scrape_as_prometheus(url)  # Prometheus has been scraping it
         proc.stdin.write("go\n")
         proc.stdin.flush()
-        outcome: dict[str, str] = {}
-        while not outcome:
-            try:
-                text = scrape(url)
-            except OSError:
-                break  # stopped serving without ever showing an outcome
-            outcome = next((dict(lbl) for (n, lbl) in samples(text) if n == OUTCOME), {})
-        _, err = proc.communicate(timeout=60)
-        return Ended(outcome, proc.returncode, err)
+        return Ended(scrape_until_exit(proc, url), *_finish(proc))
+
+
+def scrape_until_exit(proc: subprocess.Popen[str], url: str) -> dict[str, str]:
+    """Scrape ``url`` until ``proc`` exits; the rl_run_outcome labels of the last scrape that
+    had one (a scrape that began before the end mark was set may carry it without counting as
+    the last scrape the run waits for, so keep scraping like Prometheus does)."""
+    outcome: dict[str, str] = {}
+    while proc.poll() is None:
+        try:
+            text = scrape(url)
+        except (OSError, http.client.HTTPException):
+            continue  # stopped serving: the process is on its way out
+        found = [dict(lbl) for (name, lbl) in samples(text) if name == OUTCOME]
+        outcome = found[0] if found else outcome
+    return outcome
+
+
+def _finish(proc: subprocess.Popen[str]) -> tuple[int, str]:
+    _, err = proc.communicate(timeout=60)
+    return proc.returncode, err
 
 
 def test_normal_exit_is_a_finished_run() -> None:
@@ -190,3 +203,27 @@ def test_log_before_start_and_a_second_start_are_told_once() -> None:
     )
     assert out.stderr.count("while no exporter runs") == 1
     assert out.stderr.count("start() called again with other arguments") == 1
+
+
+def test_exporters_ending_at_exit_share_one_wait() -> None:
+    """Two scraped exporters at exit (nobody scrapes again): the first waits the whole bound,
+    the second has none of it left instead of a second full wait."""
+    script = """
+    import logging, sys, urllib.request
+    from rlpulse.exporter import Exporter
+    logging.basicConfig(format="LOG %(message)s")  # every record, not only the first per kind
+    head = {"X-Prometheus-Scrape-Timeout-Seconds": "1"}
+    for run in ("a", "b"):
+        exp = Exporter(0, addr="127.0.0.1", run_id=run, gpu=False, host=False).start()
+        urllib.request.urlopen(urllib.request.Request(exp.url, headers=head)).read()
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ, "RLPULSE_FINAL_WAIT": "2"},
+    )
+    waits = [line for line in out.stderr.splitlines() if "waiting up to" in line]
+    assert len(waits) == 1 and "run a ended; waiting up to 2 s" in waits[0], out.stderr

@@ -1191,11 +1191,14 @@ def _after_fork_in_child() -> None:
 
 
 def _end_all() -> None:
-    """At interpreter exit: end every serving exporter with the outcome the exit hooks saw."""
+    """At interpreter exit: end every serving exporter with the outcome the exit hooks saw. The
+    waits for a last scrape share one deadline, so several exporters cost one wait."""
     outcome, reason = _exit_outcome or ("finished", "")
-    for exp in list(_live):
+    exporters = list(_live)
+    deadline = time.monotonic() + max((exp.final_wait for exp in exporters), default=0.0)
+    for exp in exporters:
         with contextlib.suppress(Exception):
-            exp.end(outcome, reason)
+            exp.end(outcome, reason, wait=min(exp.final_wait, deadline - time.monotonic()))
 
 
 _exit_outcome: tuple[str, str] | None = None  # set by the hooks below; a crash is never replaced

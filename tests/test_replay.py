@@ -410,3 +410,16 @@ def test_a_long_run_builds_in_bounded_time_and_memory() -> None:
     # memory follows the changes (a few per record), not the 68,000 scrapes x series
     assert sum(len(runs) for runs in tl.series.values()) < 10 * n
     assert "e+" not in config.duration(tl.duration)
+
+
+def test_a_long_run_is_compressed_into_the_evaluation_budget(tmp_path: Path) -> None:
+    rows = [{"loss": 0.5, "reward": 0.1 + (s % 3) / 10} for s in range(17_000)]
+    (result,) = replay_runs(
+        _jsonl(tmp_path / "long.jsonl", rows), framework="trl", max_evaluations=400
+    )
+    assert result.time_scale < 1 / 100  # 1,020,000 s of run into ~6,000 s (x170)
+    assert result.timeline.duration <= 400 * 15 + 30 and len(result.timeline.record_steps) == 17_000
+    assert result.as_dict()["time_scale"] == result.time_scale
+    assert "compressed x" in report.summary(result)
+    with pytest.raises(ValueError, match="--max-evaluations must be >= 0"):
+        replay_runs(tmp_path / "long.jsonl", max_evaluations=-1)

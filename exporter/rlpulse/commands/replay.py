@@ -11,7 +11,7 @@ from rlpulse.logs import FORMATS
 
 def register(sub: Any) -> None:
     """Add the ``replay`` subcommand."""
-    from rlpulse.replay import DEFAULT_STEP_SECONDS
+    from rlpulse.replay import DEFAULT_STEP_SECONDS, MAX_EVALUATIONS
 
     p = sub.add_parser(
         "replay",
@@ -29,6 +29,13 @@ def register(sub: Any) -> None:
         help="run time per step when the log has no timestamps (default %(default)g)",
     )
     p.add_argument("--config", type=Path, help="rlpulse.yaml with threshold overrides")
+    p.add_argument(
+        "--max-evaluations",
+        type=int,
+        default=MAX_EVALUATIONS,
+        help="rule evaluations a run may take; a longer run is replayed on a compressed clock "
+        "(default %(default)d; 0: no limit)",
+    )
     p.add_argument("--framework", help="key map searched first (default: from the format)")
     p.add_argument(
         "--key-map",
@@ -66,6 +73,7 @@ def run(args: argparse.Namespace) -> int:
             step_seconds=args.step_seconds,
             framework=framework,
             key_map=args.key_map,
+            max_evaluations=args.max_evaluations,
         )
     ]
     print(report.as_json(results) if args.json else report.text(results))

@@ -5,10 +5,15 @@ A log is read (``rlpulse.logs``), fed through a real exporter on a simulated clo
 ``onsets`` says which alerts fired from which step, ``report`` writes it up with charts.
 A log that holds several runs (Dopamine's seeds, a digest's environments, a restarted step
 counter) is replayed run by run (``replay_runs``), each under its own ``run_id``.
+
+Time is bounded: promtool evaluates every rule at every evaluation interval, so a run that would
+need more than ``max_evaluations`` of them (default ``MAX_EVALUATIONS``: ~42 h of run at 15 s) is
+replayed on a compressed clock (``time_scale`` < 1, reported) that fits the budget.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,10 +23,11 @@ from rlpulse import keys
 from rlpulse.logs import read_log, resolve_format
 from rlpulse.replay.onsets import AlertOnset, onsets
 from rlpulse.replay.promtool import evaluate
-from rlpulse.replay.timeline import Timeline, build, framework_hint, segments
+from rlpulse.replay.timeline import Timeline, build, framework_hint, run_seconds, segments
 from rlpulse.stack.config import Config, seconds
 
 DEFAULT_STEP_SECONDS = 60.0
+MAX_EVALUATIONS = 10_000
 
 
 @dataclass
@@ -34,6 +40,7 @@ class ReplayResult:
     timeline: Timeline
     alerts: list[AlertOnset]
     eval_interval: float
+    time_scale: float = 1.0  # < 1: the run's clock was compressed to fit the evaluation budget
 
     @property
     def run_id(self) -> str:
@@ -53,6 +60,7 @@ class ReplayResult:
             "first_step": tl.record_steps[0],
             "last_step": tl.record_steps[-1],
             "duration_seconds": tl.duration,
+            "time_scale": self.time_scale,
             "alerts": [a.as_dict(self.eval_interval) for a in self.alerts],
         }
 
@@ -71,13 +79,17 @@ def replay_runs(
     framework: str | None = None,
     run_id: str | None = None,
     key_map: Mapping[str, object] | str | Path | None = None,
+    max_evaluations: int = MAX_EVALUATIONS,
 ) -> list[ReplayResult]:
     """Replay every run of one log through the generated rules of ``cfg`` (default: the
     shipped defaults). ``key_map`` (a mapping or a YAML/JSON file, ``rlpulse.keys.user_map``)
     adds to and overrides ``cfg.keys``. A run after the first is labelled ``<run_id>/<name>``
-    (its segment, or ``#2`` … for a restarted step counter)."""
+    (its segment, or ``#2`` … for a restarted step counter). A run longer than
+    ``max_evaluations`` evaluation intervals is compressed to fit (0: never)."""
     if not step_seconds > 0:
         raise ValueError(f"--step-seconds must be positive, got {step_seconds!r}")
+    if max_evaluations < 0:
+        raise ValueError(f"--max-evaluations must be >= 0, got {max_evaluations!r}")
     cfg = cfg or Config()
     p = Path(path)
     if not p.exists():
@@ -86,20 +98,24 @@ def replay_runs(
     name = resolve_format(p, fmt)
     fw = framework or framework_hint(p, name)
     base = run_id or run_id_of(p)
-    interval = seconds(cfg.scrape.evaluation_interval)
+    interval, scrape = seconds(cfg.scrape.evaluation_interval), seconds(cfg.scrape.interval)
+    budget = max_evaluations * interval or math.inf
+    lengths = [run_seconds(recs, scrape, step_seconds) for _, recs in segments(read_log(p, name))]
     results = []
-    for segment, records in segments(read_log(p, name)):
+    for (segment, records), length in zip(segments(read_log(p, name)), lengths, strict=True):
+        scale = min(1.0, budget / length)
         tl = build(
             records,
             run_id=f"{base}/{segment}" if segment else base,
             framework=fw,
             job=cfg.scrape.job_name,
-            scrape_interval=seconds(cfg.scrape.interval),
+            scrape_interval=scrape,
             step_seconds=step_seconds,
             key_map=user_keys,
+            time_scale=scale,
         )
         alerts = onsets(evaluate(tl, cfg), tl, interval)
-        results.append(ReplayResult(p, name, fw, tl, alerts, interval))
+        results.append(ReplayResult(p, name, fw, tl, alerts, interval, scale))
     if not results:
         raise ValueError(f"{p}: the log holds no metric records")
     return results
@@ -115,4 +131,4 @@ def replay(path: Path | str, **options: Any) -> ReplayResult:
     return results[0]
 
 
-__all__ = ["DEFAULT_STEP_SECONDS", "ReplayResult", "replay", "replay_runs"]
+__all__ = ["DEFAULT_STEP_SECONDS", "MAX_EVALUATIONS", "ReplayResult", "replay", "replay_runs"]

@@ -52,10 +52,11 @@ def summary(result: ReplayResult) -> str:
     """One paragraph: what was replayed, over how long."""
     tl = result.timeline
     run = "" if result.run_id == run_id_of(result.log) else f" run {result.run_id}"
+    scaled = "" if result.time_scale == 1 else f" (compressed x{1 / result.time_scale:.3g})"
     return (
         f"{result.log}{run} ({result.format}, key map {result.framework or 'auto'}): "
         f"{len(tl.record_steps)} records, steps {tl.record_steps[0]}..{tl.record_steps[-1]}, "
-        f"{_duration(tl.duration)} of run time, {len(tl.series)} series"
+        f"{_duration(tl.duration)} of run time{scaled}, {len(tl.series)} series"
     )
 
 

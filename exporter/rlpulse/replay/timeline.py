@@ -134,6 +134,48 @@ class _Replayer:
         return out
 
 
+class Clock:
+    """The simulated run time of each record, in order (see the module docstring): the first
+    record one scrape in, then the log's own timestamps or ``step * step_seconds``, bounded,
+    never backwards. ``scale`` < 1 compresses the whole run (``replay``'s evaluation budget)."""
+
+    def __init__(self, scrape_interval: float, step_seconds: float, scale: float = 1.0) -> None:
+        self.scrape_interval = scrape_interval
+        self.step_seconds = step_seconds
+        self.scale = scale
+        self.now = 0.0
+        self._origin: float | None = None  # the first record's timestamp (0 without one)
+        self._real = False  # run time from the log's timestamps
+        self._last_step = 0
+        self._skipped = 0.0  # logged seconds of pauses longer than MAX_GAP_SECONDS left out
+
+    def __call__(self, rec: Record) -> float:
+        """The run time of ``rec``, the next record."""
+        if self._origin is None:  # the exporter starts one scrape before the first record
+            self._origin, self._real = rec.timestamp or 0.0, rec.timestamp is not None
+            self._last_step = rec.step
+            self.now = self.scrape_interval
+        if self._real and rec.timestamp is not None:
+            gap = (rec.timestamp - self._origin - self._skipped) * self.scale
+            t = self.scrape_interval + gap
+            if t - self.now > MAX_GAP_SECONDS * self.scale:  # replay MAX_GAP_SECONDS of a pause
+                self._skipped += (t - self.now) / self.scale - MAX_GAP_SECONDS
+                t = self.now + MAX_GAP_SECONDS * self.scale
+        else:
+            steps = min(max(rec.step - self._last_step, 0), MAX_GAP_STEPS)
+            t = self.now + steps * self.step_seconds * self.scale
+        self.now, self._last_step = max(self.now, t), rec.step
+        return self.now
+
+
+def run_seconds(records: Iterable[Record], scrape_interval: float, step_seconds: float) -> float:
+    """How long a run's replay lasts (its last record's time on an unscaled ``Clock``)."""
+    clock = Clock(scrape_interval, step_seconds)
+    for rec in records:
+        clock(rec)
+    return clock.now
+
+
 def build(
     records: Iterable[Record],
     *,
@@ -143,31 +185,19 @@ def build(
     scrape_interval: float,
     step_seconds: float,
     key_map: UserKeys | None = None,
+    time_scale: float = 1.0,
 ) -> Timeline:
-    """The scraped series of one run's records (see the module docstring for the clock);
+    """The scraped series of one run's records, on a ``Clock`` (``time_scale`` compresses it);
     ``key_map`` (``rlpulse.keys.user_map``) comes before the framework tables, as live."""
     replayer = _Replayer(run_id, framework, job, key_map)
     tl = Timeline(run_id, scrape_interval)
-    origin: tuple[float, int, bool] | None = None  # (first timestamp or 0, first step, real time)
-    now = 0.0
-    last_step = 0
-    skipped = 0.0  # logged seconds of pauses longer than MAX_GAP_SECONDS left out
+    clock = Clock(scrape_interval, step_seconds, time_scale)
     dirty = True  # the exporter changed since the last scrape was read
     for rec in records:
-        if origin is None:  # the exporter starts one scrape before the first record
-            origin = (rec.timestamp or 0.0, rec.step, rec.timestamp is not None)
-            last_step = rec.step
+        if not tl.record_times:
             replayer.exporter.set(LAST_STEP_TS, 0.0)
             replayer.exporter.set(START_TS, 0.0)
-            now = scrape_interval
-        if origin[2] and rec.timestamp is not None:
-            t = scrape_interval + rec.timestamp - origin[0] - skipped
-            if t - now > MAX_GAP_SECONDS:  # a long pause: replay MAX_GAP_SECONDS of it
-                skipped += t - now - MAX_GAP_SECONDS
-                t = now + MAX_GAP_SECONDS
-        else:
-            t = now + min(max(rec.step - last_step, 0), MAX_GAP_STEPS) * step_seconds
-        now, last_step = max(now, t), rec.step
+        now = clock(rec)
         due = math.ceil(now / scrape_interval - 1e-9)  # scrapes before ``now``
         if due > tl.scrapes:
             if dirty:  # unchanged scrapes add nothing to the run-length encoded series
@@ -178,7 +208,7 @@ def build(
         dirty = True
         tl.record_times.append(now)
         tl.record_steps.append(rec.step)
-    if origin is None:
+    if not tl.record_times:
         raise ValueError("the log holds no metric records")
     tl._observe(tl.scrapes, replayer.scrape())
     tl.scrapes += 1

@@ -11,7 +11,8 @@ import textwrap
 HINT = "[RLPULSE_QUIET=1 silences rlpulse notices]"
 SCRIPT = """
 import rlpulse
-exp = rlpulse.start(port=0, addr="127.0.0.1", gpu=True, host=False, nvml=False, run_id="n")
+exp = rlpulse.start(port=0, addr="127.0.0.1", gpu=True, host=False, nvml=False, run_id="n",
+                    metadata={"job": "x", "__y": "z"})
 for step in range(3):
     rlpulse.log({"loss": "nan-ish", "lr": None, "entropy": [1, 2]}, step=step)
 exp.flush()
@@ -34,9 +35,10 @@ def _run(prelude: str = "", **env: str) -> str:
 def test_first_of_each_kind_on_stderr_without_logging_set_up() -> None:
     err = _run()
     notices = [line for line in err.splitlines() if line.endswith(HINT)]
-    assert sum("dropped" in line for line in notices) == 1, err  # three keys, three steps: one
+    assert sum("dropped" in line and "bad_metadata" not in line for line in notices) == 1, err
+    assert sum("bad_metadata" in line for line in notices) == 1, err  # two keys: one notice
     assert sum("collector disabled" in line for line in notices) == 1, err
-    assert len(notices) == 2, err
+    assert len(notices) == 3, err
 
 
 def test_quiet_silences_them() -> None:

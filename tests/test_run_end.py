@@ -12,6 +12,7 @@ import textwrap
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import pytest
 
@@ -227,3 +228,23 @@ def test_exporters_ending_at_exit_share_one_wait() -> None:
     )
     waits = [line for line in out.stderr.splitlines() if "waiting up to" in line]
     assert len(waits) == 1 and "run a ended; waiting up to 2 s" in waits[0], out.stderr
+
+
+def test_a_registered_target_expects_a_scrape(tmp_path: Path) -> None:
+    """An exporter announced through file_sd waits for Prometheus at exit though none came."""
+    script = f"""
+    import rlpulse
+    from rlpulse import targets
+    exp = rlpulse.start(port=0, addr="127.0.0.1", run_id="reg", gpu=False, host=False)
+    targets.register({str(tmp_path)!r}, exp)
+    """
+    out = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ, "RLPULSE_FINAL_WAIT": "0.5"},
+    )
+    assert "run reg ended; waiting up to" in out.stderr
+    assert not list(tmp_path.iterdir())  # the target file is gone with the run

@@ -583,7 +583,11 @@ class Exporter:
             return
         self._warned.add((name, reason))
         log.warning(
-            "rlpulse: dropped %s for %r: %s (logged once per key)", _preview(value), name, reason
+            "rlpulse: dropped %s for %r: %s (logged once per key)",
+            _preview(value),
+            name,
+            reason,
+            extra={notices.KIND: "dropped_metadata" if reason == "bad_metadata" else "dropped"},
         )
         if len(self._warned) > MAX_WARNED:
             log.warning("rlpulse: drops for %d keys logged; later ones only counted", MAX_WARNED)

@@ -218,7 +218,8 @@ def register(
     (``close()``, interpreter exit, SIGTERM; a SIGKILLed process leaves it, see
     :func:`unregister`). ``host`` is the address Prometheus reaches the process at: by default
     the exporter's bind address, or this machine's host name when it listens on all interfaces.
-    An HTTPS exporter gets ``__scheme__: https``.
+    An HTTPS exporter gets ``__scheme__: https``. A registered exporter expects Prometheus: the
+    end of its run waits for a last scrape (``Exporter.end``) even if none came yet.
     """
     if not exporter.serving:
         raise ValueError("register() needs a started exporter (its port is known once serving)")
@@ -234,4 +235,5 @@ def register(
         write_target(directory, exporter.run_id, exporter.rank, address, labels), address
     )
     exporter.on_close(reg.close)
+    exporter.expect_scrape = True
     return reg

@@ -423,3 +423,16 @@ def test_a_long_run_is_compressed_into_the_evaluation_budget(tmp_path: Path) -> 
     assert "compressed x" in report.summary(result)
     with pytest.raises(ValueError, match="--max-evaluations must be >= 0"):
         replay_runs(tmp_path / "long.jsonl", max_evaluations=-1)
+
+
+def test_sb3_tensorboard_steps_and_update_counter_do_not_collide() -> None:
+    """SB3's TensorBoard step is num_timesteps; train/n_updates is smaller and must not feed
+    rl_train_steps_total against it (every row was a negative increment)."""
+    recs = [
+        Record(2048 * (i + 1), 100.0 + i, {"train/n_updates": 10.0 * i, "train/value_loss": 1.0})
+        for i in range(10)
+    ]
+    tl = build(recs, run_id="r", framework="sb3", job="j", scrape_interval=15, step_seconds=60)
+    assert not tl.keys_of("rlpulse_dropped_values_total")
+    (steps,) = tl.keys_of("rl_train_steps_total")
+    assert tl.values(steps)[-1] == 2048 * 10

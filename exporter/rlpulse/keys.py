@@ -521,12 +521,13 @@ SB3 = KeyMap(
                 "train/loss": _LOSS,
                 "train/explained_variance": _EXPLAINED_VAR,
                 "train/learning_rate": _LR_POLICY,
-                "train/n_updates": _TRAIN_STEPS,
+                "train/n_updates": None,
                 "train/std": None,
             },
             notes={
                 "train/entropy_loss": "SB3 logs minus the entropy",
-                "train/n_updates": "PPO counts epochs, DQN/SAC gradient steps",
+                "train/n_updates": "the update counter: SB3's callback passes it as log()'s step, "
+                "which drives rl_train_steps_total (a key feeding it too went backwards)",
                 "train/loss": "PPO: total loss; DQN: the TD loss",
             },
         ),

@@ -6,7 +6,7 @@
 * ``progress.csv`` (SB3 / OpenAI-baselines ``CSVOutputFormat``): a header of logger keys, one row
   per dump; empty cells are keys absent from that dump. Step = the update counter
   (``train/n_updates``, baselines' ``nupdates``) when the file has one, as the live SB3
-  callback passes it (so it and the step feed ``rl_train_steps_total`` alike); a row before the
+  callback passes it (the step drives ``rl_train_steps_total``); a row before the
   first update has step 0. Else the total-timesteps column, else the row index. Timestamp = the
   elapsed-time column when there is one.
 

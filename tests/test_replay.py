@@ -436,3 +436,16 @@ def test_sb3_tensorboard_steps_and_update_counter_do_not_collide() -> None:
     assert not tl.keys_of("rlpulse_dropped_values_total")
     (steps,) = tl.keys_of("rl_train_steps_total")
     assert tl.values(steps)[-1] == 2048 * 10
+
+
+def test_one_run_of_a_log_of_several(tmp_path: Path) -> None:
+    rows = [{"step": s, "reward": 0.5} for s in (*range(5), *range(3), *range(4))]
+    log = tmp_path / "restarts.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (only,) = replay_runs(log, framework="trl", runs={"#3"})
+    assert only.run_id == "restarts/#3" and len(only.timeline.record_steps) == 4
+    with pytest.raises(ValueError, match=r"no run named \['DQN #9'\]; its runs: '', '#2', '#3'"):
+        replay_runs(log, runs={"DQN #9"})
+    out = tmp_path / "out.json"
+    assert _cli(["replay", str(log), "--json", "--run", "#2", "--run", "#3"], out) == 0
+    assert [e["run_id"] for e in json.loads(out.read_text())] == ["restarts/#2", "restarts/#3"]

@@ -30,6 +30,13 @@ def register(sub: Any) -> None:
     )
     p.add_argument("--config", type=Path, help="rlpulse.yaml with threshold overrides")
     p.add_argument(
+        "--run",
+        action="append",
+        dest="runs",
+        metavar="NAME",
+        help="replay only this run of a log that holds several (e.g. 'DQN #2'); repeatable",
+    )
+    p.add_argument(
         "--max-evaluations",
         type=int,
         default=MAX_EVALUATIONS,
@@ -74,6 +81,7 @@ def run(args: argparse.Namespace) -> int:
             framework=framework,
             key_map=args.key_map,
             max_evaluations=args.max_evaluations,
+            runs=args.runs,
         )
     ]
     print(report.as_json(results) if args.json else report.text(results))

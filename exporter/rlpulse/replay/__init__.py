@@ -14,7 +14,7 @@ replayed on a compressed clock (``time_scale`` < 1, reported) that fits the budg
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -80,12 +80,14 @@ def replay_runs(
     run_id: str | None = None,
     key_map: Mapping[str, object] | str | Path | None = None,
     max_evaluations: int = MAX_EVALUATIONS,
+    runs: Collection[str] | None = None,
 ) -> list[ReplayResult]:
     """Replay every run of one log through the generated rules of ``cfg`` (default: the
     shipped defaults). ``key_map`` (a mapping or a YAML/JSON file, ``rlpulse.keys.user_map``)
     adds to and overrides ``cfg.keys``. A run after the first is labelled ``<run_id>/<name>``
-    (its segment, or ``#2`` … for a restarted step counter). A run longer than
-    ``max_evaluations`` evaluation intervals is compressed to fit (0: never)."""
+    (its segment, or ``#2`` … for a restarted step counter); ``runs`` picks runs by that name
+    (``{"DQN #2"}``), the others are not evaluated. A run longer than ``max_evaluations``
+    evaluation intervals is compressed to fit (0: never)."""
     if not step_seconds > 0:
         raise ValueError(f"--step-seconds must be positive, got {step_seconds!r}")
     if max_evaluations < 0:
@@ -100,9 +102,17 @@ def replay_runs(
     base = run_id or run_id_of(p)
     interval, scrape = seconds(cfg.scrape.evaluation_interval), seconds(cfg.scrape.interval)
     budget = max_evaluations * interval or math.inf
-    lengths = [run_seconds(recs, scrape, step_seconds) for _, recs in segments(read_log(p, name))]
+    lengths = [
+        (seg, run_seconds(recs, scrape, step_seconds)) for seg, recs in segments(read_log(p, name))
+    ]
+    unknown = set(runs or ()) - {seg for seg, _ in lengths}
+    if unknown:
+        names = ", ".join(repr(seg) for seg, _ in lengths[:10])
+        raise ValueError(f"{p}: no run named {sorted(unknown)}; its runs: {names}")
     results = []
-    for (segment, records), length in zip(segments(read_log(p, name)), lengths, strict=True):
+    for (segment, records), (_, length) in zip(segments(read_log(p, name)), lengths, strict=True):
+        if runs is not None and segment not in runs:
+            continue
         scale = min(1.0, budget / length)
         tl = build(
             records,

@@ -3,10 +3,13 @@
 ``log()`` and the batch calls only write plain numbers into a ``Store``; ``_Collector`` turns the
 store (plus GPU/host readings) into Prometheus families when Prometheus scrapes.
 
-Process lifecycle (see docs/reliability.md): every serving exporter is closed at interpreter exit
-and on a SIGTERM left at its default action (then the signal is re-delivered, so the process still
-dies of it); a user's own SIGTERM handler is called instead and decides. A child forked after
-``start()`` lets go of the inherited sockets and never serves; its recording calls stay harmless.
+Process lifecycle (see docs/reliability.md, docs/quickstart.md#how-a-run-ends): at interpreter
+exit every serving exporter ends its run (``end``: finished, or crashed / interrupted as the
+chained ``sys.excepthook``, ``threading.excepthook`` and ``sys.exit`` saw it), waiting a bounded
+time for a last scrape; on a SIGTERM left at its default action it only closes (the signal is
+then re-delivered, so the process still dies of it, and Prometheus pages the vanished target); a
+user's own SIGTERM handler is called instead and decides. A child forked after ``start()`` lets
+go of the inherited sockets and never serves; its recording calls stay harmless.
 """
 
 from __future__ import annotations

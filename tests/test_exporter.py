@@ -320,7 +320,7 @@ def test_finish_gives_up_after_wait_and_skips_it_when_never_scraped(
     scrape_as_prometheus(exp.url)  # a scraper was there once, then went away
     assert rlpulse.finish(wait=0.2) is False
     assert not exp.serving and rlpulse.get_exporter() is None
-    assert "no scrape of" in caplog.text and "within 0 s after the run ended" in caplog.text
+    assert "no scrape of" in caplog.text and "within 0.2 s after the run ended" in caplog.text
     assert rlpulse.finish() is False  # nothing running: a no-op
     caplog.clear()
     unscraped = Exporter(port=0, addr="127.0.0.1", gpu=False, host=False).start()

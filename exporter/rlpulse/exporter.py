@@ -492,7 +492,7 @@ class Exporter:
         scrapes = server.arrived(METRICS_PATH)
         notices.warn(
             "final_scrape",
-            "rlpulse: run %s ended; waiting up to %.0f s for Prometheus to scrape %s once more "
+            "rlpulse: run %s ended; waiting up to %.3g s for Prometheus to scrape %s once more "
             "(%s=0 skips the wait)",
             self.run_id,
             wait,
@@ -503,7 +503,7 @@ class Exporter:
             return True
         notices.warn(
             "final_scrape_missed",
-            "rlpulse: no scrape of %s within %.0f s after the run ended: its last values are "
+            "rlpulse: no scrape of %s within %.3g s after the run ended: its last values are "
             "lost to Prometheus, which may report the target down",
             self.url,
             wait,

@@ -53,6 +53,9 @@ class Recorder:
             stored; returns the dict to store or None to drop the rollout. A hook that raises
             drops the rollout (counted ``dropped:redact_error``), never stores it unredacted.
         lock_timeout_s: how long the writer waits for a locked file before dropping a batch.
+        min_free_bytes: free space the store leaves on its filesystem (for the trainer's own
+            writes, and so eviction can always run); a batch that would go below it is
+            dropped as ``disk_full`` and the oldest quarter evicted.
         page_limit: optional hard cap on the file's SQLite pages (defence in depth; a write
             past it is treated like a full disk).
     """
@@ -72,6 +75,7 @@ class Recorder:
         redact: Redactor | None = None,
         lock_timeout_s: float = 2.0,
         page_limit: int | None = None,
+        min_free_bytes: int = 64 * 2**20,
         strict: bool = False,
     ) -> None:
         for name, value in (
@@ -105,6 +109,7 @@ class Recorder:
             "queue_bytes": queue_bytes,
             "timeout_s": lock_timeout_s,
             "page_limit": page_limit,
+            "min_free_bytes": min_free_bytes,
             "redact": redact,
         }
         self._writer = self._new_writer()

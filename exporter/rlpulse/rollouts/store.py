@@ -6,20 +6,31 @@ in one transaction, then evicts the oldest rows until the run is within ``max_ro
 ``max_bytes``. Row and byte totals live in the file (kept by triggers), so every process
 writing the same run sees the same totals. A full disk, a page limit, a locked file or any other
 SQLite error drops that batch, is counted by reason, and the next batch tries again.
+
+Disk space: a batch that would leave less than ``min_free_bytes`` free on the filesystem is
+dropped (``disk_full``) before it is written, so the store never takes the trainer's last bytes.
+A small reserve file next to the store is given back when the disk fills anyway, so the eviction
+(whose deletes need WAL space) can run; it evicts in small transactions and returns the freed
+pages to the filesystem. After evicting, freed pages go back to the filesystem (incremental
+vacuum) and a WAL past its limit is checkpointed and truncated, so several writers on one file
+stay near ``max_bytes``.
 """
 
 from __future__ import annotations
 
 import contextlib
 import errno
+import fcntl
 import json
 import logging
 import math
+import os
 import queue
+import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +110,9 @@ _INSERT = (
 COALESCE = 64  # most queued batches written in one transaction
 WAL_BYTES = 4 * 2**20  # most WAL kept between checkpoints (less for small stores)
 MAX_JSON = 1 << 20  # characters of tool calls / metadata kept from a redaction hook
+RESERVE_BYTES = 512 * 2**10  # the reserve file given back on a full disk: room for the WAL
+HEADROOM = 64 * 2**10  # bytes a write may take beyond its rows (pages, indexes)
+EVICT_CHUNK = 16  # rows deleted per transaction while making room on a full disk
 ROW_OVERHEAD = 160  # bytes counted per row on top of its text (numbers, keys, index entries)
 _TEXT_FIELDS = ("rollout_id", "group_id", "prompt", "response", "verdict", "error")
 
@@ -182,12 +196,16 @@ def file_bytes(path: Path) -> int:
     return total
 
 
+class TurnTimeout(sqlite3.OperationalError):
+    """Another writer of the run kept its turn past the lock timeout (counted ``locked``)."""
+
+
 def error_reason(exc: BaseException) -> str:
     """The drop reason a storage exception is counted under."""
     name = getattr(exc, "sqlite_errorname", "")
     if name.startswith("SQLITE_FULL") or (isinstance(exc, OSError) and exc.errno == errno.ENOSPC):
         return "disk_full"
-    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")):
+    if name.startswith(("SQLITE_BUSY", "SQLITE_LOCKED")) or isinstance(exc, TurnTimeout):
         return "locked"
     return "store_error"
 
@@ -246,6 +264,7 @@ class Writer:
         queue_bytes: int,
         timeout_s: float,
         page_limit: int | None,
+        min_free_bytes: int,
         redact: Callable[[dict[str, Any]], dict[str, Any] | None] | None,
         counters: Counters,
     ) -> None:
@@ -257,6 +276,10 @@ class Writer:
         self.max_bytes = max_bytes
         self.timeout_s = timeout_s
         self.page_limit = page_limit
+        self.min_free_bytes = min_free_bytes
+        self.wal_bytes = min(WAL_BYTES, max_bytes // 4)
+        self.reserve = path.with_name(path.name + "-reserve")
+        self.reserve_bytes = RESERVE_BYTES
         self.redact = redact
         self.counters = counters
         self.queue: queue.Queue[Batch | threading.Event | None] = queue.Queue(queue_size)
@@ -264,6 +287,7 @@ class Writer:
         self._queued = 0  # Batch.size of what waits in the queue
         self._queued_lock = threading.Lock()
         self._conn: sqlite3.Connection | None = None
+        self._lock_fd: int | None = None  # the "-lock" file the run's writers take turns on
         self._warned: set[str] = set()
         self._thread = threading.Thread(target=self._run, name="rlpulse-rollouts", daemon=True)
         self._thread.start()
@@ -314,9 +338,12 @@ class Writer:
             if self._conn is not None:
                 with contextlib.suppress(sqlite3.Error):
                     self._conn.close()
+            if self._lock_fd is not None:
+                os.close(self._lock_fd)
 
     def _drain(self) -> tuple[list[Batch], list[threading.Event], bool]:
-        """Wait for work, then take everything queued (up to ``COALESCE`` batches): batches
+        """Wait for work, then take everything queued (up to ``COALESCE`` batches or
+        ``wal_bytes`` of text): batches
         written together in one transaction, flush markers, and whether to stop."""
         batches: list[Batch] = []
         markers: list[threading.Event] = []
@@ -330,8 +357,8 @@ class Writer:
                 batches.append(item)
                 with self._queued_lock:
                     self._queued -= item.size
-            if len(batches) >= COALESCE:
-                return batches, markers, False
+            if len(batches) >= COALESCE or sum(b.size for b in batches) >= self.wal_bytes:
+                return batches, markers, False  # one transaction stays within the WAL limit
             try:
                 item = self.queue.get_nowait()
             except queue.Empty:
@@ -344,7 +371,7 @@ class Writer:
 
     def _connection(self) -> sqlite3.Connection:
         if self._conn is None:
-            conn = connect(self.path, self.timeout_s, min(WAL_BYTES, self.max_bytes // 4))
+            conn = connect(self.path, self.timeout_s, self.wal_bytes)
             if self.page_limit is not None:
                 conn.execute(f"PRAGMA max_page_count={int(self.page_limit)}")
             conn.execute(
@@ -352,7 +379,36 @@ class Writer:
                 (self.run_id, SCHEMA_VERSION),
             )
             self._conn = conn
+            self._take_reserve()
         return self._conn
+
+    def _free_bytes(self) -> int:
+        try:
+            return shutil.disk_usage(self.path.parent).free
+        except OSError:
+            return self.min_free_bytes + (1 << 40)  # unknown: do not refuse on that account
+
+    def _take_reserve(self) -> None:
+        """Hold ``reserve_bytes`` of real blocks in the reserve file (if there is room)."""
+        if self.reserve.exists() or self._free_bytes() < self.min_free_bytes + self.reserve_bytes:
+            return
+        try:
+            fd = os.open(self.reserve, os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                os.posix_fallocate(fd, 0, self.reserve_bytes)
+            finally:
+                os.close(fd)
+        except OSError:
+            with contextlib.suppress(OSError):
+                self.reserve.unlink()
+
+    def _shrink(self, conn: sqlite3.Connection) -> None:
+        """Give freed pages back to the filesystem; truncate a WAL past its limit."""
+        conn.executescript("PRAGMA incremental_vacuum;")  # execute() would free one page
+        with contextlib.suppress(OSError):
+            wal = os.path.getsize(f"{self.path}-wal")
+            if wal > self.wal_bytes or self._free_bytes() < self.min_free_bytes + wal:
+                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def _prepare(self, batch: Batch) -> list[tuple[Any, ...]]:
         params = []
@@ -395,25 +451,11 @@ class Writer:
             prepared = [(b.evict, self._prepare(b)) for b in batches]
             n_rows = sum(len(p) for _, p in prepared)
             conn = self._connection()
-            conn.execute("BEGIN IMMEDIATE")
-            try:
-                evicted = written = 0
-                for evict, params in prepared:  # in order: a batch may evict an earlier one's row
-                    evicted += self._evict_seqs(conn, evict)
-                    written += max(conn.executemany(_INSERT, params).rowcount, 0)
-                by_rows, by_bytes = self._enforce_bounds(conn)
-                conn.execute("COMMIT")
-            except BaseException:
-                if conn.in_transaction:
-                    with contextlib.suppress(sqlite3.Error):
-                        conn.execute("ROLLBACK")
-                raise
-            self.counters.add("recorded", written)
-            self.counters.add("evicted:resampled", evicted)
-            self.counters.add("evicted:rows", by_rows)
-            self.counters.add("evicted:bytes", by_bytes)
-            if by_rows or by_bytes:
-                conn.execute("PRAGMA incremental_vacuum")
+            size = 3 * sum(b.size for b in batches) + HEADROOM  # rows, their WAL copy, pages
+            if self._free_bytes() - size < self.min_free_bytes:
+                raise OSError(errno.ENOSPC, f"under {self.min_free_bytes} bytes free")
+            with self._turn():
+                self._commit(conn, prepared)
         except Exception as exc:  # the writer thread must outlive any bad batch
             reason = error_reason(exc)
             self.counters.add(f"dropped:{reason}", n_rows)
@@ -423,6 +465,48 @@ class Writer:
             elif reason == "store_error":
                 self._reset()
         self._refresh_gauges()
+
+    @contextlib.contextmanager
+    def _turn(self) -> Iterator[None]:
+        """This writer's turn among every process writing the file (an flock on ``-lock``):
+        while it holds it no other writer is mid-transaction, so a WAL checkpoint completes
+        and the WAL can be truncated; without it, writers take turns too fast for one."""
+        if self._lock_fd is None:
+            self._lock_fd = os.open(f"{self.path}-lock", os.O_RDWR | os.O_CREAT, 0o600)
+        deadline = time.monotonic() + self.timeout_s
+        while True:
+            try:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TurnTimeout(f"another writer held {self.path}-lock") from None
+                time.sleep(0.005)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+
+    def _commit(self, conn: sqlite3.Connection, prepared: list[tuple[list[int], Any]]) -> None:
+        """Write the batches and evict past the bounds in one transaction, then shrink."""
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            evicted = written = 0
+            for evict, params in prepared:  # in order: a batch may evict an earlier one's row
+                evicted += self._evict_seqs(conn, evict)
+                written += max(conn.executemany(_INSERT, params).rowcount, 0)
+            by_rows, by_bytes = self._enforce_bounds(conn)
+            conn.execute("COMMIT")
+        except BaseException:
+            if conn.in_transaction:
+                with contextlib.suppress(sqlite3.Error):
+                    conn.execute("ROLLBACK")
+            raise
+        self.counters.add("recorded", written)
+        self.counters.add("evicted:resampled", evicted)
+        self.counters.add("evicted:rows", by_rows)
+        self.counters.add("evicted:bytes", by_bytes)
+        self._shrink(conn)
 
     def _evict_seqs(self, conn: sqlite3.Connection, seqs: Iterable[int]) -> int:
         cur = conn.executemany(
@@ -450,23 +534,33 @@ class Writer:
         return over_rows, seen - over_rows
 
     def _make_room(self) -> None:
-        """After a full disk, drop the oldest quarter so later batches fit in the freed pages."""
+        """After a full disk: give back the reserve file (the deletes need WAL space), evict
+        the oldest quarter in small transactions, return the pages to the filesystem, then
+        take the reserve again if there is room."""
         conn = self._conn
         if conn is None:
             return
+        with contextlib.suppress(OSError):
+            self.reserve.unlink()
+        done = 0
         try:
-            conn.execute("BEGIN IMMEDIATE")
-            (rows,) = conn.execute("SELECT rows FROM totals").fetchone()
-            n = conn.execute(
-                "DELETE FROM rollouts WHERE id IN (SELECT id FROM rollouts ORDER BY id LIMIT ?)",
-                (max(rows // 4, 1),),
-            ).rowcount
-            conn.execute("COMMIT")
-            self.counters.add("evicted:disk_full", n)
-        except sqlite3.Error:
-            if conn.in_transaction:
-                with contextlib.suppress(sqlite3.Error):
-                    conn.execute("ROLLBACK")
+            with self._turn():
+                (rows,) = conn.execute("SELECT rows FROM totals").fetchone()
+                target = max(rows // 4, 1)
+                while done < target:
+                    n = conn.execute(  # autocommit: one transaction per chunk
+                        "DELETE FROM rollouts WHERE id IN "
+                        "(SELECT id FROM rollouts ORDER BY id LIMIT ?)",
+                        (min(EVICT_CHUNK, target - done),),
+                    ).rowcount
+                    if n <= 0:
+                        break
+                    done += n
+                    self._shrink(conn)
+        except (sqlite3.Error, OSError) as exc:
+            self._warn("evict_failed", f"could not evict to make room: {exc}")
+        self.counters.add("evicted:disk_full", done)
+        self._take_reserve()
 
     def _reset(self) -> None:
         if self._conn is not None:

@@ -29,7 +29,6 @@ import os
 import re
 import secrets
 import ssl
-import tempfile
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -39,6 +38,7 @@ from typing import Any
 
 import yaml
 
+from rlpulse import tempdirs
 from rlpulse.http import Guard, Request, Response
 
 ENV = "RLPULSE_WEB_CONFIG"
@@ -410,7 +410,7 @@ def _context(tls: TLSServerConfig, path: Path) -> ssl.SSLContext:
 def _load_inline_chain(ctx: ssl.SSLContext, tls: TLSServerConfig) -> None:
     """``ssl`` loads certificates only from files: write the inline PEM to a private temporary
     directory (mode 0700), load it, and delete it at once."""
-    with tempfile.TemporaryDirectory(prefix="rlpulse-tls-") as tmp:
+    with tempdirs.temporary_dir("tls") as tmp:
         paths = []
         for name, text, given in (
             ("cert.pem", tls.cert, tls.cert_file),

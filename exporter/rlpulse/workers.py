@@ -49,7 +49,6 @@ import os
 import secrets
 import shutil
 import socket
-import tempfile
 import threading
 import time
 import weakref
@@ -66,7 +65,7 @@ from multiprocessing.util import Finalize
 from typing import Any
 
 import rlpulse
-from rlpulse import catalog
+from rlpulse import catalog, tempdirs
 from rlpulse.exporter import Exporter
 
 __all__ = ["ENV", "Address", "WorkerClient", "WorkerHub", "serve", "worker_client"]
@@ -137,7 +136,7 @@ class WorkerHub:
 
     def __init__(self, exporter: Exporter) -> None:
         self.exporter = exporter
-        self._dir = tempfile.mkdtemp(prefix="rlpulse-workers-")  # mode 0700: this user only
+        self._dir = tempdirs.private_dir("workers")  # mode 0700: this user only
         self.address = Address(os.path.join(self._dir, "hub.sock"), secrets.token_bytes(32))
         self._sock = socket.socket(socket.AF_UNIX)
         self._sock.bind(self.address.path)

@@ -156,8 +156,12 @@ def _ratio_to_start(d: Detector, t: Track, key: str) -> tuple[float, float]:
     return (_ratio(t.smoothed, t.start), t.start) if t.warm else (math.nan, math.nan)
 
 
+LEVEL_MIN = 3  # values before an absolute level counts: the median of three outvotes one
+
+
 def _level(d: Detector, t: Track, key: str) -> tuple[float, float]:
-    return (t.smoothed, t.median()) if t.warm else (math.nan, math.nan)
+    """The smoothed level itself, once three values agree on it (no peak to wait for)."""
+    return (t.smoothed, t.median()) if t.n >= LEVEL_MIN else (math.nan, math.nan)
 
 
 def _sustained(d: Detector, t: Track, key: str) -> tuple[float, float]:

@@ -42,9 +42,7 @@ GRAD_NORM = M("rl_grad_norm")
 VALUE_LOSS = M("rl_value_loss")
 EXPLAINED_VAR = M("rl_explained_variance")
 REWARD = M("rl_reward_mean")
-EPISODE_RETURN = M("rl_episode_return")
 ZERO_STD = M("rl_zero_std_groups_ratio")
-GROUP_OUTCOME = M("rl_group_outcome_ratio")
 IMPORTANCE = M("rl_importance_ratio_mean")
 EVAL_SCORE = M("rl_eval_score")
 LENGTH_MEAN = M("rl_response_length_mean_tokens")
@@ -89,16 +87,10 @@ DROPPED = M("rlpulse_dropped_values_total")
 OVERFLOW = M("rlpulse_label_overflow_total")
 
 # Recorded series other modules (dashboards, replay) may query; names do not depend on Config.
-ZSCORE_METRICS = (REWARD, EPISODE_RETURN, ENTROPY, KL_REF, APPROX_KL, GRAD_NORM, VALUE_LOSS, CLIP)
 THROUGHPUT_METRICS = (TRAIN_STEPS, SAMPLES, COMPLETION_TOKENS, PROMPT_TOKENS, ENV_STEPS, EPISODES)
 RATED_METRICS = (*THROUGHPUT_METRICS, GRADER_CALLS, GRADER_ERRORS)
 QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
-ENTROPY_RATIO_TO_PEAK = record_name("rank", ENTROPY, "ratio_to_peak")
-FORMAT_RATIO_TO_PEAK = record_name("rank", FORMAT_OK, "ratio_to_peak")
-LENGTH_RATIO_TO_FLOOR = record_name("rank", LENGTH_MEAN, "ratio_to_floor")
 LENGTH_P90_DRIFT = record_name("run", LENGTH_HIST, "p90_drift_ratio")
-GRAD_NORM_SPIKE = record_name("rank", GRAD_NORM, "spike_ratio")
-VALUE_LOSS_RATIO = record_name("rank", VALUE_LOSS, "ratio_to_baseline")
 PHASE_SHARE = record_name("run_phase", PHASE, "share")
 GRADER_ERROR_RATIO = record_name("run", GRADER_ERRORS, "ratio")
 GPU_MEMORY_RATIO = record_name("gpu", GPU_MEM_USED, "ratio")
@@ -144,16 +136,6 @@ RUN_CRASHED = "RLRunCrashed"
 TRAINING_STALLED = "RLTrainingStalled"
 THROUGHPUT_DROP = "RLThroughputDrop"
 GPU_IDLE = "RLGPUIdle"
-
-
-def zscore_name(metric: catalog.Metric) -> str:
-    """The recorded z-score of a key RL series: the recent mean against the earlier window."""
-    return record_name("rank", metric, "zscore")
-
-
-def drop_ratio_name(metric: catalog.Metric) -> str:
-    """The recorded fractional drop of the recent mean below the earlier mean."""
-    return record_name("rank", metric, "drop_ratio")
 
 
 def rate_name(metric: catalog.Metric) -> str:

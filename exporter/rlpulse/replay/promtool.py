@@ -16,7 +16,6 @@ import math
 import re
 import shutil
 import subprocess
-import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,6 +23,7 @@ from typing import Any
 
 import yaml
 
+from rlpulse import tempdirs
 from rlpulse.replay.timeline import Timeline
 from rlpulse.stack import rules as rulesmod
 from rlpulse.stack.config import Config, duration, seconds
@@ -214,7 +214,7 @@ def evaluate(tl: Timeline, cfg: Config, promtool: str | None = None) -> list[Fir
     alerts = alert_names(files)
     if not alerts:
         return []
-    with tempfile.TemporaryDirectory(prefix="rlpulse-replay-") as tmp:
+    with tempdirs.temporary_dir("replay") as tmp:  # a killed replay's is swept by the next
         paths = []
         for rel, doc in files.items():
             path = Path(tmp) / Path(rel).name

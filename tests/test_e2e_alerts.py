@@ -65,14 +65,16 @@ EXPECTED: dict[str, Expectation] = {
     "stall": Expectation(rules.TRAINING_STALLED, 300, 60),
     "entropy-collapse": Expectation("RLEntropyCollapse", 300, 75),
     "kl-blowup": Expectation("RLKLReferenceHigh", 600, 120),
-    "length-explosion": Expectation("RLResponseLengthExplosion", 600, 150),
+    # a verbosity reward is reward hacking: its page holds back the length and truncation
+    # alerts it drives (one root cause, one incident)
+    "length-explosion": Expectation("RLRewardHacking", 600, 150),
     "reward-hacking": Expectation("RLRewardHacking", 600, 150),
 }
 HEALTHY_STEPS = 600
 # The generator config the stack runs with (`rlpulse stack up --config`): only this module's
 # file_sd targets, and the KL page level of the toy task. Its k3 KL to the reference saturates
-# at a median of ~3 nats (a 16-token vocabulary, docs/demo.md), under the default critical
-# level of 5 nats. Everything else is the shipped fast preset.
+# at a median of ~3 nats (a 16-token vocabulary, docs/demo.md), at the default critical level
+# of 3 nats. Everything else is the shipped fast preset.
 OVERRIDES = {
     "scrape": {"static_targets": []},
     "alerts": {"kl_reference_high": {"critical": 2.0}},

@@ -334,7 +334,8 @@ SIGNALS: tuple[Signal, ...] = (
             m,
             "above",
             _gain_lost,
-            "Fraction of the run's reward gain (start to peak, smoothed) lost since the peak.",
+            "Fraction of the run's reward gain (start to peak of the sustained level) lost since "
+            "the peak; 0 while the gain is within 3x the step-to-step noise.",
             "fraction",
         )
         for m in REWARDS
@@ -356,7 +357,8 @@ SIGNALS: tuple[Signal, ...] = (
         OBJECTIVE,
         "above",
         _drop_from_best,
-        "Latest eval / objective score below its best so far, as a fraction of the best.",
+        "Held-out / objective score (median of its last 3 readings) below its best such median, "
+        "as a fraction of the best; 0 within twice the readings' noise.",
         "fraction",
     ),
     Signal(

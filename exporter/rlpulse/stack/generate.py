@@ -18,7 +18,15 @@ import json
 from pathlib import Path
 
 from rlpulse import keys, reference
-from rlpulse.stack import alertmanager, configdoc, prometheus, rules, ruletests, runbooks
+from rlpulse.stack import (
+    alertmanager,
+    configdoc,
+    detectiondoc,
+    prometheus,
+    rules,
+    ruletests,
+    runbooks,
+)
 from rlpulse.stack.config import Config
 
 # Directories whose every file of these kinds is generated: a file there that the source no
@@ -88,6 +96,7 @@ def render(cfg: Config, *, kubernetes: bool = False) -> dict[str, str]:
     files.update(alertmanager.render(cfg))
     files.update(runbooks.render(cfg))
     files.update(configdoc.render())
+    files.update(detectiondoc.render())
     files["docs/metrics.md"] = reference.as_markdown()
     files["docs/frameworks.md"] = keys.markdown()
     # imported here: the dashboards pull in grafana-foundation-sdk, which the rules do not need

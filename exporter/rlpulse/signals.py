@@ -203,8 +203,9 @@ def _ratio_to_typical(d: Detector, t: Track, key: str) -> tuple[float, float]:
 
 
 def _gain_lost(d: Detector, t: Track, key: str) -> tuple[float, float]:
-    """The fraction of what the run gained that it has lost again, on the sustained level
-    (start -> peak -> now): learning and losing it both take half of 2 x smooth steps."""
+    """The fraction of what the run gained (start -> peak of the sustained level: learning must
+    hold over half of 2 x smooth steps) that the smoothed level has lost again (a collapse shows
+    within three logged values)."""
     if math.isnan(t.level):
         return math.nan, math.nan
     gain = t.level_peak - t.level_start
@@ -213,7 +214,7 @@ def _gain_lost(d: Detector, t: Track, key: str) -> tuple[float, float]:
     big = max(abs(t.level_start), abs(t.level_peak))
     if math.isnan(noise) or not gain > max(3 * noise, 0.1 * big, 1e-12):
         return 0.0, t.level_peak
-    return (t.level_peak - t.level) / gain, t.level_peak
+    return (t.level_peak - t.smoothed) / gain, t.level_peak
 
 
 EVAL_SMOOTH = 3  # eval readings are rare: a drop must hold over the median of the last three

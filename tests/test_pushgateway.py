@@ -4,6 +4,7 @@ gateway with ``honor_labels`` sees the run's series, and a crashed run pages RLR
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import socket
@@ -15,8 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from rlpulse.stack.config import Config
-from rlpulse.stack.rules import RUN_CRASHED, render
+from rlpulse.stack import prometheus as prometheus_yml
+from rlpulse.stack import rules
+from rlpulse.stack.config import Config, Duration, Scrape
+from rlpulse.stack.rules import RUN_CRASHED
 from tests.stackutil import api, free_port, prometheus, results, server, wait_for
 
 pytestmark = pytest.mark.skipif(
@@ -94,20 +97,23 @@ def test_a_failed_push_is_told_and_the_run_still_exits(tmp_path: Path) -> None:
 def test_prometheus_scraping_the_gateway_sees_the_run_and_pages_its_crash(
     gateway: str, tmp_path: Path
 ) -> None:
+    """The generated prometheus.yml with ``scrape.pushgateways`` set, and the generated rules."""
     _run("pushed-crash", "raise RuntimeError('nccl timeout')", RLPULSE_PUSHGATEWAY=gateway)
-    rules = tmp_path / "system.yml"
-    rules.write_text(render(Config())["prometheus/rules/system.yml"])
-    config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": [str(rules)],
-        "scrape_configs": [
-            {
-                "job_name": "pushgateway",
-                "honor_labels": True,  # keep the pushed job, run_id and rank
-                "static_configs": [{"targets": [gateway.removeprefix("http://")]}],
-            }
-        ],
-    }
+    scrape = dataclasses.replace(
+        Scrape(),
+        pushgateways=(gateway.removeprefix("http://"),),
+        static_targets=(),
+        file_sd=(),
+        interval=Duration("1s"),
+        timeout=Duration("1s"),
+        evaluation_interval=Duration("1s"),
+    )
+    cfg = dataclasses.replace(Config(), scrape=scrape)
+    (tmp_path / "rules").mkdir()
+    for rel, text in rules.render(cfg).items():
+        (tmp_path / "rules" / Path(rel).name).write_text(text)
+    config = prometheus_yml.config(cfg)
+    assert config["scrape_configs"][-1]["honor_labels"] is True
     with prometheus(tmp_path, config) as prom:
         step = wait_for(
             lambda: results(prom, 'rl_step{job="rlpulse", run_id="pushed-crash"}'),

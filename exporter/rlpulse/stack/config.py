@@ -90,6 +90,14 @@ class Scrape:
     alertmanagers: tuple[str, ...] = field(
         default=("127.0.0.1:9093",), metadata=_doc("Alertmanager host:port list.")
     )
+    pushgateways: tuple[str, ...] = field(
+        default=(),
+        metadata=_doc(
+            "Pushgateway host:port list, scraped with honor_labels by the job "
+            "<job_name>-pushgateway (short runs push their final state there: "
+            "RLPULSE_PUSHGATEWAY)."
+        ),
+    )
 
 
 Pairs = tuple[tuple[str, str], ...]

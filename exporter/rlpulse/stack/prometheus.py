@@ -89,11 +89,28 @@ def config(cfg: Config) -> dict[str, Any]:
         "global": glob,
         "rule_files": [f"rules/{area}.yml" for area in rules.AREAS],
         "alerting": {"alertmanagers": [{"static_configs": [{"targets": list(s.alertmanagers)}]}]},
-        "scrape_configs": [job],
+        "scrape_configs": [job, *_pushgateway_jobs(cfg)],
     }
     if cfg.remote_write:
         out["remote_write"] = [_remote_write(rw) for rw in cfg.remote_write]
     return out
+
+
+def _pushgateway_jobs(cfg: Config) -> list[dict[str, Any]]:
+    """The job scraping the Pushgateways (none without any): ``honor_labels`` keeps the job,
+    run_id and rank each run pushed, so the rules see pushed runs like scraped ones."""
+    s = cfg.scrape
+    if not s.pushgateways:
+        return []
+    return [
+        {
+            "job_name": f"{s.job_name}-pushgateway",
+            "honor_labels": True,
+            "scrape_interval": s.interval,
+            "scrape_timeout": s.timeout,
+            "static_configs": [{"targets": list(s.pushgateways)}],
+        }
+    ]
 
 
 def federate_job(cfg: Config) -> dict[str, Any]:

@@ -1,0 +1,188 @@
+"""Step-indexed detection signals (rlpulse.signals), fed through a real Exporter's log()."""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from pathlib import Path
+
+from rlpulse.exporter import Exporter
+from rlpulse.logs import read_log
+from rlpulse.replay.timeline import build
+from rlpulse.signals import SIGNALS, Detector
+
+
+def _exporter() -> Exporter:
+    return Exporter(port=0, run_id="sig", gpu=False, host=False, process=False)
+
+
+def _signals(exp: Exporter) -> dict[tuple[str, str], float]:
+    """What a scrape would read now (reading resets the since-last-scrape worst)."""
+    exp.flush()
+    return {
+        (labels[0], labels[1]): v
+        for metric, labels, v in exp.detector.samples()
+        if metric.name == "rl_step_signal"
+    }
+
+
+def _feed(exp: Exporter, rows: list[dict[str, float]], start: int = 0) -> None:
+    for i, row in enumerate(rows):
+        exp.log(row, step=start + i)
+
+
+def test_entropy_collapse_against_the_runs_peak() -> None:
+    exp = _exporter()
+    _feed(exp, [{"entropy": 1.0}] * 10 + [{"entropy": 0.05}] * 3)
+    assert _signals(exp)[("entropy_ratio_to_peak", "")] == 0.05
+
+
+def test_entropy_blowup_against_the_runs_start() -> None:
+    exp = _exporter()
+    _feed(exp, [{"entropy": 0.9}] * 10 + [{"entropy": 2.7}] * 3)
+    assert _signals(exp)[("entropy_ratio_to_start", "")] == 3.0
+
+
+def test_a_one_step_spike_between_scrapes_is_seen_by_the_next_scrape() -> None:
+    exp = _exporter()
+    _feed(exp, [{"grad_norm": 1.0 + 0.01 * i} for i in range(20)])
+    _signals(exp)  # a scrape
+    _feed(exp, [{"grad_norm": 50.0}] + [{"grad_norm": 1.0}] * 10, start=20)  # then healthy
+    assert _signals(exp)[("grad_norm_spike_ratio", "policy")] > 40
+    assert _signals(exp)[("grad_norm_spike_ratio", "policy")] < 2  # read once, then the last 3
+
+
+def test_grad_norm_spikes_are_relative_to_the_run() -> None:
+    """A run whose stable norm is ~1e5 is not spiking; steps with ~0 norm make no spikes."""
+    rng = random.Random(0)
+    exp = _exporter()
+    _feed(exp, [{"grad_norm": 1e5 * (1 + 0.2 * rng.random())} for _ in range(60)])
+    assert _signals(exp)[("grad_norm_spike_ratio", "policy")] < 2
+    exp = _exporter()
+    _feed(exp, [{"grad_norm": 0.001 if i % 2 else 0.4} for i in range(60)])
+    assert _signals(exp)[("grad_norm_spike_ratio", "policy")] < 2
+
+
+def test_kl_jumps_need_a_meaningful_level() -> None:
+    exp = _exporter()
+    _feed(exp, [{"kl": 0.0}] * 10 + [{"kl": 0.002}])  # verl with a tiny KL: no jump
+    assert _signals(exp)[("kl_reference_zscore", "")] == 0.0
+    _feed(exp, [{"kl": 2.0}], start=11)
+    assert _signals(exp)[("kl_reference_zscore", "")] > 50
+
+
+def test_sustained_kl_needs_half_of_ten_values() -> None:
+    exp = _exporter()
+    _feed(exp, [{"kl": 10.0}] * 4 + [{"kl": 0.3}] * 6)
+    assert _signals(exp)[("kl_reference_level", "")] < 1
+    exp = _exporter()
+    _feed(exp, [{"kl": 0.3}] * 4 + [{"kl": 10.0}] * 6)
+    assert _signals(exp)[("kl_reference_level", "")] == 10.0
+
+
+def test_value_loss_ratio_never_divides_by_zero() -> None:
+    exp = _exporter()
+    _feed(exp, [{"value_loss": 0.0}] * 20 + [{"value_loss": 0.5}] * 3)
+    sig = _signals(exp)
+    assert ("value_loss_ratio", "") not in sig or math.isfinite(sig[("value_loss_ratio", "")])
+
+
+def test_reward_collapse_after_learning_and_noise() -> None:
+    exp = _exporter()
+    ramp = [{"reward": min(i / 20, 1.0)} for i in range(40)]
+    _feed(exp, ramp + [{"reward": 0.0}] * 3)  # below where it started: more than all lost
+    assert _signals(exp)[("reward_gain_lost_ratio", "reward_mean")] > 1.0
+    # a reward that only wiggles around 0 has gained nothing to lose
+    rng = random.Random(1)
+    exp = _exporter()
+    _feed(exp, [{"reward": rng.choice([0.0, 0.0, 0.8])} for _ in range(60)])
+    assert _signals(exp)[("reward_gain_lost_ratio", "reward_mean")] == 0.0
+
+
+def test_reward_hacking_against_the_true_objective() -> None:
+    """Reward rises while the objective, read every 10 steps, stays flat: the rise counts once
+    an objective reading fails to improve; an improving objective clears it."""
+    exp = _exporter()
+    for step in range(60):
+        row: dict[str, float] = {"reward": 0.2 + 0.01 * step}
+        if step % 10 == 0:
+            row["test/env/all/correct"] = 0.01
+        exp.log(row, step=step)
+    hacked = _signals(exp)[("reward_hacking_rise_ratio", "reward_mean")]
+    assert hacked > 1.0
+    exp = _exporter()
+    for step in range(60):
+        row = {"reward": 0.2 + 0.01 * step}
+        if step % 10 == 0:
+            row["test/env/all/correct"] = 0.01 * step
+        exp.log(row, step=step)
+    assert _signals(exp).get(("reward_hacking_rise_ratio", "reward_mean"), 0.0) == 0.0
+
+
+def test_zero_std_from_reward_std_and_saturation() -> None:
+    """Older TRL logs no zero-std share: reward_std == 0 is the evidence. A run saturated at its
+    best reward has one reward per group and nothing to fix."""
+    exp = _exporter()
+    _feed(exp, [{"reward": 0.1, "reward_std": 0.0}] * 12)
+    assert _signals(exp)[("zero_std_unsolved_ratio", "")] == 1.0
+    exp = _exporter()
+    rows = [{"reward": min(i / 10, 1.0), "frac_reward_zero_std": 0.0} for i in range(12)]
+    _feed(exp, rows + [{"reward": 1.0, "frac_reward_zero_std": 1.0}] * 12)
+    assert _signals(exp)[("zero_std_unsolved_ratio", "")] == 0.0
+
+
+def test_an_end_of_sequence_share_is_read_as_truncation() -> None:
+    exp = _exporter()
+    _feed(exp, [{"env/all/format_eos": 0.46}] * 3)
+    assert _signals(exp)[("truncation_level", "")] == 0.54
+
+
+def test_eval_drop_beyond_the_readings_noise() -> None:
+    exp = _exporter()
+    _feed(exp, [{"val/test_score/gsm8k": v} for v in (0.27, 0.31, 0.20, 0.29, 0.23, 0.30, 0.28)])
+    assert _signals(exp)[("eval_drop_ratio", "gsm8k,eval")] == 0.0
+    _feed(exp, [{"val/test_score/gsm8k": v} for v in (0.05, 0.04, 0.03)], start=7)
+    assert _signals(exp)[("eval_drop_ratio", "gsm8k,eval")] > 0.8
+
+
+def test_step_interval_is_the_runs_own_cadence() -> None:
+    det = Detector()
+    for i in range(10):
+        det.step(i, 1000.0 + 1140.0 * i)  # 19-minute steps
+    assert det.interval() == 1140.0
+
+
+def test_every_signal_has_a_unit_and_a_direction() -> None:
+    for s in SIGNALS:
+        assert s.worse in ("above", "below") and s.unit in ("fraction", "multiple", "nats", "sigma")
+
+
+def test_a_replayed_log_and_a_live_run_compute_the_same_signals(tmp_path: Path) -> None:
+    """The same rows logged live and replayed from a JSONL file give the same signals (each
+    step is scraped once: with a minute a step the replay scrapes after every record)."""
+    rows = [
+        {"entropy": 1.0 / (1 + 0.1 * s), "kl": 0.01 * s, "reward": 0.5 + 0.01 * (s % 7)}
+        for s in range(40)
+    ]
+    live = _exporter()
+    for step, row in enumerate(rows):  # scraped after every step, as the replay's clock does
+        live.log(row, step=step)
+        live_final = _signals(live)
+    log = tmp_path / "run.jsonl"
+    log.write_text("".join(json.dumps({"step": s, **r}) + "\n" for s, r in enumerate(rows)))
+    tl = build(
+        read_log(log),
+        run_id="run",
+        framework="trl",
+        job="rlpulse",
+        scrape_interval=15.0,
+        step_seconds=60.0,
+    )
+    replayed = {}
+    for key in tl.keys_of("rl_step_signal"):
+        labels = dict(part.split("=", 1) for part in key[key.index("{") + 1 : -1].split(","))
+        signal = labels["signal"].strip('"')
+        series = labels.get("series", '""').strip('"')
+        replayed[(signal, series)] = tl.values(key)[-1]
+    assert replayed == live_final

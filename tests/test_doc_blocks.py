@@ -2,7 +2,8 @@
 as written, each in a fresh process in an empty folder (``RLPULSE_PORT=0``: any free port). A
 block that names a hub model runs with a tiny local model in its place, as its doc says. A block
 marked ``<!-- rlpulse-doc-test: stack (…) -->`` runs against a real Prometheus in the test its
-marker names; one marked ``skip (why)`` is skipped for the reason it gives."""
+marker names; one marked ``daemon (…)`` serves until stopped, so it passes once its /metrics
+answers and is then stopped; one marked ``skip (why)`` is skipped for the reason it gives."""
 
 from __future__ import annotations
 
@@ -14,7 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import scrape
 from tests.doc_blocks import REPO, Block, blocks
+from tests.stackutil import free_port, ready, wait_for
 
 DOCS = [REPO / "README.md", REPO / "docs" / "quickstart.md"] + sorted(
     (REPO / "docs" / "integrations").glob("*.md")
@@ -68,25 +71,44 @@ def test_block_runs_as_written(
         pytest.skip(block.why)
     if block.kind == "stack":
         pytest.skip(f"runs against a real Prometheus in {block.why}")
-    assert block.kind == "", f"{block.id}: unknown marker {block.kind!r}"
     code = block.code
     for hub in HUB_MODELS:
         if hub in code:
             code = code.replace(hub, str(request.getfixturevalue("tiny_model")))
     argv = [sys.executable, "-c", code] if block.lang == "python" else ["bash", "-ec", code]
+    port = free_port() if block.kind == "daemon" else 0
     env = {
         **os.environ,
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "RLPULSE_PORT": "0",
+        "RLPULSE_PORT": str(port),
         "RLPULSE_FINAL_WAIT": "0",
     }
+    if block.kind == "daemon":
+        _serves_until_stopped(block, argv, tmp_path, env, f"http://127.0.0.1:{port}/metrics")
+        return
+    assert block.kind == "", f"{block.id}: unknown marker {block.kind!r}"
     run = subprocess.run(
         argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900, check=False
     )
     assert run.returncode == 0, f"{block.id} failed:\n{run.stderr[-4000:]}"
 
 
+def _serves_until_stopped(
+    block: Block, argv: list[str], cwd: Path, env: dict[str, str], url: str
+) -> None:
+    """Run a block that serves until stopped: it must answer on ``url``, then stop on SIGTERM."""
+    with open(cwd / "stderr.log", "w+") as err:
+        proc = subprocess.Popen(argv, cwd=cwd, env=env, stdout=subprocess.DEVNULL, stderr=err)
+        try:
+            wait_for(lambda: proc.poll() is not None or ready(url), 120, f"{block.id} serving")
+            assert proc.poll() is None, f"{block.id} exited:\n{(cwd / 'stderr.log').read_text()}"
+            assert "rl_run_info" in scrape(url)
+        finally:
+            proc.terminate()
+            proc.wait(timeout=30)
+
+
 def test_every_doc_has_its_blocks_found() -> None:
     assert {b.path for b in BLOCKS} >= {"README.md", "docs/quickstart.md"}
-    assert all(b.kind in ("", "skip", "stack") for b in BLOCKS)
+    assert all(b.kind in ("", "skip", "stack", "daemon") for b in BLOCKS)
     assert all(b.why for b in BLOCKS if b.kind), "every marked block says why"

@@ -28,7 +28,12 @@ def register(sub: Any) -> None:
         "--framework",
         help="key map for the tags: trl, verl, openrlhf, sb3, cleanrl … (default: try all)",
     )
-    p.add_argument("--port", type=int, default=DEFAULT_PORT, help="0 picks a free port")
+    p.add_argument(
+        "--port",
+        type=int,
+        default=None,
+        help=f"metrics port (default $RLPULSE_PORT or {DEFAULT_PORT}; 0 picks a free port)",
+    )
     p.add_argument("--addr", default=None, help="listen address (default 0.0.0.0)")
     p.add_argument("--run-id", default=None, help="run_id label (default: the logdir's name)")
     p.add_argument("--interval", type=float, default=POLL_INTERVAL, help="seconds between polls")

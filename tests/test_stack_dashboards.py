@@ -20,9 +20,9 @@ import pytest
 import yaml
 
 from rlpulse import catalog
-from rlpulse.stack import compose, dashboards, rules
+from rlpulse.stack import alerts, compose, config, dashboards, panels, rules, runbooks
 from rlpulse.stack.config import Config
-from rlpulse.stack.grafana_common import ALERTS, Selector, ref_id
+from rlpulse.stack.grafana_common import ALERTS, HEATMAP_COLOR_STEPS, Selector, ref_id
 from tests import stackutil
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,7 +128,7 @@ def test_datasource_only_through_the_variable(name: str) -> None:
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        ("rl-training.json", ["datasource", "job", "run_id", "rank"]),
+        ("rl-training.json", ["datasource", "job", "run_id", "rank", "rollouts"]),
         ("rl-system.json", ["datasource", "job", "run_id", "rank", "node", "gpu"]),
         ("rl-comparison.json", ["datasource", "job", "run_id"]),
     ],
@@ -137,8 +137,11 @@ def test_variables(name: str, expected: list[str]) -> None:
     variables = {v["name"]: v for v in MODELS[name]["templating"]["list"]}
     assert list(variables) == expected
     run = variables["run_id"]
-    assert run["multi"] and run["includeAll"] and run["allValue"] == ".*"
     assert run["datasource"]["uid"] == DS_UID
+    if name == "rl-training.json":  # opens on one run, never 28 lines per panel
+        assert not run.get("multi") and not run.get("includeAll")
+    else:
+        assert run["multi"] and run["includeAll"] and run["allValue"] == ".*"
 
 
 @by_dashboard
@@ -168,64 +171,180 @@ def test_rows_and_grid_layout(name: str) -> None:
         cells |= mine
 
 
-def test_training_dashboard_has_the_twelve_plots() -> None:
-    titles = {p["title"] for p in content_panels(MODELS["rl-training.json"])}
+def by_title(name: str) -> dict[str, dict[str, Any]]:
+    return {p["title"]: p for p in content_panels(MODELS[name])}
+
+
+def test_training_dashboard_rows() -> None:
+    titles = set(by_title("rl-training.json"))
     for wanted in (
-        "Reward · $run_id",
-        "Reward components",
-        "Reward spread and zero-std groups",
-        "Policy entropy",
-        "KL to reference",
-        "Update-step KL and clip fractions",
-        "Response length",
-        "Truncation, format compliance, success",
-        "Gradient norm (log)",
-        "Non-finite values",
-        "Learning rate",
-        "Policy and value losses",
-        "Explained variance",
-        "Advantages",
-        "Train / inference mismatch",
-        "Throughput",
-        "Phase time share",
-        "Liveness: seconds since last log",
+        panels.REWARD,
+        panels.ENTROPY,
+        panels.KL_REFERENCE,
+        panels.GRAD_NORM,
+        panels.NONFINITE,
+        panels.RESPONSE_LENGTH,
+        panels.PHASE_SHARE,
+        panels.LIVENESS,
     ):
         assert wanted in titles
-    rows = [p["title"] for p in dashboards.panels(MODELS["rl-training.json"]) if p["type"] == "row"]
-    assert rows[1:] == [
+    rows = [p for p in dashboards.panels(MODELS["rl-training.json"]) if p["type"] == "row"]
+    assert [r["title"] for r in rows][1:] == [
+        "What the alerts test",
         "Reward",
         "Policy: entropy and divergence",
         "Optimisation",
-        "Task: responses and episodes",
+        "Task: responses",
+        "Classic RL: episodes",
         "System: throughput, phases, liveness",
     ]
+    collapsed = {r["title"]: [p["title"] for p in r["panels"]] for r in rows if r["collapsed"]}
+    assert collapsed == {"Classic RL: episodes": ["Episode return", "Episode length"]}
 
 
-def test_reward_band_and_log_scale() -> None:
-    panels = {p["title"]: p for p in content_panels(MODELS["rl-training.json"])}
-    band = panels["Reward · $run_id"]
-    assert band["repeat"] == "run_id"
+def test_titles_are_unique() -> None:
+    for model in MODELS.values():
+        titles = [p["title"] for p in content_panels(model)]
+        assert len(titles) == len(set(titles)), model["title"]
+
+
+def test_reward_band_log_scales_and_units() -> None:
+    panel = by_title("rl-training.json")
+    band = panel[panels.REWARD]
     max_override = next(
         o for o in band["fieldConfig"]["overrides"] if o["matcher"]["options"] == "max"
     )
     assert {"id": "custom.fillBelowTo", "value": "min"} in max_override["properties"]
     legends = {t["legendFormat"] for t in band["targets"]}
     assert {"mean", "min", "max"} <= legends
-    scale = panels["Gradient norm (log)"]["fieldConfig"]["defaults"]["custom"]["scaleDistribution"]
-    assert scale == {"type": "log", "log": 10}
+    for title in (panels.GRAD_NORM, panels.KL_REFERENCE):  # values spanning decades
+        scale = panel[title]["fieldConfig"]["defaults"]["custom"]["scaleDistribution"]
+        assert scale == {"type": "log", "log": 10}, title
+    units = {title: p["fieldConfig"]["defaults"]["unit"] for title, p in panel.items()}
+    assert units[panels.ENTROPY] == units[panels.KL_REFERENCE] == "suffix: nats"
+    assert units[panels.LEARNING_RATE] == "sci"
+    assert units[panels.RESPONSE_LENGTH] == "suffix: tokens"
 
 
-def test_entropy_baseline_follows_the_config() -> None:
-    model = dashboards.dashboards(Config(windows=type(CONFIG.windows)(baseline="90m")))
-    (entropy,) = [
-        p for p in content_panels(model["rl-training.json"]) if p["title"] == "Policy entropy"
+def test_no_panel_mixes_samples_with_steps_or_host_with_gpu_memory() -> None:
+    training = by_title("rl-training.json")
+    samples = " ".join(t["expr"] for t in training[panels.SAMPLES_RATE]["targets"])
+    assert "rl_samples" in samples and "rl_train_steps" not in samples
+    memory = " ".join(t["expr"] for t in by_title("rl-system.json")["Memory"]["targets"])
+    assert "rl_gpu_" not in memory
+
+
+def test_entropy_panel_plots_what_the_alert_tests() -> None:
+    entropy = by_title("rl-training.json")[panels.ENTROPY]
+    signal = alerts.rl.ENTROPY_COLLAPSE.signal
+    assert f'signal="{signal}"' in entropy["targets"][1]["expr"]
+    assert metric_names(entropy["targets"][1]["expr"]) == {"rl_step_signal"}
+
+
+def _levels(panel: dict[str, Any]) -> list[float]:
+    steps = panel["fieldConfig"]["defaults"]["thresholds"]["steps"]
+    return sorted(s["value"] for s in steps if s["value"] is not None)
+
+
+def test_a_panel_per_step_alert_with_the_rules_levels() -> None:
+    """Each step alert's signal is plotted against the levels its rule uses, from the Config."""
+    raised = config.from_dict({"alerts": {"entropy_collapse": {"warning": 0.5}}})
+    model = dashboards.dashboards(raised)["rl-training.json"]
+    for cfg, panels_by_title in ((CONFIG, by_title("rl-training.json")), (raised, None)):
+        found = panels_by_title or {p["title"]: p for p in content_panels(model)}
+        for area in ("rl", "task"):
+            for alert in alerts.STEP_ALERTS[area]:
+                panel = found[panels.alert_signal(alert.name, alert.signal)]
+                knobs = getattr(cfg.alerts, alert.key)
+                assert _levels(panel) == sorted(level for _, level in alert.tiers(knobs))
+                assert f'signal="{alert.signal}"' in panel["targets"][0]["expr"]
+                style = panel["fieldConfig"]["defaults"]["custom"]["thresholdsStyle"]
+                assert style["mode"] == "dashed"
+    entropy = {p["title"]: p for p in content_panels(model)}
+    assert 0.5 in _levels(
+        entropy[panels.alert_signal("RLEntropyCollapse", "entropy_ratio_to_peak")]
+    )
+
+
+def test_per_board_gpu_memory_against_the_alert_levels() -> None:
+    panel = by_title("rl-system.json")[panels.GPU_MEMORY_BOARDS]
+    assert metric_names(panel["targets"][0]["expr"]) == {rules.GPU_MEMORY_RATIO}
+    full = CONFIG.alerts.gpu_memory_full
+    assert _levels(panel) == [full.warning, full.critical]
+
+
+def test_runbooks_name_panels_that_exist() -> None:
+    titles = {m["title"]: {p["title"] for p in content_panels(m)} for m in MODELS.values()}
+    for name, runbook in runbooks.RUNBOOKS.items():
+        refs = panels.references(runbook.panel)
+        assert refs, name
+        for dashboard, title in refs:
+            assert title in titles[dashboard], f"{name}: no panel {title!r} in {dashboard}"
+
+
+def test_counters_read_zero_before_their_first_increment() -> None:
+    """Error panels show 0 on a healthy run instead of "No data"."""
+    system, training = by_title("rl-system.json"), by_title("rl-training.json")
+    targets = [
+        *system[panels.EXPORTER_ERRORS]["targets"],
+        system[panels.GRADER_CALLS]["targets"][1],
+        *training[panels.NONFINITE]["targets"],
     ]
-    assert "[90m]" in entropy["targets"][1]["expr"]
+    for target in targets:
+        assert target["expr"].endswith(" or on() vector(0)"), target["expr"]
+
+
+def test_phase_shares_skip_a_stalled_run() -> None:
+    """A stalled run's 0/0 = NaN share must not blank the average of the others."""
+    for name, title in (
+        ("rl-training.json", panels.PHASE_SHARE),
+        ("rl-system.json", panels.PHASE_BREAKDOWN),
+    ):
+        (target,) = by_title(name)[title]["targets"]
+        assert f"{rules.PHASE_SHARE}" in target["expr"] and ">= 0)" in target["expr"]
+
+
+def test_import_metadata_links_and_schema() -> None:
+    for model in MODELS.values():
+        assert model["schemaVersion"] >= 41  # Grafana 11.6 / 12
+        (ds_input,) = model["__inputs"]
+        assert ds_input["type"] == "datasource" and ds_input["pluginId"] == "prometheus"
+        required = {(r["type"], r["id"]) for r in model["__requires"]}
+        used = {("panel", p["type"]) for p in content_panels(model)}
+        assert used | {("grafana", "grafana"), ("datasource", "prometheus")} == required
+        variable = model["templating"]["list"][0]
+        assert variable["current"]["value"] == "${" + ds_input["name"] + "}"
+        (link,) = model["links"]
+        assert link["type"] == "dashboards" and link["tags"] == ["rlpulse"]
+        assert link["includeVars"] and link["keepTime"]
+        assert "rlpulse" in model["tags"]
+
+
+def test_rollout_links_from_the_alert_signals() -> None:
+    panel = by_title("rl-training.json")[
+        panels.alert_signal("RLTruncationHigh", "truncation_level")
+    ]
+    (link,) = panel["fieldConfig"]["defaults"]["links"]
+    assert link["url"] == "${rollouts}/rollouts?run=${__field.labels.run_id}&worst=20"
+    assert "rlpulse rollouts show --run ${__field.labels.run_id}" in link["title"]
+
+
+def test_comparison_by_step() -> None:
+    trends = [p for p in content_panels(MODELS["rl-comparison.json"]) if p["type"] == "trend"]
+    assert len(trends) == 4
+    for panel in trends:
+        assert panel["options"]["xField"] == "step"
+        step, value = panel["targets"]
+        assert metric_names(step["expr"]) == {"rl_step"}
+        assert step["format"] == value["format"] == "table"
+        ids = [t["id"] for t in panel["transformations"]]
+        assert ids == ["merge", "organize", "partitionByValues"]
 
 
 def test_comparison_tables() -> None:
-    panels = {p["title"]: p for p in content_panels(MODELS["rl-comparison.json"])}
-    runs, hparams = panels["Runs"], panels["Hyperparameters"]
+    panels_ = by_title("rl-comparison.json")
+    runs, hparams = panels_["Runs"], panels_["Hyperparameters"]
+    assert "host" not in runs["targets"][0]["expr"]  # one row per run, not per node
     assert metric_names(runs["targets"][0]["expr"]) == {"rl_run_info"}
     assert metric_names(hparams["targets"][0]["expr"]) == {"rl_hyperparameter"}
     for panel in (runs, hparams):
@@ -295,6 +414,7 @@ def test_rollout_heatmap() -> None:
         target["format"] == "heatmap" and target["exemplar"] and target["legendFormat"] == "{{le}}"
     )
     assert heat["options"]["calculate"] is False
+    assert heat["options"]["color"]["steps"] == HEATMAP_COLOR_STEPS == 64
 
 
 def test_panel_queries_and_expand() -> None:
@@ -348,6 +468,9 @@ def test_provisioning() -> None:
     assert set(types) == {"prometheus", "alertmanager"}
     assert types["prometheus"]["isDefault"]
     assert types["prometheus"]["jsonData"]["timeInterval"] == CONFIG.scrape.interval
+    (exemplar,) = types["prometheus"]["jsonData"]["exemplarTraceIdDestinations"]
+    assert exemplar["name"] == "rollout_id"  # the exemplar label rlpulse sets
+    assert exemplar["url"].endswith("/rollout?id=${__value.raw}")
     assert types["alertmanager"]["url"] == f"http://{CONFIG.scrape.alertmanagers[0]}"
     provider = yaml.safe_load(FILES["grafana/provisioning/dashboards/dashboards.yml"])
     (entry,) = provider["providers"]

@@ -9,6 +9,7 @@ a stalled run silences its throughput and GPU-idle alerts.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from rlpulse.stack import alerts as alert_defs
@@ -144,7 +145,7 @@ def _inhibit_rules(cfg: Config) -> list[dict[str, Any]]:
     return out + _cause_rules(alerts)
 
 
-def _cause_rules(alerts: list[tuple[str, Any]]) -> list[dict[str, Any]]:
+def _cause_rules(alerts: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
     """One root cause, one incident: a paging cause holds back its consequences on its run
     (``rlpulse.stack.alerts.CAUSES``); non-finite values hold back every other RL/task alert."""
     names = {a.name for _, a in alerts}

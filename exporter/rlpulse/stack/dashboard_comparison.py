@@ -1,18 +1,21 @@
 """The run-comparison dashboard: the key curves of several runs overlaid, with what each run was.
 
-Each curve is one line per run (ranks folded); the tables show ``rl_run_info`` metadata and the
-``rl_hyperparameter`` values side by side, so a difference in a curve can be traced to a setting.
+Each curve is one line per run (ranks folded), over wall time and, in the "By training step"
+row, over the training step (so runs that did not run at the same time overlay); the tables show
+``rl_run_info`` metadata (one row per run, whatever its nodes) and the ``rl_hyperparameter``
+values side by side, so a difference in a curve can be traced to a setting.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from grafana_foundation_sdk.builders import table, timeseries
+from grafana_foundation_sdk.builders import table, timeseries, trend
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from rlpulse import catalog
+from rlpulse.stack import panels as t
 from rlpulse.stack import rules
 from rlpulse.stack.grafana_common import (
     Query,
@@ -21,6 +24,7 @@ from rlpulse.stack.grafana_common import (
     Selector,
     alerts_annotation,
     assemble,
+    by_step,
     datasource_variable,
     graph,
     grid,
@@ -100,6 +104,36 @@ def throughput() -> timeseries.Panel:
     )
 
 
+# rl_run_info labels that differ between the ranks or nodes of one run, left out of the table
+PER_PROCESS_LABELS = ("host",)
+
+
+def step_curve(title: str, name: str, description: str) -> trend.Panel:
+    """Catalog gauge ``name`` of each run (averaged over ranks) against the run's step."""
+    return by_step(
+        title,
+        unit_of(name),
+        description,
+        f"max by (run_id) ({SEL('rl_step')})",
+        f"avg by (run_id) ({SEL(name)})",
+    )
+
+
+def by_step_panels() -> list[trend.Panel]:
+    return [
+        step_curve("Reward mean by step", "rl_reward_mean", "Mean batch reward against the step."),
+        step_curve("Policy entropy by step", "rl_entropy", "Mean token entropy against the step."),
+        step_curve(
+            "Response length by step",
+            "rl_response_length_mean_tokens",
+            "Mean response length against the step.",
+        ),
+        step_curve(
+            "Episode return by step", "rl_episode_return", "Mean episode return against the step."
+        ),
+    ]
+
+
 def _organize(exclude: list[str], first: list[str]) -> dm.DataTransformerConfig:
     return dm.DataTransformerConfig(
         id_val="organize",
@@ -111,11 +145,13 @@ def _organize(exclude: list[str], first: list[str]) -> dm.DataTransformerConfig:
 
 
 def run_metadata() -> table.Panel:
-    labels = ", ".join(("run_id", *catalog.get("rl_run_info").labels))
+    kept = [n for n in catalog.get("rl_run_info").labels if n not in PER_PROCESS_LABELS]
+    labels = ", ".join(("run_id", *kept))
     return grid(
         "Runs",
         "none",
-        "rl_run_info: model, framework, benchmark, grader and code version of each run.",
+        "rl_run_info: model, framework, benchmark, grader and code version of each run, one "
+        "row per run (the host of each rank is left out).",
         [
             Query(
                 f"max by ({labels}) ({SEL('rl_run_info')})",
@@ -155,7 +191,7 @@ def build(uid: str) -> dict[str, Any]:
     dashboard = (
         new_dashboard(
             uid,
-            "rlpulse · Run comparison",
+            t.COMPARISON,
             "Key curves of several runs overlaid, with their metadata and hyperparameters.",
             ["rl", "comparison"],
         )
@@ -168,6 +204,7 @@ def build(uid: str) -> dict[str, Any]:
         Row("Runs", [run_metadata(), hyperparameters()]),
         Row("Outcome", [reward(), eval_score(), success(), episode_return()]),
         Row("Policy", [entropy(), kl_reference(), response_length(), grad_norm()]),
+        Row("By training step", by_step_panels()),
         Row("Speed", [throughput()]),
     ]
     return assemble(dashboard, rows)

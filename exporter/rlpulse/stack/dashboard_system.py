@@ -13,12 +13,15 @@ from typing import Any
 
 from grafana_foundation_sdk.builders import heatmap, timeseries
 
+from rlpulse.stack import panels as t
 from rlpulse.stack import rules
+from rlpulse.stack.config import Config
 from rlpulse.stack.grafana_common import (
     Query,
     Recorded,
     Row,
     Selector,
+    alert_levels,
     alerts_annotation,
     assemble,
     datasource_variable,
@@ -28,12 +31,15 @@ from rlpulse.stack.grafana_common import (
     new_dashboard,
     right_axis,
     stacked_percent,
+    threshold_lines,
     unit_of,
+    zero_when_absent,
 )
 
 SEL = Selector(("job", "run_id", "rank"))
 NODE_SEL = Selector(("job", "run_id", "node"))
 GPU_SEL = Selector(("job", "run_id", "node", "gpu"))
+GPU_REC = Recorded(("job", "run_id", "node", "gpu"))
 RUN_REC = Recorded(("job", "run_id"))
 NODE_REC = Recorded(("job", "run_id", "node"))
 RUN = "{{run_id}}"
@@ -57,7 +63,7 @@ def per_node(name: str) -> str:
 
 def gpu_utilization() -> timeseries.Panel:
     panel = graph(
-        "GPU utilization",
+        t.GPU_UTILIZATION,
         unit_of("rl_gpu_utilization_ratio"),
         "Busy fraction of each node's GPUs: mean and least busy board, and the mean "
         "memory-controller load. Low while the run is alive means the GPUs wait on rollouts, the "
@@ -74,13 +80,15 @@ def gpu_utilization() -> timeseries.Panel:
 
 def gpu_memory() -> timeseries.Panel:
     return graph(
-        "GPU memory used",
+        t.GPU_MEMORY,
         unit_of("rl_gpu_memory_used_bytes"),
-        "Framebuffer memory in use on each node's GPUs against the installed total; near-full "
-        "precedes OOM (the per-board ratio is what RLGPUMemoryFull watches).",
+        "Framebuffer memory in use on each node's GPUs against the installed total, and the "
+        "part the trainer processes hold; near-full precedes OOM (per board: "
+        f"{t.GPU_MEMORY_BOARDS}).",
         [
             Query(node_agg("rl_gpu_memory_used_bytes", "sum"), NODE + " used"),
             Query(node_agg("rl_gpu_memory_total_bytes", "sum"), NODE + " total"),
+            Query(node_agg("rl_gpu_process_memory_bytes", "sum"), NODE + " trainers"),
         ],
         span=8,
     )
@@ -88,7 +96,7 @@ def gpu_memory() -> timeseries.Panel:
 
 def gpu_power() -> timeseries.Panel:
     return graph(
-        "GPU power",
+        t.GPU_POWER,
         unit_of("rl_gpu_power_watts"),
         "Board power draw of each node's GPUs and their enforced power limits, summed.",
         [
@@ -101,7 +109,7 @@ def gpu_power() -> timeseries.Panel:
 
 def gpu_temperature() -> timeseries.Panel:
     return graph(
-        "GPU temperature",
+        t.GPU_TEMPERATURE,
         unit_of("rl_gpu_temperature_celsius"),
         "Hottest GPU core of each node.",
         [Query(node_agg("rl_gpu_temperature_celsius", "max"), NODE)],
@@ -111,7 +119,7 @@ def gpu_temperature() -> timeseries.Panel:
 
 def gpu_clock() -> timeseries.Panel:
     return graph(
-        "GPU SM clock",
+        t.GPU_CLOCK,
         unit_of("rl_gpu_sm_clock_hertz"),
         "Slowest streaming-multiprocessor clock of each node: a drop under load is throttling.",
         [Query(node_agg("rl_gpu_sm_clock_hertz", "min"), NODE)],
@@ -121,7 +129,7 @@ def gpu_clock() -> timeseries.Panel:
 
 def gpu_throttling_and_errors() -> timeseries.Panel:
     panel = graph(
-        "GPU throttling and ECC errors",
+        t.GPU_THROTTLING,
         "short",
         "GPUs of each node whose clocks are held down, by reason (left), and volatile ECC "
         "errors over the rate window (right).",
@@ -136,7 +144,7 @@ def gpu_throttling_and_errors() -> timeseries.Panel:
 
 def gpu_boards() -> timeseries.Panel:
     panel = graph(
-        "GPU utilization per board",
+        t.GPU_BOARDS,
         unit_of("rl_gpu_utilization_ratio"),
         "One line per GPU of the nodes chosen in the Node and GPU variables (raw series: on a "
         "large job pick a node first).",
@@ -148,6 +156,21 @@ def gpu_boards() -> timeseries.Panel:
         span=24,
     )
     return panel.min(0).max(1)
+
+
+def gpu_memory_boards(cfg: Config) -> timeseries.Panel:
+    full = cfg.alerts.gpu_memory_full
+    levels = [("warning", full.warning), ("critical", full.critical)]
+    panel = graph(
+        t.GPU_MEMORY_BOARDS,
+        "percentunit",
+        "Used share of each board's memory, the series RLGPUMemoryFull tests, against its levels "
+        f"(dashed: {full.warning:g} warning, {full.critical:g} critical). One line per GPU of "
+        "the nodes chosen in the Node and GPU variables.",
+        [Query(f"max by (node, gpu) ({GPU_REC(rules.GPU_MEMORY_RATIO)})", NODE + " gpu{{gpu}}")],
+        span=24,
+    )
+    return threshold_lines(panel.min(0).max(1), alert_levels(levels))
 
 
 # ---- host and process ------------------------------------------------------------------------
@@ -171,13 +194,12 @@ def host_memory() -> timeseries.Panel:
     return graph(
         "Memory",
         unit_of("rl_host_memory_used_bytes"),
-        "Host memory used and installed on each node, the resident set of its trainer processes "
-        "and the GPU memory they hold.",
+        "Host memory used and installed on each node and the resident set of its trainer "
+        "processes (their GPU memory is on the GPU memory panel).",
         [
             Query(per_node("rl_host_memory_used_bytes"), NODE + " used"),
             Query(per_node("rl_host_memory_total_bytes"), NODE + " total"),
             Query(node_agg("rl_process_resident_memory_bytes", "sum"), NODE + " trainers RSS"),
-            Query(node_agg("rl_gpu_process_memory_bytes", "sum"), NODE + " trainers GPU"),
         ],
     )
 
@@ -193,7 +215,7 @@ def _quantiles(recorded: dict[str, str]) -> list[Query]:
 
 def rollout_heatmap() -> heatmap.Panel:
     return latency_heatmap(
-        "Rollout latency distribution",
+        t.ROLLOUT_HEATMAP,
         unit_of(_ROLLOUT),
         "Rollouts per latency bucket over time; exemplars mark single rollouts (rollout_id). "
         "Raw buckets of the ranks chosen in the Rank variable: on a large job pick a few.",
@@ -203,7 +225,7 @@ def rollout_heatmap() -> heatmap.Panel:
 
 def rollout_quantiles() -> timeseries.Panel:
     return graph(
-        "Rollout latency quantiles",
+        t.ROLLOUT_QUANTILES,
         unit_of(_ROLLOUT),
         "p50, p95 and p99 rollout latency per run (recorded over the rules' rate window): p99 "
         "far above p50 is a long tail (stragglers hold the whole batch).",
@@ -214,17 +236,19 @@ def rollout_quantiles() -> timeseries.Panel:
 def phase_breakdown() -> timeseries.Panel:
     return stacked_percent(
         graph(
-            "Phase-time breakdown",
+            t.PHASE_BREAKDOWN,
             "percentunit",
-            "Share of wall time per phase (rollout, reward, ref, update, sync, eval, checkpoint).",
-            [Query(f"avg by (phase) ({RUN_REC(rules.PHASE_SHARE)})", "{{phase}}")],
+            "Share of wall time per phase (rollout, reward, ref, update, sync, eval, checkpoint), "
+            "averaged over the selected runs that timed a phase in the window (a stalled run's "
+            "0/0 is left out).",
+            [Query(f"avg by (phase) ({RUN_REC(rules.PHASE_SHARE)} >= 0)", "{{phase}}")],
         )
     )
 
 
 def phase_durations() -> timeseries.Panel:
     return graph(
-        "Mean phase duration",
+        t.PHASE_DURATIONS,
         unit_of("rl_phase_duration_seconds"),
         "Mean wall time of one pass through each phase.",
         [Query(RUN_REC(rules.PHASE_MEAN), "{{phase}} · " + RUN)],
@@ -236,7 +260,7 @@ def phase_durations() -> timeseries.Panel:
 
 def grader_latency() -> timeseries.Panel:
     return graph(
-        "Grader latency",
+        t.GRADER_LATENCY,
         unit_of("rl_grader_duration_seconds"),
         "p50, p95 and p99 latency of grader / reward-model calls.",
         _quantiles(rules.GRADER_QUANTILES),
@@ -246,12 +270,15 @@ def grader_latency() -> timeseries.Panel:
 
 def grader_calls() -> timeseries.Panel:
     panel = graph(
-        "Grader calls and errors",
+        t.GRADER_CALLS,
         PER_SECOND,
-        "Grader calls and failures per second (left) and the error ratio (right).",
+        "Grader calls and failures per second (left; errors 0 until the first failure) and the "
+        "error ratio (right) against the RLGraderErrors levels.",
         [
             Query(RUN_REC(rules.rate_name(rules.GRADER_CALLS)), "calls · " + RUN),
-            Query(RUN_REC(rules.rate_name(rules.GRADER_ERRORS)), "errors · " + RUN),
+            Query(
+                zero_when_absent(RUN_REC(rules.rate_name(rules.GRADER_ERRORS))), "errors · " + RUN
+            ),
             Query(RUN_REC(rules.GRADER_ERROR_RATIO), "error ratio · " + RUN),
         ],
         span=8,
@@ -280,7 +307,7 @@ def tool_calls() -> timeseries.Panel:
 
 def collectors() -> timeseries.Panel:
     panel = graph(
-        "Collectors",
+        t.COLLECTORS,
         unit_of("rlpulse_collector_up"),
         "1 while each collector's last reading succeeded on every rank (left) and the slowest "
         "reading (right).",
@@ -298,21 +325,21 @@ def collectors() -> timeseries.Panel:
 
 def exporter_errors() -> timeseries.Panel:
     return graph(
-        "Exporter errors",
+        t.EXPORTER_ERRORS,
         PER_SECOND,
-        "Collector failures, dropped values (by reason) and label-cap overflows per second: "
-        "anything non-zero means some data is not on these dashboards.",
+        "Collector failures, dropped values (by reason) and label-cap overflows per second, 0 "
+        "until the first one: anything non-zero means some data is not on these dashboards.",
         [
             Query(
-                f"sum by (collector) ({RUN_REC(rules.COLLECTOR_ERROR_RATE)})",
+                zero_when_absent(f"sum by (collector) ({RUN_REC(rules.COLLECTOR_ERROR_RATE)})"),
                 "collector {{collector}}",
             ),
             Query(
-                f"sum by (reason) ({SEL.rate('rlpulse_dropped_values_total')})",
+                zero_when_absent(f"sum by (reason) ({SEL.rate('rlpulse_dropped_values_total')})"),
                 "dropped {{reason}}",
             ),
             Query(
-                f"sum by (label) ({SEL.rate('rlpulse_label_overflow_total')})",
+                zero_when_absent(f"sum by (label) ({SEL.rate('rlpulse_label_overflow_total')})"),
                 "overflow {{label}}",
             ),
         ],
@@ -331,12 +358,12 @@ def unmapped_keys() -> timeseries.Panel:
     )
 
 
-def build(uid: str) -> dict[str, Any]:
-    """The RL system dashboard as Grafana JSON."""
+def build(uid: str, cfg: Config) -> dict[str, Any]:
+    """The RL system dashboard as Grafana JSON; alert levels from ``cfg``."""
     dashboard = (
         new_dashboard(
             uid,
-            "rlpulse · RL system",
+            t.SYSTEM,
             "GPUs, host, rollout latency, phase times, grader, tools and exporter health.",
             ["rl", "system"],
         )
@@ -352,14 +379,15 @@ def build(uid: str) -> dict[str, Any]:
         Row(
             "GPUs",
             [gpu_utilization(), gpu_memory(), gpu_power()]
-            + [gpu_temperature(), gpu_clock(), gpu_throttling_and_errors(), gpu_boards()],
+            + [gpu_temperature(), gpu_clock(), gpu_throttling_and_errors()]
+            + [gpu_boards(), gpu_memory_boards(cfg)],
         ),
         Row("Host and process", [host_cpu(), host_memory()]),
         Row(
             "Rollouts and phases",
             [rollout_heatmap(), rollout_quantiles(), phase_breakdown(), phase_durations()],
         ),
-        Row("Grader and tools", [grader_latency(), grader_calls(), tool_calls()]),
+        Row("Grader and tools", [grader_latency(), grader_calls(), tool_calls()], collapsed=True),
         Row("Exporter health", [collectors(), exporter_errors(), unmapped_keys()]),
     ]
     return assemble(dashboard, rows)

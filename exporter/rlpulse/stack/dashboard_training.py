@@ -1,7 +1,10 @@
-"""The RL training dashboard: the twelve plots that catch nearly every failing run.
+"""The RL training dashboard: one run, what its alerts test, and the plots that explain them.
 
-Rows follow the catalog's layers: run status, reward, policy (entropy and divergence),
-optimisation, task (responses and episodes) and system (throughput, phases, liveness). RL scalars
+It opens on one run (the Run variable is single-valued). The row "What the alerts test" plots
+each step signal an alert thresholds, with the alert's levels from the same Config the rules use
+drawn as dashed lines, so a page leads to the curve that caused it. The other rows follow the
+catalog's layers: reward, policy (entropy and divergence), optimisation, task (responses; the
+classic-RL episode row is collapsed) and system (throughput, phases, liveness). RL scalars
 are averaged across ranks per run (trainers usually log them on rank 0 only, so that is one
 series). What every rank exports (its step, liveness, counters, histograms) is read from the
 per-run recording rules of rlpulse.stack.rules, so the panels stay fast at 1,024 ranks.
@@ -15,12 +18,22 @@ from grafana_foundation_sdk.builders import stat, timeseries
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 
+from rlpulse.stack import panels as t
 from rlpulse.stack import rules
+from rlpulse.stack.alerts import STEP_ALERTS
+from rlpulse.stack.alerts.rl import ENTROPY_COLLAPSE
+from rlpulse.stack.alerts.step import StepAlert
+from rlpulse.stack.config import Config
 from rlpulse.stack.grafana_common import (
+    NATS,
+    SCIENTIFIC,
+    SIGNAL_UNITS,
+    TOKENS,
     Query,
     Recorded,
     Row,
     Selector,
+    alert_levels,
     alerts_annotation,
     assemble,
     datasource_variable,
@@ -30,11 +43,16 @@ from rlpulse.stack.grafana_common import (
     log_scale,
     new_dashboard,
     right_axis,
+    rollout_api,
+    rollout_links,
+    rollouts_variable,
     single_stat,
     stacked_percent,
+    threshold_lines,
     thresholds,
     unit_of,
     zero_line,
+    zero_when_absent,
 )
 
 SEL = Selector(("job", "run_id", "rank"))
@@ -65,7 +83,7 @@ def current_step() -> stat.Panel:
 
 def train_steps_rate() -> stat.Panel:
     return single_stat(
-        "Optimizer steps / s",
+        "Steps / s now",
         PER_SECOND,
         "Rate of optimizer steps; 0 while the process is up means training stalled.",
         [Query(f"max by (run_id) ({REC(rules.rate_name(rules.TRAIN_STEPS))})", RUN)],
@@ -90,13 +108,42 @@ def alerts_now() -> stat.Panel:
     ).thresholds(thresholds((None, "green"), (1.0, "red")))
 
 
+# ---- what the alerts test --------------------------------------------------------------------
+
+
+def alert_signal(alert: StepAlert, cfg: Config) -> timeseries.Panel:
+    """The step signal ``alert`` thresholds, against its warning and critical levels."""
+    sig = alert.sig
+    knobs = getattr(cfg.alerts, alert.key)
+    levels = alert.tiers(knobs)
+    worst = "max" if alert.above else "min"
+    expr = f"{worst} by (run_id, series) ({SEL('rl_step_signal', signal=sig.name)})"
+    described = ", ".join(f"{sev} {level:g}" for sev, level in levels)
+    panel = graph(
+        t.alert_signal(alert.name, sig.name),
+        SIGNAL_UNITS[sig.unit],
+        f"What {alert.name} tests: {sig.doc} It fires "
+        f"{'above' if alert.above else 'below'} the dashed lines ({described}; "
+        f"alerts.{alert.key} of the rlpulse config), per logged step of {sig.metric}.",
+        [Query(expr, RUN + "{{series}}")],
+        span=8,
+        height=6,
+    )
+    return rollout_links(threshold_lines(panel, alert_levels(levels)))
+
+
+def alert_signals(cfg: Config) -> list[timeseries.Panel]:
+    """One panel per step alert, RL dynamics first."""
+    return [alert_signal(a, cfg) for area in ("rl", "task") for a in STEP_ALERTS[area]]
+
+
 # ---- reward ----------------------------------------------------------------------------------
 
 
 def reward_band() -> timeseries.Panel:
-    """Mean reward inside its min/max band, eval score overlaid; one copy per selected run."""
+    """Mean reward inside its min/max band, eval score overlaid."""
     panel = graph(
-        "Reward · $run_id",
+        t.REWARD,
         unit_of("rl_reward_mean"),
         "Batch reward mean inside the batch min/max band, with the held-out eval score on the "
         "right axis. Training reward rising while eval falls is the reward-hacking signature.",
@@ -113,9 +160,6 @@ def reward_band() -> timeseries.Panel:
     return (
         right_axis(panel, 3, unit_of("rl_eval_score"))
         .fill_opacity(0)
-        .repeat("run_id")
-        .repeat_direction("h")
-        .max_per_row(2)
         .override_by_name("min", band)
         .override_by_name(
             "max",
@@ -130,7 +174,7 @@ def reward_band() -> timeseries.Panel:
 
 def reward_components() -> timeseries.Panel:
     return graph(
-        "Reward components",
+        t.REWARD_COMPONENTS,
         unit_of("rl_reward_component_mean"),
         "Mean of each reward component: shows which term drives (or games) the total.",
         [Query(avg_run("rl_reward_component_mean", "component"), "{{component}} · " + RUN)],
@@ -139,7 +183,7 @@ def reward_components() -> timeseries.Panel:
 
 def reward_spread() -> timeseries.Panel:
     panel = graph(
-        "Reward spread and zero-std groups",
+        t.REWARD_SPREAD,
         unit_of("rl_reward_std"),
         "Within-batch reward std (left) and the share of prompt groups whose rewards all agree "
         "(right): such groups give group-relative methods no learning signal.",
@@ -153,7 +197,7 @@ def reward_spread() -> timeseries.Panel:
 
 def eval_scores() -> timeseries.Panel:
     return graph(
-        "Eval scores by split",
+        t.EVAL_SCORES,
         unit_of("rl_eval_score"),
         "Benchmark scores per split (train, eval, adversarial): a gap opening between train and "
         "eval is overfitting or reward hacking.",
@@ -164,41 +208,47 @@ def eval_scores() -> timeseries.Panel:
 # ---- policy: entropy and divergence ----------------------------------------------------------
 
 
-def entropy(baseline_window: str) -> timeseries.Panel:
-    baseline = f"avg by (run_id) (max_over_time({SEL('rl_entropy')}[{baseline_window}]))"
+def entropy() -> timeseries.Panel:
+    collapse = ENTROPY_COLLAPSE.sig
     panel = graph(
-        "Policy entropy",
-        unit_of("rl_entropy"),
-        f"Mean token entropy in nats (left) and as a share of the run's peak over the last "
-        f"{baseline_window} (right). A fast fall towards 0 is entropy collapse.",
+        t.ENTROPY,
+        NATS,
+        "Mean token entropy in nats (left) and, on the right, the smoothed entropy as a share "
+        f"of its peak so far: the step signal {collapse.name} that RLEntropyCollapse tests. A "
+        "fast fall towards 0 is entropy collapse.",
         [
             Query(avg_run("rl_entropy"), "entropy · " + RUN),
-            Query(f"{avg_run('rl_entropy')} / {baseline}", "% of baseline · " + RUN),
+            Query(
+                f"min by (run_id) ({SEL('rl_step_signal', signal=collapse.name)})",
+                "% of peak · " + RUN,
+            ),
         ],
     )
-    return right_axis(panel, 1, "percentunit")
+    return right_axis(panel, 1, SIGNAL_UNITS[collapse.unit])
 
 
 def kl_reference() -> timeseries.Panel:
     panel = graph(
-        "KL to reference",
-        unit_of("rl_kl_reference"),
-        "KL of the policy to the frozen reference (left) and the KL coefficient beta (right). "
-        "KL climbing fast while beta is 0 or tiny is a drifting policy.",
+        t.KL_REFERENCE,
+        NATS,
+        "KL of the policy to the frozen reference in nats (left, log axis: one spike does not "
+        "flatten the rest) and the KL coefficient beta (right). KL climbing fast while beta is 0 "
+        "or tiny is a drifting policy.",
         [
             Query(avg_run("rl_kl_reference"), "KL · " + RUN),
             Query(avg_run("rl_kl_coefficient"), "beta · " + RUN),
         ],
     )
-    return right_axis(panel, 1, unit_of("rl_kl_coefficient"))
+    return log_scale(right_axis(panel, 1, SCIENTIFIC))
 
 
 def update_kl_and_clipping() -> timeseries.Panel:
     panel = graph(
-        "Update-step KL and clip fractions",
-        unit_of("rl_approx_kl"),
-        "Approximate KL between policy before and after each update (left) and the share of "
-        "clipped ratios and value predictions (right): both high means steps are too large.",
+        t.UPDATE_KL,
+        NATS,
+        "Approximate KL between policy before and after each update in nats (left) and the "
+        "share of clipped ratios and value predictions (right): both high means steps are too "
+        "large.",
         [
             Query(avg_run("rl_approx_kl"), "approx KL · " + RUN),
             Query(avg_run("rl_clip_fraction_ratio", "bound"), "clip {{bound}} · " + RUN),
@@ -212,10 +262,10 @@ def update_kl_and_clipping() -> timeseries.Panel:
 
 def train_inference_mismatch() -> timeseries.Panel:
     panel = graph(
-        "Train / inference mismatch",
-        unit_of("rl_importance_ratio_mean"),
+        t.MISMATCH,
+        "none",
         "Importance ratio between trainer and rollout-engine probabilities (mean, min, max; "
-        "ideal 1) and their mean absolute log-prob gap (right).",
+        "ideal 1) and their mean absolute log-prob gap in nats (right).",
         [
             Query(avg_run("rl_importance_ratio_mean"), "ratio mean · " + RUN),
             Query(f"min by (run_id) ({SEL('rl_importance_ratio_min')})", "ratio min · " + RUN),
@@ -223,42 +273,45 @@ def train_inference_mismatch() -> timeseries.Panel:
             Query(avg_run("rl_logprob_mismatch"), "log-prob gap · " + RUN),
         ],
     )
-    return right_axis(panel, 3, unit_of("rl_logprob_mismatch"))
+    return right_axis(panel, 3, NATS)
 
 
 # ---- optimisation ----------------------------------------------------------------------------
 
 
 def grad_norm() -> timeseries.Panel:
-    return log_scale(
-        graph(
-            "Gradient norm (log)",
-            unit_of("rl_grad_norm"),
-            "Gradient norm before clipping, per network, on a log axis: spikes precede divergence.",
-            [Query(avg_run("rl_grad_norm", "network"), "{{network}} · " + RUN)],
-            span=8,
+    return rollout_links(
+        log_scale(
+            graph(
+                t.GRAD_NORM,
+                unit_of("rl_grad_norm"),
+                "Gradient norm before clipping, per network, on a log axis: spikes precede "
+                "divergence.",
+                [Query(avg_run("rl_grad_norm", "network"), "{{network}} · " + RUN)],
+                span=8,
+            )
         )
     )
 
 
 def nonfinite_values() -> timeseries.Panel:
-    expr = (
+    increase = (
         f"sum by (run_id, metric) (increase({SEL('rl_nonfinite_values_total')}[$__rate_interval]))"
     )
     return graph(
-        "Non-finite values",
+        t.NONFINITE,
         "short",
-        "NaN or ±Inf values logged, per metric they were logged to. Anything above 0 is a bug "
-        "or a diverged run.",
-        [Query(expr, "{{metric}} · " + RUN)],
+        "NaN or ±Inf values logged, per metric they were logged to (0 until the first one). "
+        "Anything above 0 is a bug or a diverged run.",
+        [Query(zero_when_absent(increase), "{{metric}} · " + RUN)],
         span=8,
     ).draw_style(cm.GraphDrawStyle.BARS)
 
 
 def learning_rate() -> timeseries.Panel:
     return graph(
-        "Learning rate",
-        unit_of("rl_learning_rate"),
+        t.LEARNING_RATE,
+        SCIENTIFIC,
         "Current learning rate per network (schedule and warm-up).",
         [Query(avg_run("rl_learning_rate", "network"), "{{network}} · " + RUN)],
         span=8,
@@ -267,7 +320,7 @@ def learning_rate() -> timeseries.Panel:
 
 def losses() -> timeseries.Panel:
     panel = graph(
-        "Policy and value losses",
+        t.LOSSES,
         unit_of("rl_policy_loss"),
         "Total and policy-gradient loss (left) and the critic's value loss (right, its scale "
         "differs). A value loss that explodes drags the policy with it.",
@@ -284,7 +337,7 @@ def losses() -> timeseries.Panel:
 def explained_variance() -> timeseries.Panel:
     return zero_line(
         graph(
-            "Explained variance",
+            t.EXPLAINED_VARIANCE,
             unit_of("rl_explained_variance"),
             "How well the value function predicts returns: 1 is perfect, below 0 (red line) is "
             "worse than predicting the mean.",
@@ -296,7 +349,7 @@ def explained_variance() -> timeseries.Panel:
 
 def advantages() -> timeseries.Panel:
     return graph(
-        "Advantages",
+        t.ADVANTAGES,
         unit_of("rl_advantage_mean"),
         "Advantage mean, std, min and max per batch: a std near 0 means no learning signal, "
         "extreme min/max means outlier rollouts dominate the update.",
@@ -314,27 +367,27 @@ def advantages() -> timeseries.Panel:
 
 
 def response_length() -> timeseries.Panel:
-    hist = "rl_response_length_tokens"
-    return graph(
-        "Response length",
-        unit_of(hist),
-        "Batch mean and max response length, with p50/p90 of every rank's responses from the "
-        "histogram (recorded per run). Steady growth against the run's start is length "
-        "explosion.",
-        [
-            Query(avg_run("rl_response_length_mean_tokens"), "mean · " + RUN),
-            Query(f"max by (run_id) ({SEL('rl_response_length_max_tokens')})", "max · " + RUN),
-            Query(REC(rules.LENGTH_QUANTILES["p50"]), "p50 · " + RUN),
-            Query(REC(rules.LENGTH_QUANTILES["p90"]), "p90 · " + RUN),
-        ],
-        span=8,
+    return rollout_links(
+        graph(
+            t.RESPONSE_LENGTH,
+            TOKENS,
+            "Batch mean and max response length, with p50/p90/p99 of every rank's responses "
+            "from the histogram (recorded per run). Steady growth against the run's start is "
+            "length explosion.",
+            [
+                Query(avg_run("rl_response_length_mean_tokens"), "mean · " + RUN),
+                Query(f"max by (run_id) ({SEL('rl_response_length_max_tokens')})", "max · " + RUN),
+                *(Query(REC(name), f"{q} · {RUN}") for q, name in rules.LENGTH_QUANTILES.items()),
+            ],
+            span=12,
+        )
     )
 
 
 def response_quality() -> timeseries.Panel:
-    return (
+    return rollout_links(
         graph(
-            "Truncation, format compliance, success",
+            t.RESPONSE_QUALITY,
             unit_of("rl_truncation_ratio"),
             "Share of responses cut at the length limit, in the required format, and judged "
             "successful. Rising truncation or falling compliance precede reward collapse.",
@@ -343,63 +396,88 @@ def response_quality() -> timeseries.Panel:
                 Query(avg_run("rl_format_compliance_ratio"), "format ok · " + RUN),
                 Query(avg_run("rl_success_ratio"), "success · " + RUN),
             ],
-            span=8,
+            span=12,
         )
         .min(0)
         .max(1)
     )
 
 
-def episodes() -> timeseries.Panel:
-    panel = graph(
-        "Episodes (classic RL)",
+def episode_return() -> timeseries.Panel:
+    return graph(
+        "Episode return",
         unit_of("rl_episode_return"),
-        "Mean undiscounted episode return (left) and episode length in env steps (right).",
-        [
-            Query(avg_run("rl_episode_return"), "return · " + RUN),
-            Query(avg_run("rl_episode_length_steps"), "length · " + RUN),
-        ],
-        span=8,
+        "Mean undiscounted episode return of recent episodes.",
+        [Query(avg_run("rl_episode_return"), "return · " + RUN)],
     )
-    return right_axis(panel, 1, unit_of("rl_episode_length_steps"))
+
+
+def episode_length() -> timeseries.Panel:
+    return graph(
+        "Episode length",
+        "suffix: steps",
+        "Mean length of recent episodes, in env steps.",
+        [Query(avg_run("rl_episode_length_steps"), "length · " + RUN)],
+    )
 
 
 # ---- system: throughput, phases, liveness ----------------------------------------------------
 
 
-def throughput() -> timeseries.Panel:
-    panel = graph(
-        "Throughput",
+def samples_rate() -> timeseries.Panel:
+    return graph(
+        t.SAMPLES_RATE,
         PER_SECOND,
-        "Samples, env steps and optimizer steps per second (left) and generated tokens per "
-        "second (right). A drop against the run's own level is a slowdown.",
+        "Rollouts (samples), env steps and finished episodes per second. A drop against the "
+        "run's own level is a slowdown.",
         [
             Query(REC(rules.rate_name(rules.SAMPLES)), "samples · " + RUN),
             Query(REC(rules.rate_name(rules.ENV_STEPS)), "env steps · " + RUN),
-            Query(REC(rules.rate_name(rules.TRAIN_STEPS)), "train steps · " + RUN),
-            Query(REC(rules.rate_name(rules.COMPLETION_TOKENS)), "tokens · " + RUN),
+            Query(REC(rules.rate_name(rules.EPISODES)), "episodes · " + RUN),
         ],
         span=8,
     )
-    return right_axis(panel, 3, "suffix: tok/s")
+
+
+def steps_rate() -> timeseries.Panel:
+    return graph(
+        t.STEPS_RATE,
+        PER_SECOND,
+        "Optimizer steps per second; 0 while the process is up means training stalled.",
+        [Query(REC(rules.rate_name(rules.TRAIN_STEPS)), "train steps · " + RUN)],
+        span=8,
+    )
+
+
+def tokens_rate() -> timeseries.Panel:
+    return graph(
+        "Tokens / s",
+        "suffix: tok/s",
+        "Prompt tokens processed and completion tokens generated per second.",
+        [
+            Query(REC(rules.rate_name(rules.PROMPT_TOKENS)), "prompt · " + RUN),
+            Query(REC(rules.rate_name(rules.COMPLETION_TOKENS)), "completion · " + RUN),
+        ],
+        span=8,
+    )
 
 
 def phase_times() -> timeseries.Panel:
+    # a stalled run's share is 0/0 = NaN: dropped (NaN >= 0 is false) so it blanks nothing
     return stacked_percent(
         graph(
-            "Phase time share",
+            t.PHASE_SHARE,
             "percentunit",
             "Share of wall time in each phase (rollout, reward, update, sync, eval …): which "
             "phase a slowdown comes from.",
-            [Query(f"avg by (phase) ({REC(rules.PHASE_SHARE)})", "{{phase}}")],
-            span=8,
+            [Query(f"avg by (phase) ({REC(rules.PHASE_SHARE)} >= 0)", "{{phase}}")],
         )
     )
 
 
 def liveness() -> timeseries.Panel:
     return graph(
-        "Liveness: seconds since last log",
+        t.LIVENESS,
         "s",
         "Age of the last log() call of each run's most stalled rank and of its freshest one. A "
         "saw-tooth is healthy; a straight climb is a stalled loop (the process may still be up); "
@@ -408,39 +486,46 @@ def liveness() -> timeseries.Panel:
             Query(f"time() - {REC(LAST_LOG_OLDEST)}", "oldest rank · " + RUN),
             Query(f"time() - {REC(LAST_LOG_NEWEST)}", "newest rank · " + RUN),
         ],
-        span=8,
     )
 
 
-def build(uid: str, baseline_window: str) -> dict[str, Any]:
-    """The RL training dashboard as Grafana JSON; entropy baseline: peak over the window."""
+def build(uid: str, cfg: Config) -> dict[str, Any]:
+    """The RL training dashboard as Grafana JSON; alert levels from ``cfg``."""
     dashboard = (
         new_dashboard(
             uid,
-            "rlpulse · RL training",
-            "The twelve plots that catch nearly every failing RL run, with alerts as annotations.",
+            t.TRAINING,
+            "One run's training curves and, first, the step signals its alerts test against "
+            "their thresholds; firing alerts as annotations.",
             ["rl", "training"],
         )
         .with_variable(datasource_variable())
         .with_variable(label_variable("job", "Job", "rl_run_info", Selector(())))
-        .with_variable(label_variable("run_id", "Run", "rl_run_info", Selector(("job",))))
+        .with_variable(
+            label_variable("run_id", "Run", "rl_run_info", Selector(("job",)), multi=False)
+        )
         .with_variable(label_variable("rank", "Rank", "rl_run_info", Selector(("job", "run_id"))))
+        .with_variable(rollouts_variable(rollout_api(cfg.scrape.static_targets)))
         .annotation(alerts_annotation(SEL))
     )
     rows = [
         Row("Run status", [current_step(), train_steps_rate(), since_last_log(), alerts_now()]),
+        Row("What the alerts test", alert_signals(cfg)),
         Row("Reward", [reward_band(), reward_components(), reward_spread(), eval_scores()]),
         Row(
             "Policy: entropy and divergence",
-            [entropy(baseline_window), kl_reference(), update_kl_and_clipping()]
-            + [train_inference_mismatch()],
+            [entropy(), kl_reference(), update_kl_and_clipping(), train_inference_mismatch()],
         ),
         Row(
             "Optimisation",
             [grad_norm(), nonfinite_values(), learning_rate(), losses()]
             + [explained_variance(), advantages()],
         ),
-        Row("Task: responses and episodes", [response_length(), response_quality(), episodes()]),
-        Row("System: throughput, phases, liveness", [throughput(), phase_times(), liveness()]),
+        Row("Task: responses", [response_length(), response_quality()]),
+        Row("Classic RL: episodes", [episode_return(), episode_length()], collapsed=True),
+        Row(
+            "System: throughput, phases, liveness",
+            [samples_rate(), steps_rate(), tokens_rate(), phase_times(), liveness()],
+        ),
     ]
     return assemble(dashboard, rows)

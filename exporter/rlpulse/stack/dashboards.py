@@ -15,6 +15,7 @@ import yaml
 
 from rlpulse.stack import compose, dashboard_comparison, dashboard_system, dashboard_training
 from rlpulse.stack.config import Config
+from rlpulse.stack.grafana_common import rollout_api
 
 DASHBOARD_DIR = "grafana/dashboards"
 PROVISIONING_DIR = "grafana/provisioning"
@@ -27,10 +28,8 @@ def dashboards(config: Config) -> dict[str, dict[str, Any]]:
     """Each dashboard's file name and JSON model."""
     links = config.links
     return {
-        "rl-training.json": dashboard_training.build(
-            links.training_dashboard_uid, config.windows.baseline
-        ),
-        "rl-system.json": dashboard_system.build(links.system_dashboard_uid),
+        "rl-training.json": dashboard_training.build(links.training_dashboard_uid, config),
+        "rl-system.json": dashboard_system.build(links.system_dashboard_uid, config),
         "rl-comparison.json": dashboard_comparison.build(links.comparison_dashboard_uid),
     }
 
@@ -50,6 +49,13 @@ def datasources(config: Config) -> dict[str, Any]:
                 "jsonData": {
                     "prometheusType": "Prometheus",
                     "timeInterval": config.scrape.interval,  # sizes $__rate_interval
+                    "exemplarTraceIdDestinations": [
+                        {
+                            "name": "rollout_id",
+                            "url": rollout_api(config.scrape.static_targets)
+                            + "/rollout?id=${__value.raw}",
+                        }
+                    ],
                 },
             },
             {
@@ -110,16 +116,28 @@ Three Grafana dashboards ship in `grafana/dashboards/`:
 
 - **With docker compose**: `docker compose up` provisions them (folder *rlpulse*) together with
   the Prometheus and Alertmanager datasources; Grafana is on <http://localhost:3000>.
-- **By hand**: in any Grafana 11, *Dashboards → New → Import*, upload the JSON file and pick
-  your Prometheus datasource in the *Data source* variable at the top. No datasource uid is
-  hard-coded, so the files import into any Grafana.
+- **By hand**: in any Grafana 11 or 12, *Dashboards → New → Import*, upload the JSON file; the
+  import asks for the Prometheus datasource (`__inputs`), which becomes the *Data source*
+  variable's value. No datasource uid is hard-coded (`schemaVersion` 41, Grafana 11.6 / 12).
 
-Every dashboard filters by its variables (`job`, `run_id`, `rank`, …; *All* is the default) and
-draws the alerts firing for the selection as red annotations (the `ALERTS` series). Series are
-per run: RL scalars are averaged over ranks, machine-wide GPU and host series are shown once per
-host (joined to `rl_run_info`'s `host` label). Rates use `$__rate_interval`; latency and length
-quantiles come from `histogram_quantile` over the `_bucket` rates, with exemplars (the
-`rollout_id` of single rollouts) on the rollout-latency and response-length panels.
+The training dashboard opens on one run (its `run_id` variable is single-valued); the system and
+comparison dashboards filter by their variables (*All* is the default). Every dashboard draws the
+alerts firing for the selection as red annotations (the `ALERTS` series) and links to the other
+two, keeping the time range and the run. The row *What the alerts test* plots each step signal
+an alert thresholds (`rl_step_signal{signal=…}`) with the alert's warning and critical levels as
+dashed lines, taken from the same config as the rules, so a page leads to the curve that caused
+it; the runbooks (docs/runbooks.md) name panels by their titles here. Rows a kind of run cannot
+fill (classic-RL episodes, grader and tools) are collapsed. The comparison dashboard also plots
+the runs against the training step (*trend* panels, x = `rl_step`), so runs that did not run at
+the same time overlay.
+
+From a curve to the rollouts behind it: the alert-signal, gradient-norm and response panels have
+a data link to the worst rollouts of the run in the rollout API (docs/rollouts.md; the *Rollout
+API* variable is its base URL, by default the first static scrape target, an exporter with the
+API mounted); `rlpulse rollouts show --run RUN --worst 20` prints the same. Exemplars (the
+`rollout_id` of single rollouts) on the rollout-latency and response-length histograms open
+`/rollout?id=…` through the Prometheus datasource's exemplar link. Rates use `$__rate_interval`;
+error counters read 0 until their first increment (`or on() vector(0)`).
 
 ## The stack with docker compose
 

@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 
 from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.builders import dashboard as db
-from grafana_foundation_sdk.builders import heatmap, stat, table, timeseries
+from grafana_foundation_sdk.builders import heatmap, stat, table, timeseries, trend
 from grafana_foundation_sdk.builders import prometheus as promb
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as cm
@@ -29,6 +29,17 @@ from rlpulse.stack import rules
 DATASOURCE_VARIABLE = "datasource"
 PROMETHEUS = dm.DataSourceRef(type_val="prometheus", uid="${" + DATASOURCE_VARIABLE + "}")
 RATE = "[$__rate_interval]"
+HEATMAP_COLOR_STEPS = 64  # Grafana's default; the SDK's 0 makes its palette draw no cells
+NATS = "suffix: nats"
+TOKENS = "suffix: tokens"
+SCIENTIFIC = "sci"
+# Grafana units of the step signals' units (rlpulse.signals.Unit)
+SIGNAL_UNITS = {
+    "fraction": "percentunit",
+    "multiple": "suffix:x",
+    "nats": NATS,
+    "sigma": "suffix: sigma",
+}
 ALERTS = "ALERTS"  # the series Prometheus writes for every pending/firing alert
 
 # Grafana units for the catalog's unit strings (``Metric.unit``); "" is a plain number.
@@ -39,7 +50,7 @@ _UNITS = {
     "watts": "watt",
     "celsius": "celsius",
     "hertz": "hertz",
-    "tokens": "short",
+    "tokens": TOKENS,
     "": "none",
 }
 
@@ -114,6 +125,11 @@ class Query:
     instant: bool = False
     format: PromQueryFormat = PromQueryFormat.TIME_SERIES
     exemplar: bool = False
+
+
+def zero_when_absent(expr: str) -> str:
+    """``expr``, or a single 0 while it has no series (a counter before its first increment)."""
+    return f"{expr} or on() vector(0)"
 
 
 def ref_id(index: int) -> str:
@@ -228,11 +244,25 @@ def thresholds(*steps: tuple[float | None, str]) -> db.ThresholdsConfig:
     )
 
 
-def zero_line(panel: timeseries.Panel, color: str = "red") -> timeseries.Panel:
-    """Draw a dashed threshold line at 0 (e.g. explained variance below 0 is worse than a mean)."""
-    return panel.thresholds(thresholds((None, "transparent"), (0.0, color))).thresholds_style(
+SEVERITY_COLORS = {"warning": "orange", "critical": "red"}
+
+
+def alert_levels(levels: Sequence[tuple[str, float]]) -> db.ThresholdsConfig:
+    """A threshold at each of an alert's ``(severity, level)`` pairs, in the severity's colour."""
+    ordered = sorted(levels, key=lambda sev_level: sev_level[1])
+    return thresholds((None, "transparent"), *((lvl, SEVERITY_COLORS[sev]) for sev, lvl in ordered))
+
+
+def threshold_lines(panel: timeseries.Panel, config: db.ThresholdsConfig) -> timeseries.Panel:
+    """Draw ``config``'s thresholds as dashed lines."""
+    return panel.thresholds(config).thresholds_style(
         cb.GraphThresholdsStyleConfig().mode(cm.GraphThresholdsStyleMode.DASHED)
     )
+
+
+def zero_line(panel: timeseries.Panel, color: str = "red") -> timeseries.Panel:
+    """A threshold line at 0 (e.g. explained variance below 0 is worse than a mean)."""
+    return threshold_lines(panel, thresholds((None, "transparent"), (0.0, color)))
 
 
 def stacked_percent(panel: timeseries.Panel) -> timeseries.Panel:
@@ -276,6 +306,40 @@ def grid(
     return _panel(panel, title, unit, description, queries, span, height)
 
 
+STEP_FIELD = "step"
+
+
+def by_step(
+    title: str,
+    unit: str,
+    description: str,
+    step: str,
+    value: str,
+    *,
+    span: int = 12,
+    height: int = 8,
+) -> trend.Panel:
+    """A trend panel with the training step on the x axis, one line per run: ``step`` and
+    ``value`` (both ``by (run_id)``) are sampled at the same scrapes, merged on time and run,
+    and split per run, so runs that did not run at the same time overlay."""
+    queries = [Query(expr, format=PromQueryFormat.TABLE) for expr in (step, value)]
+    panel = trend.Panel().x_field(STEP_FIELD).line_width(1).show_points(cm.VisibilityMode.NEVER)
+    panel.with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))
+    panel.with_transformation(
+        dm.DataTransformerConfig(
+            id_val="organize",
+            options={"renameByName": {"Value #A": STEP_FIELD, "Value #B": title}},
+        )
+    )
+    panel.with_transformation(
+        dm.DataTransformerConfig(
+            id_val="partitionByValues",
+            options={"fields": ["run_id"], "keepFields": False, "naming": {"asLabels": True}},
+        )
+    )
+    return _panel(panel, title, unit, description, queries, span, height)
+
+
 def latency_heatmap(
     title: str,
     unit: str,
@@ -297,6 +361,7 @@ def latency_heatmap(
             .scheme("Oranges")
             .scale(hm.HeatmapColorScale.EXPONENTIAL)
             .exponent(0.5)
+            .steps(HEATMAP_COLOR_STEPS)
         )
         .y_axis(heatmap.YAxisConfig().unit(unit))
         .rows_frame(heatmap.RowsHeatmapOptions().layout(cm.HeatmapCellLayout.LE))
@@ -366,26 +431,125 @@ ALERT_ANNOTATION_OPTIONS = {
 
 @dataclass
 class Row:
-    """A dashboard row and the panels laid out under it, left to right."""
+    """A dashboard row and the panels laid out under it, left to right. A ``collapsed`` row
+    (panels some kinds of run cannot fill) opens on a click."""
 
     title: str
     panels: Sequence[_Panel] = field(default_factory=list)
+    collapsed: bool = False
+
+
+GRAFANA_VERSION = "11.6.0"
+DATASOURCE_INPUT = "DS_PROMETHEUS"
+
+
+def _flow(panels: list[dict[str, Any]], top: int) -> None:
+    """Lay out the panels of a collapsed row left to right from grid line ``top``."""
+    x, y, height = 0, top, 0
+    for panel in panels:
+        pos = panel["gridPos"]
+        if x + pos["w"] > 24:
+            x, y, height = 0, y + height, 0
+        pos["x"], pos["y"] = x, y
+        x, height = x + pos["w"], max(height, pos["h"])
+
+
+def _import_metadata(model: dict[str, Any]) -> None:
+    """``__inputs``/``__requires`` so a grafana.com-style import asks for the datasource."""
+    model["__inputs"] = [
+        {
+            "name": DATASOURCE_INPUT,
+            "label": "Prometheus",
+            "description": "The Prometheus that scrapes the trainers and evaluates rlpulse rules",
+            "type": "datasource",
+            "pluginId": "prometheus",
+            "pluginName": "Prometheus",
+        }
+    ]
+    kinds = sorted({p["type"] for p in panels_of(model)} - {"row"})
+    model["__requires"] = [
+        {"type": "grafana", "id": "grafana", "name": "Grafana", "version": GRAFANA_VERSION},
+        {"type": "datasource", "id": "prometheus", "name": "Prometheus", "version": "1.0.0"},
+        *({"type": "panel", "id": kind, "name": kind, "version": ""} for kind in kinds),
+    ]
+    for variable in model["templating"]["list"]:
+        if variable["name"] == DATASOURCE_VARIABLE:
+            ref = "${" + DATASOURCE_INPUT + "}"
+            variable["current"] = {"text": ref, "value": ref}
+
+
+def panels_of(model: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every panel of a dashboard model, including those nested in collapsed rows."""
+    return [p for top in model.get("panels", []) for p in (top, *top.get("panels", []))]
 
 
 def assemble(dashboard: db.Dashboard, rows: Sequence[Row]) -> dict[str, Any]:
     """Number rows and panels 1, 2, … in order, lay them out, and return the dashboard JSON."""
     next_id = 1
     for row in rows:
-        dashboard.with_row(db.Row(row.title).id(next_id))
+        builder = db.Row(row.title).id(next_id)
         next_id += 1
-        for panel in row.panels:
-            dashboard.with_panel(panel.id(next_id))
-            next_id += 1
+        numbered = [panel.id(next_id + i) for i, panel in enumerate(row.panels)]
+        next_id += len(numbered)
+        for panel in numbered if row.collapsed else ():
+            builder.with_panel(panel)
+        dashboard.with_row(builder)
+        for panel in () if row.collapsed else numbered:
+            dashboard.with_panel(panel)
     model: dict[str, Any] = json.loads(JSONEncoder().encode(dashboard.build()))
+    for top in model["panels"]:
+        if top.get("collapsed"):
+            _flow(top["panels"], top["gridPos"]["y"] + 1)
     for annotation in model.get("annotations", {}).get("list", []):
         if annotation.get("expr", "").startswith(ALERTS):
             annotation.update(ALERT_ANNOTATION_OPTIONS)
+    _import_metadata(model)
     return model
+
+
+def dashboard_links() -> db.DashboardLink:
+    """Links to the other rlpulse dashboards, keeping the time range and the run."""
+    return (
+        db.DashboardLink("rlpulse")
+        .type(dm.DashboardLinkType.DASHBOARDS)
+        .tags(["rlpulse"])
+        .as_dropdown(False)
+        .include_vars(True)
+        .keep_time(True)
+    )
+
+
+ROLLOUTS_VARIABLE = "rollouts"
+
+
+def rollout_api(static_targets: Sequence[str]) -> str:
+    """The rollout API's default base URL: the first static scrape target (an exporter with the
+    API mounted), or the exporter's default port."""
+    return f"http://{static_targets[0] if static_targets else '127.0.0.1:9400'}"
+
+
+def rollouts_variable(default: str) -> db.TextBoxVariable:
+    """The rollout API's base URL (an exporter with the API mounted, or ``rlpulse rollouts
+    serve``), which the rollout links of the panels open."""
+    return (
+        db.TextBoxVariable(ROLLOUTS_VARIABLE)
+        .label("Rollout API")
+        .description("Base URL of the rollout API (docs/rollouts.md)")
+        .default_value(default)
+    )
+
+
+def rollout_links(panel: P) -> P:
+    """A data link from a run's series to its worst rollouts in the rollout API (``rlpulse
+    rollouts show`` prints the same from the command line)."""
+    run = "${__field.labels.run_id}"
+    base = "${" + ROLLOUTS_VARIABLE + "}/rollouts?run=" + run
+    links = [
+        db.DashboardLink(f"Worst rollouts of {run} (rlpulse rollouts show --run {run} --worst 20)")
+        .url(base + "&worst=20")
+        .target_blank(True),
+    ]
+    return panel.data_links(links)  # type: ignore[attr-defined]
 
 
 def new_dashboard(uid: str, title: str, description: str, tags: Sequence[str]) -> db.Dashboard:
@@ -400,4 +564,5 @@ def new_dashboard(uid: str, title: str, description: str, tags: Sequence[str]) -
         .time("now-3h", "now")
         .refresh("30s")
         .timezone("browser")
+        .link(dashboard_links())
     )

@@ -124,8 +124,6 @@ RUN_AGGREGATES: tuple[tuple[catalog.Metric, str], ...] = (
     (STEP, "max"),
     (LAST_LOG, "max"),
     (LAST_LOG, "min"),
-    (PROCESS_RSS, "max"),
-    (GPU_UTIL, "avg"),
 )
 LENGTH_QUANTILES = {q: record_name("run", LENGTH_HIST, q) for q in ("p50", "p90", "p99")}
 
@@ -182,15 +180,32 @@ CRASHED = 'outcome="crashed"'
 _ID = "run {{ $labels.run_id }} (rank {{ $labels.rank }})"
 _RUN = "run {{ $labels.run_id }}"
 _GPU = "GPU {{ $labels.gpu }} of run {{ $labels.run_id }} on {{ $labels.instance }}"
-_V = '{{ printf "%.3g" $value }}'
+# how descriptions print $value (Prometheus' template functions; ruletests.fill renders them)
+_X = '{{ printf "%.3g" $value }}'  # a value near 1 (KL in nats, a ratio): 0.2, not 200m
+_N = "{{ $value | humanize }}"  # a count or magnitude: 12.3k, not 1.23e+04
+_PCT = "{{ $value | humanizePercentage }}"
+_AGO = "{{ $value | humanizeDuration }}"
+
+
+def _pct(ratio: float) -> str:
+    """A threshold ratio as the descriptions print it (like humanizePercentage)."""
+    return f"{ratio * 100:.4g}%"
 
 
 def _tiered(
-    name: str, t: cfgmod.Tiered, expr: Callable[[float], str], summary: str, desc: str, **kw: Any
+    name: str,
+    t: cfgmod.Tiered,
+    expr: Callable[[float], str],
+    summary: str,
+    desc: str,
+    level_text: Callable[[float], str] = "{:g}".format,
+    **kw: Any,
 ) -> list[Alert]:
     tiers: tuple[tuple[Severity, float], ...] = (("warning", t.warning), ("critical", t.critical))
     return [
-        Alert.of(t, name, sev, expr(level), summary, desc.replace("$LEVEL", f"{level:g}"), **kw)
+        Alert.of(
+            t, name, sev, expr(level), summary, desc.replace("$LEVEL", level_text(level)), **kw
+        )
         for sev, level in tiers
     ]
 
@@ -223,7 +238,7 @@ def _rl_alerts(q: Query) -> Iterator[Alert]:
         "warning",
         f"{q.recent(APPROX_KL)} > {uk.threshold:g}",
         "Update-step KL is too high: each update moves the policy too far.",
-        f"Mean approximate KL per update of {_ID} is {_V} (threshold {uk.threshold:g}).",
+        f"Mean approximate KL per update of {_ID} is {_X} nats (threshold {uk.threshold:g}).",
     )
     cf = a.clip_fraction_high
     yield Alert.of(
@@ -232,8 +247,8 @@ def _rl_alerts(q: Query) -> Iterator[Alert]:
         "warning",
         f"{q.recent(CLIP)} > {cf.threshold:g}",
         "A large fraction of probability ratios is clipped.",
-        f"Clip fraction (bound {{{{ $labels.bound }}}}) of {_ID} is {_V} "
-        f"(threshold {cf.threshold:g}).",
+        f"Clip fraction (bound {{{{ $labels.bound }}}}) of {_ID} is {_PCT} "
+        f"(threshold {_pct(cf.threshold)}).",
     )
     nf = a.nonfinite_loss
     watched = tuple(M(n) for n in nf.metrics)
@@ -251,7 +266,7 @@ def _rl_alerts(q: Query) -> Iterator[Alert]:
         "critical",
         " or ".join([counter, *gauges]),
         "NaN or Inf in a loss or gradient norm.",
-        f"{{{{ $labels.metric }}}} of {_ID} is not finite (value or count {_V}): "
+        f"{{{{ $labels.metric }}}} of {_ID} is not finite (value or count {_N}): "
         "training has diverged or will.",
     )
     ev = a.explained_variance_negative
@@ -261,7 +276,7 @@ def _rl_alerts(q: Query) -> Iterator[Alert]:
         "warning",
         f"{q.recent(EXPLAINED_VAR)} < {ev.threshold:g}",
         "The value function explains less than a constant would.",
-        f"Explained variance of {_ID} is {_V} (threshold {ev.threshold:g}).",
+        f"Explained variance of {_ID} is {_X} (threshold {ev.threshold:g}).",
     )
     ir = a.importance_ratio_drift
     yield Alert.of(
@@ -270,7 +285,7 @@ def _rl_alerts(q: Query) -> Iterator[Alert]:
         "warning",
         f"abs({q.recent(IMPORTANCE)} - 1) > {ir.max_deviation:g}",
         "Trainer and rollout engine disagree on token probabilities.",
-        f"Mean importance ratio of {_ID} is {_V} away from 1 (threshold {ir.max_deviation:g}).",
+        f"Mean importance ratio of {_ID} is {_X} away from 1 (threshold {ir.max_deviation:g}).",
     )
 
 
@@ -303,7 +318,7 @@ def _task_alerts(q: Query) -> Iterator[Alert]:
         "warning",
         f"{LENGTH_P90_DRIFT} > {ld.ratio:g} or {LENGTH_P90_DRIFT} < {1 / ld.ratio:g}",
         "The response-length distribution shifted against its earlier window.",
-        f"p90 response length of {_RUN} is {_V} times its p90 of {q.w.zscore} before "
+        f"p90 response length of {_RUN} is {_X} times its p90 of {q.w.zscore} before "
         f"(threshold x{ld.ratio:g} either way).",
         scope="run",
     )
@@ -398,7 +413,7 @@ def _system_alerts(q: Query) -> Iterator[Alert]:
         f" unless on(job, instance) ({finished})",
         "A trainer exporter that was serving a run cannot be scraped.",
         "Prometheus cannot scrape {{ $labels.instance }} (job {{ $labels.job }}), which served "
-        f"{_ID} until {_V} s ago: the trainer died, hung hard or lost its network.",
+        f"{_ID} until {_AGO} ago: the trainer died, hung hard or lost its network.",
     )
     rc = a.run_crashed
     yield Alert.of(
@@ -408,7 +423,7 @@ def _system_alerts(q: Query) -> Iterator[Alert]:
         f"max_over_time({q.s(OUTCOME, CRASHED)}[{w.baseline}]) * on({TARGET_BY}) group_left() "
         f"(time() - max_over_time({q.s(FINISHED)}[{w.baseline}]))",
         "A run ended in an uncaught exception or a non-zero exit status.",
-        f"{_ID} on {{{{ $labels.instance }}}} crashed {_V} s ago: {{{{ $labels.reason }}}}.",
+        f"{_ID} on {{{{ $labels.instance }}}} crashed {_AGO} ago: {{{{ $labels.reason }}}}.",
     )
     yield from _declared(q, "system")
     gi = a.gpu_idle
@@ -418,21 +433,22 @@ def _system_alerts(q: Query) -> Iterator[Alert]:
         "warning",
         f"{q.recent(GPU_UTIL)} < {gi.threshold:g}",
         "GPUs are idle while the run's exporter is alive.",
-        f"{_GPU} averaged {_V} utilization over {w.recent} (threshold {gi.threshold:g}).",
+        f"{_GPU} averaged {_PCT} utilization over {w.recent} (threshold {_pct(gi.threshold)}).",
     )
     yield from _tiered(
         "RLGPUMemoryFull",
         a.gpu_memory_full,
         lambda lvl: f"{GPU_MEMORY_RATIO} > {lvl:g}",
         "GPU memory is nearly full.",
-        f"{_GPU} uses {_V} of its memory (threshold $LEVEL).",
+        f"{_GPU} uses {_PCT} of its memory (threshold $LEVEL).",
+        _pct,
     )
     yield from _tiered(
         "RLGPUTemperatureHigh",
         a.gpu_temperature_high,
         lambda lvl: f"{q.s(GPU_TEMP)} > {lvl:g}",
         "A GPU is running hot.",
-        f"{_GPU} is at {_V} °C (threshold $LEVEL °C).",
+        f"{_GPU} is at {_N} °C (threshold $LEVEL °C).",
     )
     gt = a.gpu_throttling
     reasons = f'reason=~"{regex_alternatives(gt.reasons)}"'
@@ -442,7 +458,7 @@ def _system_alerts(q: Query) -> Iterator[Alert]:
         "warning",
         f"{q.recent(GPU_THROTTLED, reasons)} > {gt.min_fraction:g}",
         "GPU clocks are held down by a slowdown.",
-        f"{_GPU} was throttled ({{{{ $labels.reason }}}}) {_V} of the last {w.recent}.",
+        f"{_GPU} was throttled ({{{{ $labels.reason }}}}) {_PCT} of the last {w.recent}.",
     )
     ge = a.gpu_ecc_errors
     yield Alert.of(
@@ -451,7 +467,7 @@ def _system_alerts(q: Query) -> Iterator[Alert]:
         "critical",
         f"increase({q.s(GPU_ECC, UNCORRECTED)}[{w.recent}]) > 0",
         "A GPU reported uncorrected memory errors.",
-        f"{_GPU} reported {_V} uncorrected ECC errors in the last {w.recent}.",
+        f"{_GPU} reported {_N} uncorrected ECC errors in the last {w.recent}.",
     )
     tp = a.throughput_drop
     yield Alert.of(
@@ -464,8 +480,8 @@ def _system_alerts(q: Query) -> Iterator[Alert]:
             for m in (TRAIN_STEPS, SAMPLES)
         ),
         "Training throughput fell against the run's earlier rate.",
-        f"{{{{ $labels.throughput }}}} rate of {_RUN} is at {_V} of its rate over the earlier "
-        f"{w.zscore} (threshold {tp.ratio:g}).",
+        f"{{{{ $labels.throughput }}}} rate of {_RUN} is at {_PCT} of its rate over the earlier "
+        f"{w.zscore} (threshold {_pct(tp.ratio)}).",
         scope="run",
     )
     rl = a.rollout_latency_tail
@@ -475,7 +491,7 @@ def _system_alerts(q: Query) -> Iterator[Alert]:
         "warning",
         f"{ROLLOUT_QUANTILES['p99']} / {ROLLOUT_QUANTILES['p50']} > {rl.ratio:g}",
         "Rollout latency has a long tail: p99 is far above p50.",
-        f"p99 rollout latency of {_RUN} is {_V} times its p50 (threshold {rl.ratio:g}).",
+        f"p99 rollout latency of {_RUN} is {_N} times its p50 (threshold {rl.ratio:g}).",
         scope="run",
     )
     yield from _tiered(
@@ -483,7 +499,8 @@ def _system_alerts(q: Query) -> Iterator[Alert]:
         a.grader_errors,
         lambda lvl: f"{GRADER_ERROR_RATIO} > {lvl:g}",
         "Grader / reward-model calls are failing.",
-        f"{_V} of the grader calls of {_RUN} failed over {w.rate} (threshold $LEVEL).",
+        f"{_PCT} of the grader calls of {_RUN} failed over {w.rate} (threshold $LEVEL).",
+        _pct,
         scope="run",
     )
     ce = a.exporter_collector_errors
@@ -494,7 +511,7 @@ def _system_alerts(q: Query) -> Iterator[Alert]:
         f"increase({q.s(COLLECTOR_ERRORS)}[{w.recent}]) > 0 or {q.s(COLLECTOR_UP)} == 0",
         "An rlpulse collector keeps failing.",
         f"The {{{{ $labels.collector }}}} collector of {_ID} on {{{{ $labels.instance }}}} "
-        f"failed (errors in {w.recent}, or 0 if down: {_V}).",
+        f"failed (errors in {w.recent}, or 0 if down: {_N}).",
     )
     dv = a.exporter_dropped_values
     yield Alert.of(
@@ -503,7 +520,7 @@ def _system_alerts(q: Query) -> Iterator[Alert]:
         "info",
         f"increase({q.s(DROPPED)}[{w.recent}]) > 0 or increase({q.s(OVERFLOW)}[{w.recent}]) > 0",
         "The exporter drops logged values or folds labels into __overflow__.",
-        f"The exporter of {_ID} dropped {_V} values in {w.recent} "
+        f"The exporter of {_ID} dropped {_N} values in {w.recent} "
         "(reason {{ $labels.reason }}{{ $labels.label }}).",
     )
 

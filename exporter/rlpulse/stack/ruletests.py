@@ -4,7 +4,8 @@ For every alert a scenario that fires it (values worked out by hand in the comme
 area, a healthy run of several hours in which no alert fires. The scenarios are written for the
 default thresholds and windows, so ``rlpulse generate`` writes them only when the rules are the
 default ones. Expected annotations are the rule's own templates filled in with the expected labels
-and value (only ``$labels.x`` and ``printf "%.3g" $value`` are used in descriptions).
+and value (descriptions use only ``$labels.x`` and ``$value`` through ``printf "%.3g"``,
+``humanize``, ``humanizePercentage`` and ``humanizeDuration``).
 """
 
 from __future__ import annotations
@@ -442,6 +443,39 @@ def go_g3(value: float) -> str:
     return f"{value:.3g}"
 
 
+def _go_g4(value: float) -> str:
+    """Go's ``%.4g`` of a float (NaN and ±Inf spelt as Go spells them)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return f"{value:.4g}"
+
+
+def go_humanize(value: float) -> str:
+    """``humanize`` as Prometheus' templates print a number (SI prefix, 4 significant digits)."""
+    if value == 0 or not math.isfinite(value):
+        return _go_g4(value)
+    big, small = ("k", "M", "G", "T", "P", "E", "Z", "Y"), ("m", "u", "n", "p", "f", "a", "z", "y")
+    prefix = ""
+    if abs(value) >= 1:
+        for p in big:
+            if abs(value) < 1000:
+                break
+            prefix, value = p, value / 1000
+    else:
+        for p in small:
+            if abs(value) >= 1:
+                break
+            prefix, value = p, value * 1000
+    return _go_g4(value) + prefix
+
+
+def go_percentage(value: float) -> str:
+    """``humanizePercentage`` as Prometheus' templates print a ratio."""
+    return _go_g4(value * 100) + "%"
+
+
 def go_duration(value: float) -> str:
     """``humanizeDuration`` as Prometheus' templates print a number of seconds (>= 1 s)."""
     if not math.isfinite(value):
@@ -459,13 +493,19 @@ def go_duration(value: float) -> str:
 
 _LABEL = re.compile(r"\{\{ \$labels\.(\w+) \}\}")
 _VALUE = '{{ printf "%.3g" $value }}'
-_DURATION = "{{ $value | humanizeDuration }}"
+_PRINTERS = {
+    _VALUE: go_g3,
+    "{{ $value | humanize }}": go_humanize,
+    "{{ $value | humanizePercentage }}": go_percentage,
+    "{{ $value | humanizeDuration }}": go_duration,
+}
 
 
 def fill(template: str, labels: dict[str, str], value: float) -> str:
     """An annotation template with the labels and value filled in."""
-    text = template.replace(_VALUE, go_g3(value)).replace(_DURATION, go_duration(value))
-    return _LABEL.sub(lambda m: labels.get(m.group(1), ""), text)
+    for placeholder, printer in _PRINTERS.items():
+        template = template.replace(placeholder, printer(value))
+    return _LABEL.sub(lambda m: labels.get(m.group(1), ""), template)
 
 
 def _expected(alert: rules.Alert, area: str, exp: Expect) -> dict[str, Any]:

@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlpulse import catalog
+from rlpulse.stack import panels
 from rlpulse.stack.alerts.kit import Alert, AlertDef, Check, Expect, Recording, Runbook, Scenario
 from rlpulse.stack.knobs import AlertConfig, Duration, _doc, seconds
 from rlpulse.stack.promql import record_name
@@ -22,8 +23,6 @@ FINISHED = M("rl_run_finished_timestamp_seconds")
 STEP = M("rl_step")
 PHASE = M("rl_phase_duration_seconds")
 RANK_PHASE_MEAN = record_name("rank_phase", PHASE, "mean")
-TRAINING = "RL training"
-SYSTEM = "RL system"
 ID = "run {{ $labels.run_id }} (rank {{ $labels.rank }})"
 TARGET = {"job": "rlpulse", "instance": "127.0.0.1:9400", "run_id": "r1", "rank": "0"}
 STALLED = "RLTrainingStalled"
@@ -248,8 +247,9 @@ DEFS: tuple[AlertDef, ...] = (
                 "its own median step interval (so runs with 20-minute steps are not paged "
                 "between steps): the loop hangs (deadlock, stuck collective, waiting on a dead "
                 "worker or grader).",
-                f"{TRAINING} → Throughput, phase times and liveness; {SYSTEM} → phase-time "
-                "breakdown.",
+                panels.see(panels.TRAINING, panels.LIVENESS, panels.STEPS_RATE)
+                + panels.SEPARATOR
+                + panels.see(panels.SYSTEM, panels.PHASE_BREAKDOWN),
                 (
                     "Dump the stacks of the trainer (py-spy dump) to see where it waits.",
                     "Check the phase that stopped finishing (rollout, reward, update, sync).",
@@ -270,8 +270,9 @@ DEFS: tuple[AlertDef, ...] = (
                 "The exporter has been up for the start-up timeout and the trainer has not "
                 "logged a single step: it hangs before training (loading a model, a rendezvous "
                 "that never completes, a data loader, a grader it waits for).",
-                f"{SYSTEM} → GPU utilization and memory (a loading model fills memory); "
-                f"{TRAINING} → liveness.",
+                panels.see(panels.SYSTEM, panels.GPU_UTILIZATION, panels.GPU_MEMORY)
+                + panels.SEPARATOR
+                + panels.see(panels.TRAINING, panels.LIVENESS),
                 (
                     "Dump the stacks of the trainer (py-spy dump); check the rendezvous of "
                     "every rank (one rank missing holds the others).",
@@ -291,7 +292,9 @@ DEFS: tuple[AlertDef, ...] = (
                 "One rank's mean time for a phase is several times the median of the run's "
                 "ranks: a straggler (a slow or throttled GPU, a busy host, a bad link) that "
                 "every synchronous step waits for.",
-                f"{SYSTEM} → phase-time breakdown and GPU panels of that rank's node.",
+                panels.see(
+                    panels.SYSTEM, panels.PHASE_DURATIONS, panels.GPU_BOARDS, panels.GPU_CLOCK
+                ),
                 (
                     "Compare the rank's GPU clocks, temperature and throttling with the others.",
                     "Check the node for other jobs (host CPU, memory) and its network links.",

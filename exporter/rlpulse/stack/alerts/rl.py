@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from rlpulse.stack import panels
 from rlpulse.stack.alerts.kit import Runbook
 from rlpulse.stack.alerts.step import StepAlert
-
-TRAINING = "RL training"
 
 ENTROPY_COLLAPSE = StepAlert(
     name="RLEntropyCollapse",
@@ -22,7 +21,13 @@ ENTROPY_COLLAPSE = StepAlert(
         "The policy's smoothed entropy fell far below its own peak: the policy is becoming "
         "near-deterministic, stops exploring, and groups stop disagreeing. It usually comes "
         "before reward stalls or collapses, so it is the earliest warning of a collapse.",
-        f"{TRAINING} → Entropy; compare Zero-std groups and KL.",
+        panels.see(
+            panels.TRAINING,
+            panels.alert_signal("RLEntropyCollapse", "entropy_ratio_to_peak"),
+            panels.ENTROPY,
+            panels.REWARD_SPREAD,
+            panels.KL_REFERENCE,
+        ),
         (
             "Lower the learning rate or the number of update epochs per batch.",
             "Add or raise an entropy bonus; raise the sampling temperature of rollouts.",
@@ -48,7 +53,13 @@ ENTROPY_BLOWUP = StepAlert(
         "the policy is "
         "drifting toward uniform sampling (garbled text, random actions), usually after too "
         "large updates or a too-strong entropy bonus.",
-        f"{TRAINING} → Entropy; Grad norm; KL to reference.",
+        panels.see(
+            panels.TRAINING,
+            panels.alert_signal("RLEntropyBlowup", "entropy_ratio_to_start"),
+            panels.ENTROPY,
+            panels.GRAD_NORM,
+            panels.KL_REFERENCE,
+        ),
         (
             "Lower the learning rate or the entropy coefficient (a negative coefficient "
             "maximises entropy).",
@@ -72,7 +83,11 @@ KL_HIGH = StepAlert(
         "The policy's KL to the frozen reference stayed high over several logged steps (a "
         "step-smoothed median, so one spike does not fire it): the policy drifted far from the "
         "reference. Critical means a blow-up.",
-        f"{TRAINING} → KL to reference with KL coefficient.",
+        panels.see(
+            panels.TRAINING,
+            panels.alert_signal("RLKLReferenceHigh", "kl_reference_level"),
+            panels.KL_REFERENCE,
+        ),
         (
             "Raise the KL coefficient (beta) or enable an adaptive KL controller.",
             "Lower the learning rate; check for reward hacking (RLRewardHacking).",
@@ -95,7 +110,12 @@ KL_SPIKE = StepAlert(
         "The latest KL to the reference is many robust standard deviations (median absolute "
         "deviations) above its recent history: a sudden jump, which often precedes a blow-up, "
         "or a single bad batch.",
-        f"{TRAINING} → KL to reference; Grad norm for a simultaneous spike.",
+        panels.see(
+            panels.TRAINING,
+            panels.alert_signal("RLKLReferenceSpike", "kl_reference_zscore"),
+            panels.KL_REFERENCE,
+            panels.GRAD_NORM,
+        ),
         (
             "Look at the steps around the jump: a bad batch, a learning-rate schedule jump, a "
             "resumed checkpoint.",
@@ -117,7 +137,13 @@ GRAD_SPIKE = StepAlert(
         "The latest gradient norm is many times its recent 90th percentile (relative, so runs "
         "whose stable norm is 1e5 do not fire). Isolated spikes are common; repeated ones precede "
         "divergence.",
-        f"{TRAINING} → Grad norm (log), non-finite count, learning rate.",
+        panels.see(
+            panels.TRAINING,
+            panels.alert_signal("RLGradNormSpike", "grad_norm_spike_ratio"),
+            panels.GRAD_NORM,
+            panels.NONFINITE,
+            panels.LEARNING_RATE,
+        ),
         (
             "Check gradient clipping is active and its threshold sensible.",
             "Inspect the batch at that step (very long responses, extreme advantages).",
@@ -138,7 +164,12 @@ VALUE_LOSS = StepAlert(
     runbook=Runbook(
         "The critic's smoothed value loss is many times its recent median magnitude: the value "
         "function is diverging, which corrupts advantages (GAE) and then the policy.",
-        f"{TRAINING} → Policy and value losses; Explained variance.",
+        panels.see(
+            panels.TRAINING,
+            panels.alert_signal("RLValueLossExplosion", "value_loss_ratio"),
+            panels.LOSSES,
+            panels.EXPLAINED_VARIANCE,
+        ),
         (
             "Lower the critic learning rate; enable value clipping or value-loss scaling.",
             "Check reward scale changes (a new reward component, a grader change).",
@@ -161,7 +192,12 @@ REWARD_COLLAPSE = StepAlert(
         "most of what the run had learned: the policy broke (divergence, collapse to a "
         "do-nothing policy, a bad checkpoint) or the grader changed. It keeps firing while "
         "the reward stays down.",
-        f"{TRAINING} → Reward (mean with min/max band, per component).",
+        panels.see(
+            panels.TRAINING,
+            panels.alert_signal("RLRewardCollapse", "reward_gain_lost_ratio"),
+            panels.REWARD,
+            panels.REWARD_COMPONENTS,
+        ),
         (
             "Check the grader first (RLGraderErrors, a new grader_version in the run metadata).",
             "Check entropy, KL and grad norm at the same time for a training instability.",
@@ -183,7 +219,11 @@ ZERO_STD = StepAlert(
         "Most prompt groups have one reward for all samples (or the batch reward std is 0), "
         "so group-relative advantages are zero and there is no learning signal, while the "
         "reward is below its best (a run saturated at its best reward does not fire).",
-        f"{TRAINING} → Reward spread and zero-std groups.",
+        panels.see(
+            panels.TRAINING,
+            panels.alert_signal("RLZeroStdGroupsHigh", "zero_std_unsolved_ratio"),
+            panels.REWARD_SPREAD,
+        ),
         (
             "Filter or re-sample prompts that are always solved or always failed (dynamic "
             "sampling), adjust the curriculum.",
@@ -204,7 +244,11 @@ ADVANTAGE_COLLAPSE = StepAlert(
     runbook=Runbook(
         "The spread of the advantages fell to a small fraction of its peak: the policy "
         "gradient is near zero, learning has stopped (all samples alike, a saturated critic).",
-        f"{TRAINING} → Advantages.",
+        panels.see(
+            panels.TRAINING,
+            panels.alert_signal("RLAdvantageStdCollapse", "advantage_std_ratio_to_peak"),
+            panels.ADVANTAGES,
+        ),
         ("Check zero-std groups and entropy; check advantage normalisation and the critic.",),
     ),
 )

@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+from rlpulse.stack import panels
 from rlpulse.stack.alerts.kit import Runbook
 from rlpulse.stack.alerts.step import StepAlert
-
-TRAINING = "RL training"
 
 REWARD_HACKING = StepAlert(
     name="RLRewardHacking",
@@ -23,7 +22,14 @@ REWARD_HACKING = StepAlert(
         "(a held-out eval score, or a key declared the objective) was last at its best, and "
         "the objective has not improved since: the policy is likely exploiting the reward "
         "(grader loophole, format trick, length).",
-        f"{TRAINING} → Reward with eval overlaid; Response length, truncation and format.",
+        panels.see(
+            panels.TRAINING,
+            panels.alert_signal("RLRewardHacking", "reward_hacking_rise_ratio"),
+            panels.REWARD,
+            panels.EVAL_SCORES,
+            panels.RESPONSE_LENGTH,
+            panels.RESPONSE_QUALITY,
+        ),
         (
             "Read samples with high reward and low objective score; look for the loophole "
             "(`rlpulse rollouts show` for the run and step range).",
@@ -46,7 +52,11 @@ EVAL_DROP = StepAlert(
     runbook=Runbook(
         "The latest eval / objective score is well below the best the run reached: the "
         "policy regressed on held-out data (over-optimisation, forgetting, reward hacking).",
-        f"{TRAINING} → Eval scores.",
+        panels.see(
+            panels.TRAINING,
+            panels.alert_signal("RLEvalDrop", "eval_drop_ratio"),
+            panels.EVAL_SCORES,
+        ),
         (
             "Compare the training reward: if it still rises, see RLRewardHacking.",
             "Check response length and format on held-out prompts; resume from the best "
@@ -69,7 +79,12 @@ LENGTH_EXPLOSION = StepAlert(
         "Smoothed mean response length is many times its level at the start of the run: "
         "responses "
         "grow without bound (repetition, rambling, a length-rewarding grader).",
-        f"{TRAINING} → Response length, truncation and format compliance.",
+        panels.see(
+            panels.TRAINING,
+            panels.alert_signal("RLResponseLengthExplosion", "length_ratio_to_start"),
+            panels.RESPONSE_LENGTH,
+            panels.RESPONSE_QUALITY,
+        ),
         (
             "Check for a length bias in the reward; add a length penalty or normalise the loss "
             "per token.",
@@ -91,7 +106,12 @@ LENGTH_COLLAPSE = StepAlert(
     runbook=Runbook(
         "Smoothed mean response length fell to a fraction of its peak: the policy answers in "
         "a few tokens (an empty or degenerate answer the grader still pays, or a collapse).",
-        f"{TRAINING} → Response length, truncation and format compliance.",
+        panels.see(
+            panels.TRAINING,
+            panels.alert_signal("RLResponseLengthCollapse", "length_ratio_to_peak"),
+            panels.RESPONSE_LENGTH,
+            panels.RESPONSE_QUALITY,
+        ),
         (
             "Read short samples; check the reward for a shortcut (format-only, empty answers).",
             "Check entropy and zero-std groups; resume from the step before the drop.",
@@ -112,7 +132,12 @@ TRUNCATION = StepAlert(
     runbook=Runbook(
         "Many responses are cut at the generation length limit: their rewards are "
         "unreliable and the policy may be learning to ramble.",
-        f"{TRAINING} → Response length, truncation and format compliance.",
+        panels.see(
+            panels.TRAINING,
+            panels.alert_signal("RLTruncationHigh", "truncation_level"),
+            panels.RESPONSE_LENGTH,
+            panels.RESPONSE_QUALITY,
+        ),
         (
             "Raise the max generation length or penalise truncated responses.",
             "Look at RLResponseLengthExplosion and the reward per component.",
@@ -132,7 +157,12 @@ FORMAT_DROP = StepAlert(
     runbook=Runbook(
         "The smoothed share of responses in the required format fell well below the run's own "
         "peak: the policy is unlearning the format, or found a reward that does not need it.",
-        f"{TRAINING} → Response length, truncation and format compliance.",
+        panels.see(
+            panels.TRAINING,
+            panels.alert_signal("RLFormatComplianceDrop", "format_ratio_to_peak"),
+            panels.RESPONSE_LENGTH,
+            panels.RESPONSE_QUALITY,
+        ),
         (
             "Check the format reward component and the parser; read non-compliant samples.",
             "Raise the weight of the format reward or roll back.",

@@ -167,6 +167,19 @@ def _plain_key(key: Any) -> Any:
     return _Dropped("bad_key", key)
 
 
+def plain_snapshot(metrics: Mapping[Any, Any]) -> dict[Any, Any]:
+    """A logged dict as plain floats and ints (others: a ``_Dropped`` saying why), taken now so
+    that no reference to a user object is kept (``Exporter.log``, ``WorkerClient.log``)."""
+    snapshot = dict(metrics)
+    values = snapshot.values()  # all floats: the common case, checked at C speed
+    if countOf(map(type, values), float) == len(values) or _PLAIN.issuperset(map(type, values)):
+        return snapshot
+    return {
+        (k if type(k) is str else _plain_key(k)): (v if type(v) is float else _plain(v))
+        for k, v in snapshot.items()
+    }
+
+
 def _float_array(values: Any) -> np.ndarray:
     """A flat float array of numbers, bools or number objects (huge ints: ±Inf, None: NaN);
     ``TypeError`` for text, complex or anything else."""
@@ -627,15 +640,7 @@ class Exporter:
         once with ``strict=True`` so bad values raise in the caller.
         """
         try:
-            snapshot = dict(metrics)
-            values = snapshot.values()  # all floats: the common case, checked at C speed
-            if countOf(map(type, values), float) != len(values) and not _PLAIN.issuperset(
-                map(type, values)
-            ):
-                snapshot = {
-                    (k if type(k) is str else _plain_key(k)): (v if type(v) is float else _plain(v))
-                    for k, v in snapshot.items()
-                }
+            snapshot = plain_snapshot(metrics)
             if step is not None and type(step) is not int:
                 step = _plain(step)
             self._pending.append((snapshot, step, self.clock()))
@@ -666,6 +671,8 @@ class Exporter:
     def _apply(self, metrics: dict[str, Any], step: Any, stamp: float) -> None:
         slots = self._slots
         values = self.store.values
+        if self._guess_framework and metrics:
+            self._infer_framework(metrics)
         try:
             for k, v in metrics.items():
                 i = slots.get(k)
@@ -687,6 +694,12 @@ class Exporter:
             if self.strict:
                 raise
             self._drop("bad_call", "log", exc)
+
+    def _infer_framework(self, metrics: dict[str, Any]) -> None:
+        """No framework given: the first logged keys say whose meanings to search first
+        (``episode`` and ``reward`` in a classic-RL loop are an episode and its return)."""
+        self._guess_framework = False
+        self._framework = keys.likely_framework(k for k in metrics if isinstance(k, str))
 
     def _signal(self, slot: int, value: float) -> None:
         """Hand a value written to a watched series to the step-indexed detector."""
@@ -785,10 +798,8 @@ class Exporter:
         entry = catalog.BY_NAME.get(key)
         if entry is not None and not entry.labels and entry.type in ("gauge", "counter"):
             return entry, {}, 1.0
-        if key in self._key_map:
-            target = self._key_map[key]
-        else:
-            target = keys.resolve(key, self._framework)
+        user = self._key_map
+        target = user[key] if key in user else keys.resolve(key, self._framework)
         if target is None:
             return None
         return catalog.get(target.metric), dict(target.labels), target.scale
@@ -1065,6 +1076,7 @@ class Exporter:
             info["git_sha"] = _git_sha()
         info["rlpulse_version"] = __version__
         self._framework = info["framework"].lower() or None
+        self._guess_framework = self._framework is None
         self._info = info
         # free-form keys (env, algo …) become extra labels of this run's rl_run_info
         self._info_metric = dataclasses.replace(RUN_INFO, labels=(*RUN_INFO.labels, *extra))

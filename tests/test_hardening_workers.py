@@ -72,8 +72,11 @@ def test_fork_while_a_thread_records_rollouts_and_the_child_keeps_its_own(tmp_pa
 
     def child() -> bool:
         rec.record(step=0, rollout_ids=[f"child-{os.getpid()}"], rewards=[1.0], responses=["c"])
-        stats = rec.flush(10) and rec.stats()
-        return bool(stats) and stats.get("recorded", 0) + stats.get("dropped:locked", 0) == 1
+        flushed, stats = rec.flush(10), rec.stats()
+        ok = flushed and stats.get("recorded", 0) + stats.get("dropped:locked", 0) == 1
+        if not ok:
+            print(f"child {os.getpid()}: flushed {flushed}, {stats}", flush=True)
+        return ok
 
     t = threading.Thread(target=record)
     t.start()
@@ -114,13 +117,15 @@ class _Unpicklable:
 
 def test_an_unpicklable_value_is_counted_and_the_worker_goes_on(hub: workers.WorkerHub) -> None:
     client = workers.WorkerClient(hub.address, "unpicklable")
-    client.log({"rl_entropy": _Unpicklable()})
+    client.log({"rl_entropy": _Unpicklable()})  # log() takes plain numbers at the call
+    client.set("rl_kl_reference", _Unpicklable())  # sent as given: it cannot be pickled
     client.count(STEPS, 3)
     assert client.flush(10)
     client.count(STEPS, 4)
     assert client.flush(10) and client.connected
     text = scrape(hub.exporter.url)
     assert value(text, STEPS) == 7
+    assert value(text, "rlpulse_dropped_values_total", reason="non_numeric") == 1
     assert value(text, "rlpulse_dropped_values_total", reason="bad_worker_call") == 1
     client.close()
 

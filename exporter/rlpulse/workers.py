@@ -66,7 +66,7 @@ from typing import Any
 
 import rlpulse
 from rlpulse import catalog, tempdirs
-from rlpulse.exporter import Exporter
+from rlpulse.exporter import Exporter, plain_snapshot
 
 __all__ = ["ENV", "Address", "WorkerClient", "WorkerHub", "serve", "worker_client"]
 
@@ -366,8 +366,12 @@ class WorkerClient:
 
     # ---- the recording API (as on Exporter) ----
     def log(self, metrics: Mapping[str, Any]) -> None:
-        """A metrics dict, mapped like the trainer's ``log()`` (no step)."""
-        self._call("log", (dict(metrics),), {})
+        """A metrics dict, mapped like the trainer's ``log()`` (no step); its values are taken
+        as plain numbers now (no tensor waits in the buffer)."""
+        try:
+            self._call("log", (plain_snapshot(metrics),), {})
+        except Exception:  # not a mapping: counted by the hub
+            self._call(_DROPPED, ("bad_log", 1), {})
 
     def count(self, name: str, amount: float = 1.0, /, **labels: Any) -> None:
         """Add to a catalog counter of the rank."""
@@ -490,9 +494,9 @@ class WorkerClient:
         while not stop.is_set():
             kick.wait(self.flush_interval)
             kick.clear()
-            self._send(self._take())
-            with self._lock:
+            with self._lock:  # before the batch: a sync follows the calls made before it
                 syncs, self._syncs = self._syncs, []
+            self._send(self._take())
             for sync in syncs:
                 self._sync(sync)
 

@@ -30,6 +30,7 @@ import shutil
 import sqlite3
 import threading
 import time
+import weakref
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -248,6 +249,36 @@ class Counters:
             return dict(self.values)
 
 
+_writers: weakref.WeakSet[Writer] = weakref.WeakSet()
+_held_for_fork: list[Writer] = []
+FORK_WAIT = 5.0  # seconds fork() waits for a writer to leave SQLite
+
+
+def _before_fork() -> None:
+    """Hold fork() until no writer thread is inside SQLite: a child forked while one is would
+    inherit SQLite's internal mutexes locked, and its own writer would hang on them."""
+    for writer in list(_writers):
+        if writer.busy.acquire(timeout=FORK_WAIT):
+            _held_for_fork.append(writer)
+
+
+def _after_fork_in_parent() -> None:
+    while _held_for_fork:
+        _held_for_fork.pop().busy.release()
+
+
+def _after_fork_in_child() -> None:
+    _held_for_fork.clear()  # the parent's writers have no thread here; the child's recorders
+    _writers.clear()  # start writers of their own (registered after this hook runs)
+
+
+os.register_at_fork(
+    before=_before_fork,
+    after_in_parent=_after_fork_in_parent,
+    after_in_child=_after_fork_in_child,
+)
+
+
 class Writer:
     """The thread that owns a run file's write connection."""
 
@@ -289,6 +320,8 @@ class Writer:
         self._conn: sqlite3.Connection | None = None
         self._lock_fd: int | None = None  # the "-lock" file the run's writers take turns on
         self._warned: set[str] = set()
+        self.busy = threading.Lock()  # held while the thread is inside SQLite; see _before_fork
+        _writers.add(self)
         self._thread = threading.Thread(target=self._run, name="rlpulse-rollouts", daemon=True)
         self._thread.start()
 
@@ -329,15 +362,17 @@ class Writer:
             while True:
                 batches, markers, stop = self._drain()
                 if batches:
-                    self._write(batches)
+                    with self.busy:
+                        self._write(batches)
                 for done in markers:
                     done.set()
                 if stop:
                     return
         finally:
-            if self._conn is not None:
-                with contextlib.suppress(sqlite3.Error):
-                    self._conn.close()
+            with self.busy:
+                if self._conn is not None:
+                    with contextlib.suppress(sqlite3.Error):
+                        self._conn.close()
             if self._lock_fd is not None:
                 os.close(self._lock_fd)
 

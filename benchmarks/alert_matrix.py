@@ -1,0 +1,249 @@
+"""Judging a real training's alerts: the step where the damage is visible in the logged reward
+(or its cadence, for a stall), the first alert at or after the failure began, the lead in logged
+steps, incidents after cause-based inhibition, alerts that resolved while the failure persisted;
+and the same run seen live (exporter -> Prometheus -> Alertmanager -> PagerDuty stand-in).
+
+Used by benchmarks/bench_alert_matrix.py and tests/test_alert_matrix.py.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import itertools
+import json
+import math
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from benchmarks.trainings import Run
+from rlpulse.exporter import Exporter
+from rlpulse.logs import read_log
+from rlpulse.replay import ReplayResult, replay_runs
+from rlpulse.stack import config
+from rlpulse.stack.alerts import CAUSES, NONFINITE
+from tests.stackutil import Sink, free_port, results, wait_for
+
+DROP = 0.5  # the reward is damaged once below this share of its level before the failure
+SLOW = 5.0  # a stall is visible once a step takes this many times the median step before it
+ROUTING_KEY = "alert-matrix-routing-key-0123456789"
+
+
+@dataclass
+class Verdict:
+    """What one run's alerts amount to, in logged steps."""
+
+    alerts: list[str]  # "Name (severity) @step"
+    caught: bool | None  # None: a healthy run
+    first_alert: str | None
+    first_alert_step: int | None
+    visible_step: int | None
+    lead: int | None  # logged steps from damage visible to first alert (negative: ahead)
+    incidents: list[str]
+    resolved_early: list[str]
+    critical: list[str]
+    live: dict[str, Any] = field(default_factory=dict)
+
+
+def judge(run: Run, result: ReplayResult) -> Verdict:
+    """The verdict of ``result``, one replayed run of ``run``'s log."""
+    steps = result.timeline.record_steps
+    fired = [
+        f"{a.alert} ({a.severity}) @{a.onset_step}"
+        for a in result.alerts
+        if a.onset_step is not None
+    ]
+    critical = sorted({a.alert for a in result.alerts if a.severity == "critical"})
+    verdict = Verdict(fired, None, None, None, None, None, incidents(result), [], critical)
+    if run.healthy:
+        return verdict
+    start = run.inject_step if run.inject_step is not None else steps[-1] + 1
+    after = [a for a in result.alerts if a.onset_step is not None and a.onset_step >= start]
+    verdict.caught = bool(after)
+    verdict.visible_step = visible_step(run, start)
+    if after:
+        first = after[0]
+        verdict.first_alert = f"{first.alert} ({first.severity})"
+        verdict.first_alert_step = first.onset_step
+        if verdict.visible_step is not None and first.onset_step is not None:
+            verdict.lead = _index(steps, first.onset_step) - _index(steps, verdict.visible_step)
+        verdict.resolved_early = [
+            f"{a.alert} ({a.severity}) ended @{a.intervals[-1].end_step}"
+            for a in after
+            if a.intervals[-1].end_step is not None and a.intervals[-1].end_step < steps[-1]
+        ]
+    return verdict
+
+
+def _index(steps: list[int], step: int) -> int:
+    return bisect.bisect_left(steps, step)
+
+
+def visible_step(run: Run, start: int) -> int | None:
+    """The first logged step at or after ``start`` where the reward is non-finite or below
+    ``DROP`` of its best (per-step mean) before ``start``; for a stall, the first step that took
+    ``SLOW`` times the median step time before it. None: never visible."""
+    rewards: dict[int, list[float]] = {}
+    times: dict[int, float] = {}
+    for rec in read_log(run.log, run.format):
+        value = rec.values.get(run.reward_key)
+        if isinstance(value, int | float):
+            rewards.setdefault(rec.step, []).append(float(value))
+        if rec.timestamp is not None:
+            times.setdefault(rec.step, rec.timestamp)
+    if run.scenario == "stall":
+        return _slow_step(times, start)
+    means = {s: sum(v) / len(v) for s, v in sorted(rewards.items())}
+    before = [m for s, m in means.items() if s < start and math.isfinite(m)]
+    if not before:
+        return None
+    best = max(before)
+    return next(
+        (s for s, m in means.items() if s >= start and not (math.isfinite(m) and m >= DROP * best)),
+        None,
+    )
+
+
+def _slow_step(times: dict[int, float], start: int) -> int | None:
+    stamps = sorted(times.items())
+    gaps = [(s, t - prev) for (_, prev), (s, t) in itertools.pairwise(stamps)]
+    usual = [g for s, g in gaps if s < start and g > 0]
+    if not usual:
+        return None
+    limit = SLOW * statistics.median(usual)
+    return next((s for s, g in gaps if s >= start and g > limit), None)
+
+
+def incidents(result: ReplayResult) -> list[str]:
+    """Critical alerts that would page, once a paging cause that fired first holds back its
+    consequences (Alertmanager's cause-based inhibition)."""
+    crit: dict[str, float] = {}
+    for a in result.alerts:
+        if a.severity == "critical":
+            crit[a.alert] = min(crit.get(a.alert, math.inf), a.onset_seconds)
+    causes = {NONFINITE: set(crit) - {NONFINITE}, **{c: set(e) for c, e in CAUSES.items()}}
+    return [
+        n
+        for n, at in sorted(crit.items(), key=lambda kv: kv[1])
+        if not any(n in fx and crit.get(c, math.inf) <= at for c, fx in causes.items())
+    ]
+
+
+def replay(run: Run, *, fast: bool = False) -> ReplayResult:
+    """``rlpulse replay`` of the run's own log: shipped rules, or the fast preset the live stack
+    runs (``fast``)."""
+    cfg = config.fast() if fast else None
+    (result,) = replay_runs(run.log, fmt=run.format, cfg=cfg, run_id=run.run_id)
+    return result
+
+
+# ---- the live stack ---------------------------------------------------------------------------
+
+
+@dataclass
+class LiveStack:
+    """``rlpulse stack up --fast`` with PagerDuty pointed at a stand-in on 127.0.0.1."""
+
+    dir: Path
+    prometheus: str
+    pagerduty: Sink
+
+    def exporter(self, run_id: str) -> Exporter:
+        """An exporter for one run, registered as a file_sd target of the stack."""
+        exp = Exporter(
+            free_port(), addr="127.0.0.1", run_id=run_id, gpu=False, final_wait=5
+        ).start()
+        target = self.dir / "prometheus" / "targets" / f"{run_id}.json"
+        target.write_text(json.dumps([{"targets": [f"127.0.0.1:{exp.port}"]}]))
+        wait_for(
+            lambda: results(self.prometheus, f'up{{instance="127.0.0.1:{exp.port}"}} == 1'),
+            30,
+            f"the first scrape of {run_id}",
+        )
+        return exp
+
+    def seen(self, run_id: str, since: float) -> dict[str, Any]:
+        """The alerts Prometheus fired for ``run_id`` since ``since`` and the PagerDuty incidents
+        (distinct dedup keys of trigger events) opened for it."""
+        time.sleep(4)  # a few evaluations and Alertmanager's fast group_wait after the run
+        window = f"[{int(time.time() - since) + 5}s]"
+        firing = results(
+            self.prometheus,
+            f'max_over_time(ALERTS{{run_id="{run_id}",alertstate="firing"}}{window})',
+        )
+        alerts = sorted({f"{r['metric']['alertname']} ({r['metric']['severity']})" for r in firing})
+        triggers = [
+            r.body
+            for r in self.pagerduty.events(run_id=run_id)
+            if r.body["event_action"] == "trigger"
+        ]
+        pages = sorted({b["payload"]["custom_details"]["alertname"] for b in triggers})
+        return {
+            "alerts": alerts,
+            "pages": pages,
+            "incidents": len({b["dedup_key"] for b in triggers}),
+        }
+
+
+def _rlpulse(*args: str) -> subprocess.CompletedProcess[str]:
+    binary = str(Path(sys.executable).with_name("rlpulse"))
+    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120, check=False)
+
+
+@contextlib.contextmanager
+def live_stack(workdir: Path) -> Iterator[LiveStack]:
+    """The fast local stack, scraping only the file_sd targets this process registers."""
+    d = workdir / "stack"
+    sink = Sink()
+    (workdir / "routing_key").write_text(ROUTING_KEY + "\n")
+    (workdir / "overrides.yml").write_text(yaml.safe_dump({"scrape": {"static_targets": []}}))
+    prom_port = free_port()
+    up = _rlpulse(
+        "stack", "up", "--fast", "--dir", str(d), "--config", str(workdir / "overrides.yml"),
+        "--pagerduty-url", sink.url, "--pagerduty-key-file", str(workdir / "routing_key"),
+        "--prometheus-port", str(prom_port), "--alertmanager-port", str(free_port()),
+        "--inbox-port", str(free_port()),
+    )  # fmt: skip
+    if up.returncode != 0:
+        sink.shutdown()
+        raise RuntimeError(f"rlpulse stack up failed: {up.stdout}{up.stderr}")
+    try:
+        yield LiveStack(d, f"http://127.0.0.1:{prom_port}", sink)
+    finally:
+        _rlpulse("stack", "down", "--dir", str(d))
+        sink.shutdown()
+
+
+def end_live(exp: Exporter, run: Run) -> None:
+    """End the live run as the trainer's process would: finished, or crashed with its error."""
+    if run.crashed:
+        exp.end("crashed", run.crashed, wait=5)
+    else:
+        exp.finish(wait=5)
+
+
+def names(alerts: list[str]) -> set[str]:
+    """Alert names of "Name (severity) ..." entries."""
+    return {a.split(" ")[0] for a in alerts}
+
+
+def row(run: Run, verdict: Verdict) -> dict[str, Any]:
+    """One run's entry of alert-matrix.json."""
+    return {
+        "framework": run.framework,
+        "scenario": run.scenario,
+        "seed": run.seed,
+        "run_id": run.run_id,
+        "log_format": run.format,
+        "inject_step": run.inject_step,
+        "crashed": run.crashed,
+        **asdict(verdict),
+    }

@@ -627,6 +627,9 @@ def timed_query(
     return dt, str(body.get("status")), n
 
 
+_SIGNAL = re.compile(r'signal="(\w+)"')
+
+
 def query_stats(sim: Sim, reps: int = 3, ranged: bool = True) -> dict[str, Any]:
     """Every panel query against Prometheus and VictoriaMetrics, as shipped (recording rules)
     and with the recordings inlined (raw per-rank series), ``reps`` instant queries each and one
@@ -635,6 +638,11 @@ def query_stats(sim: Sim, reps: int = 3, ranged: bool = True) -> dict[str, Any]:
     rate_interval = cfgmod.duration(4 * secs)  # Grafana's $__rate_interval at this interval
     queries = panel_queries(sim.cfg, rate_interval)
     exposed = exposed_names(sim) | {"ALERTS"}
+    # a step-signal panel is fed when the workload logs the metric its signal is computed from
+    signal = catalog.get("rl_step_signal").name
+    signals = {
+        r["metric"]["signal"] for r in results(sim.prometheus, f"group by (signal) ({signal})")
+    }
     stores = {"prometheus": sim.prometheus, "victoriametrics": sim.vm}
     end = time.time()
     start = max(sim.started, end - 3600)
@@ -644,7 +652,7 @@ def query_stats(sim: Sim, reps: int = 3, ranged: bool = True) -> dict[str, Any]:
         for s in stores
     }
     for q in queries:
-        fed = metric_names(q.raw) <= exposed
+        fed = metric_names(q.raw) <= exposed and set(_SIGNAL.findall(q.raw)) <= signals
         row: dict[str, Any] = {"dashboard": q.dashboard, "title": q.title, "expr": q.expr}
         row.update(fans_out=q.fans_out, fed=fed)
         for store, base in stores.items():

@@ -182,7 +182,8 @@ def test_alerts_follow_the_conventions() -> None:
         assert re.fullmatch(r"RL[A-Z][A-Za-z0-9]+", alert.name)
         assert rule["labels"]["severity"] in ("critical", "warning", "info")
         notes = rule["annotations"]
-        assert set(notes) == {"summary", "description", "runbook_url", "dashboard_url"}
+        links = {"runbook_url", "dashboard_url"} | ({"rollouts_url"} if area != "system" else set())
+        assert set(notes) == {"summary", "description"} | links
         assert "{{" not in notes["summary"], "summary is static"
         assert "$labels.run_id" in notes["description"] and "$value" in notes["description"]
         assert notes["runbook_url"].endswith(f"docs/runbooks.md#{alert.name.lower()}")

@@ -43,7 +43,6 @@ from rlpulse.stack.grafana_common import (
     log_scale,
     new_dashboard,
     right_axis,
-    rollout_api,
     rollout_links,
     rollouts_variable,
     single_stat,
@@ -54,6 +53,7 @@ from rlpulse.stack.grafana_common import (
     zero_line,
     zero_when_absent,
 )
+from rlpulse.stack.panels import rollout_api
 
 SEL = Selector(("job", "run_id", "rank"))
 REC = Recorded(("job", "run_id"))

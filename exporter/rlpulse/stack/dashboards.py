@@ -15,7 +15,7 @@ import yaml
 
 from rlpulse.stack import compose, dashboard_comparison, dashboard_system, dashboard_training
 from rlpulse.stack.config import Config
-from rlpulse.stack.grafana_common import rollout_api
+from rlpulse.stack.panels import rollout_api
 
 DASHBOARD_DIR = "grafana/dashboards"
 PROVISIONING_DIR = "grafana/provisioning"

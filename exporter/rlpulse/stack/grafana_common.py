@@ -24,7 +24,7 @@ from grafana_foundation_sdk.models import heatmap as hm
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from rlpulse import catalog
-from rlpulse.stack import rules
+from rlpulse.stack import panels, rules
 
 DATASOURCE_VARIABLE = "datasource"
 PROMETHEUS = dm.DataSourceRef(type_val="prometheus", uid="${" + DATASOURCE_VARIABLE + "}")
@@ -522,12 +522,6 @@ def dashboard_links() -> db.DashboardLink:
 ROLLOUTS_VARIABLE = "rollouts"
 
 
-def rollout_api(static_targets: Sequence[str]) -> str:
-    """The rollout API's default base URL: the first static scrape target (an exporter with the
-    API mounted), or the exporter's default port."""
-    return f"http://{static_targets[0] if static_targets else '127.0.0.1:9400'}"
-
-
 def rollouts_variable(default: str) -> db.TextBoxVariable:
     """The rollout API's base URL (an exporter with the API mounted, or ``rlpulse rollouts
     serve``), which the rollout links of the panels open."""
@@ -544,9 +538,12 @@ def rollout_links(panel: P) -> P:
     rollouts show`` prints the same from the command line)."""
     run = "${__field.labels.run_id}"
     base = "${" + ROLLOUTS_VARIABLE + "}/rollouts?run=" + run
+    worst = panels.WORST_ROLLOUTS
     links = [
-        db.DashboardLink(f"Worst rollouts of {run} (rlpulse rollouts show --run {run} --worst 20)")
-        .url(base + "&worst=20")
+        db.DashboardLink(
+            f"Worst rollouts of {run} (rlpulse rollouts show --run {run} --worst {worst})"
+        )
+        .url(f"{base}&worst={worst}")
         .target_blank(True),
     ]
     return panel.data_links(links)  # type: ignore[attr-defined]

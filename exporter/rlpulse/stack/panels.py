@@ -1,4 +1,5 @@
-"""Dashboard and panel titles that runbooks and alerts point at, in one place.
+"""Dashboard and panel titles that runbooks and alerts point at, and the rollout API links of
+panels and alerts, in one place.
 
 The dashboard modules title their panels with these constants and the runbooks name them through
 :func:`see`, so a runbook cannot send the on-call engineer to a panel that does not exist
@@ -7,6 +8,7 @@ The dashboard modules title their panels with these constants and the runbooks n
 
 from __future__ import annotations
 
+WORST_ROLLOUTS = 20  # how many rollouts a link asks the rollout API for
 TRAINING = "rlpulse · RL training"
 SYSTEM = "rlpulse · RL system"
 COMPARISON = "rlpulse · Run comparison"
@@ -71,3 +73,9 @@ def references(text: str) -> list[tuple[str, str]]:
         for part in text.split(SEPARATOR)
         for dashboard, title in [part.split(ARROW, 1)]
     ]
+
+
+def rollout_api(static_targets: tuple[str, ...] | list[str]) -> str:
+    """The rollout API's default base URL: the first static scrape target (an exporter with the
+    API mounted), or the exporter's default port."""
+    return f"http://{static_targets[0] if static_targets else '127.0.0.1:9400'}"

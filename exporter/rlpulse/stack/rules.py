@@ -24,6 +24,7 @@ import yaml
 from rlpulse import catalog
 from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack import config as cfgmod
+from rlpulse.stack import panels
 from rlpulse.stack.alerts.kit import Alert, Area, Recording, Severity
 from rlpulse.stack.config import Config
 from rlpulse.stack.promql import record_name, regex_alternatives
@@ -542,18 +543,27 @@ def anchor(name: str) -> str:
 
 
 def _annotate(alert: Alert, area: Area, cfg: Config) -> Alert:
-    """The generic pass: runbook and dashboard links on every alert."""
+    """The generic pass: runbook, dashboard and (for training alerts) rollout links."""
+    return Alert(**{**alert.__dict__, "annotations": links(alert.name, area, cfg)})
+
+
+def links(name: str, area: Area, cfg: Config) -> dict[str, str]:
+    """The link annotations of alert ``name``: its runbook section, its dashboard on the run
+    (and node) over the baseline window, and for RL/task alerts the run's worst rollouts in the
+    rollout API (what ``rlpulse rollouts show --run RUN --worst 20`` prints)."""
     links = cfg.links
+    run = "{{ $labels.run_id }}"
     uid = links.system_dashboard_uid if area == "system" else links.training_dashboard_uid
-    return Alert(
-        **{
-            **alert.__dict__,
-            "annotations": {
-                "runbook_url": f"{links.runbook_url}#{anchor(alert.name)}",
-                "dashboard_url": f"{links.grafana_url}/d/{uid}?var-run_id={{{{ $labels.run_id }}}}",
-            },
-        }
-    )
+    node = "{{ with $labels.node }}&var-node={{ . }}{{ end }}" if area == "system" else ""
+    out = {
+        "runbook_url": f"{links.runbook_url}#{anchor(name)}",
+        "dashboard_url": f"{links.grafana_url}/d/{uid}?var-run_id={run}{node}"
+        f"&from=now-{cfg.windows.baseline}&to=now",
+    }
+    if area != "system":
+        api = panels.rollout_api(cfg.scrape.static_targets)
+        out["rollouts_url"] = f"{api}/rollouts?run={run}&worst={panels.WORST_ROLLOUTS}"
+    return out
 
 
 def groups(cfg: Config) -> list[Group]:

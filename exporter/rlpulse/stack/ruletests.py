@@ -492,6 +492,8 @@ def go_duration(value: float) -> str:
 
 
 _LABEL = re.compile(r"\{\{ \$labels\.(\w+) \}\}")
+# {{ with $labels.x }}…{{ . }}…{{ end }}: the text with the label's value, or nothing
+_WITH_LABEL = re.compile(r"\{\{ with \$labels\.(\w+) \}\}(.*?)\{\{ end \}\}")
 _VALUE = '{{ printf "%.3g" $value }}'
 _PRINTERS = {
     _VALUE: go_g3,
@@ -505,6 +507,10 @@ def fill(template: str, labels: dict[str, str], value: float) -> str:
     """An annotation template with the labels and value filled in."""
     for placeholder, printer in _PRINTERS.items():
         template = template.replace(placeholder, printer(value))
+    template = _WITH_LABEL.sub(
+        lambda m: m.group(2).replace("{{ . }}", got) if (got := labels.get(m.group(1))) else "",
+        template,
+    )
     return _LABEL.sub(lambda m: labels.get(m.group(1), ""), template)
 
 

@@ -483,14 +483,16 @@ class Writer:
     def _write(self, batches: list[Batch]) -> None:
         n_rows = sum(len(b.rows) for b in batches)
         try:
-            prepared = [(b.evict, self._prepare(b)) for b in batches]
-            n_rows = sum(len(p) for _, p in prepared)
             conn = self._connection()
-            size = 3 * sum(b.size for b in batches) + HEADROOM  # rows, their WAL copy, pages
-            if self._free_bytes() - size < self.min_free_bytes:
+            fit = self._fitting(batches)
+            prepared = [(b.evict, self._prepare(b)) for b in batches[:fit]]
+            n_rows = sum(len(p) for _, p in prepared)
+            if prepared:
+                with self._turn():
+                    self._commit(conn, prepared)
+            if fit < len(batches):
+                n_rows = sum(len(b.rows) for b in batches[fit:])
                 raise OSError(errno.ENOSPC, f"under {self.min_free_bytes} bytes free")
-            with self._turn():
-                self._commit(conn, prepared)
         except Exception as exc:  # the writer thread must outlive any bad batch
             reason = error_reason(exc)
             self.counters.add(f"dropped:{reason}", n_rows)
@@ -500,6 +502,16 @@ class Writer:
             elif reason == "store_error":
                 self._reset()
         self._refresh_gauges()
+
+    def _fitting(self, batches: list[Batch]) -> int:
+        """How many of ``batches`` (in order) fit while ``min_free_bytes`` stay free: each
+        takes about three times its text (the rows, their WAL copy, pages)."""
+        room = self._free_bytes() - self.min_free_bytes - HEADROOM
+        for i, batch in enumerate(batches):
+            room -= 3 * batch.size
+            if room < 0:
+                return i
+        return len(batches)
 
     @contextlib.contextmanager
     def _turn(self) -> Iterator[None]:

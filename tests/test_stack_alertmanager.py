@@ -8,6 +8,7 @@ inhibitions silence what they should.
 
 from __future__ import annotations
 
+import dataclasses
 import shutil
 import subprocess
 from collections.abc import Iterator
@@ -17,6 +18,7 @@ from typing import Any
 import pytest
 import yaml
 
+from rlpulse import stackrun
 from rlpulse.stack import alertmanager, config, rules
 from tests.stackutil import Sink, api, free_port, server
 
@@ -58,6 +60,9 @@ ROUTES = [
     ("webhook", "warning", "webhook"),
     ("webhook", "info", "webhook"),
     ("slack-info", "info", "slack"),
+    # the root is a catch-all: a severity no route knows is still delivered
+    ("default", "page", "slack"),
+    ("webhook", "page", "webhook"),
 ]
 
 
@@ -150,8 +155,12 @@ def _alert(name: str, severity: str, **labels: str) -> dict[str, Any]:
             "description": f"{name} of run {labels.get('run_id')}",
             "runbook_url": f"https://example.test/docs/runbooks.md#{name.lower()}",
             "dashboard_url": f"http://grafana.test/d/x?var-run_id={labels.get('run_id')}",
+            "rollouts_url": ROLLOUTS,
         },
     }
+
+
+ROLLOUTS = "http://127.0.0.1:9400/rollouts?run=r1&worst=20"
 
 
 TARGET = {"job": "rlpulse", "instance": "127.0.0.1:9400", "run_id": "r1", "rank": "0"}
@@ -161,14 +170,21 @@ def test_critical_pages_pagerduty_with_the_key_from_its_file(
     stack: tuple[str, Sink, Sink],
 ) -> None:
     url, pagerduty, slack = stack
-    api(f"{url}/api/v2/alerts", [_alert("RLEntropyCollapse", "critical", **TARGET)])
+    api(f"{url}/api/v2/alerts", [_alert("RLEntropyCollapse", "critical", **TARGET, node="n7")])
     (event,) = pagerduty.wait(1)
     assert event["routing_key"] == "test-routing-key-0123456789abcdef"
     assert event["event_action"] == "trigger" and event["dedup_key"]
     payload = event["payload"]
     assert payload["severity"] == "critical"
-    assert payload["summary"] == "RLEntropyCollapse (run r1): RLEntropyCollapse summary"
+    # the one alert's description (value, baseline, step) is the summary
+    assert payload["summary"] == "RLEntropyCollapse (run r1): RLEntropyCollapse of run r1"
+    assert payload["source"] == "n7"  # the node, not "rlpulse" for every alert
     details = payload["custom_details"]
+    assert details["rollouts"] == ROLLOUTS
+    assert (
+        "/#/silences/new?filter=%7B" in details["silence"]
+        and "run_id%3D%22r1%22" in (details["silence"])
+    )
     assert details["run_id"] == "r1"
     assert details["runbook"].endswith("#rlentropycollapse")
     assert details["dashboard"] == "http://grafana.test/d/x?var-run_id=r1"
@@ -185,7 +201,27 @@ def test_warning_posts_to_slack(stack: tuple[str, Sink, Sink]) -> None:
     assert attachment["title"] == "[FIRING:1] RLUpdateKLHigh - run r1"
     assert "RLUpdateKLHigh of run r1" in attachment["text"]
     assert "#rlupdateklhigh" in attachment["text"]
+    assert f"<{ROLLOUTS}|Worst rollouts>" in attachment["text"]
+    assert "/#/silences/new?filter=%7B" in attachment["text"]
     assert not pagerduty.bodies
+
+
+def test_slack_messages_are_capped(stack: tuple[str, Sink, Sink]) -> None:
+    """Seven alerts of one group: five listed, each description cut, and a silence link."""
+    url, _, slack = stack
+    alerts = []
+    for rank in range(7):
+        alert = _alert("RLGPUIdle", "warning", **{**TARGET, "rank": str(rank)})
+        alert["annotations"]["description"] = "x" * 2000
+        alerts.append(alert)
+    api(f"{url}/api/v2/alerts", alerts)
+    (msg,) = slack.wait(1)
+    text = msg["attachments"][0]["text"]
+    assert text.count("*warning*") == alertmanager.SLACK_ALERTS
+    assert "(first 5 of 7 alerts)" in text
+    assert "x" * alertmanager.SLACK_DESCRIPTION_CHARS + "…" in text
+    assert len(text) < 4000  # 14,000 characters of descriptions were sent
+    assert "Silence these alerts" in text
 
 
 def _states(url: str) -> dict[tuple[str, str, str], str]:
@@ -212,6 +248,9 @@ def test_inhibitions(stack: tuple[str, Sink, Sink]) -> None:
             _alert(rules.TARGET_DOWN, "critical", **other),
             _alert("RLEntropyCollapse", "critical", **other),
             _alert(rules.THROUGHPUT_DROP, "warning", **run2, throughput="rl_train_steps"),
+            # a warning silences the info of the same alert and run
+            _alert("RLExporterDroppedValues", "warning", **TARGET),
+            _alert("RLExporterDroppedValues", "info", **TARGET),
             # a stalled run silences its GPU-idle alert
             _alert(rules.TRAINING_STALLED, "critical", **TARGET),
             _alert(rules.GPU_IDLE, "warning", **TARGET, gpu="0"),
@@ -227,6 +266,8 @@ def test_inhibitions(stack: tuple[str, Sink, Sink]) -> None:
         (rules.THROUGHPUT_DROP, "warning", "r2"): "suppressed",
         (rules.TRAINING_STALLED, "critical", "r1"): "active",
         (rules.GPU_IDLE, "warning", "r1"): "suppressed",
+        ("RLExporterDroppedValues", "warning", "r1"): "active",
+        ("RLExporterDroppedValues", "info", "r1"): "suppressed",
     }
 
 
@@ -272,3 +313,15 @@ def test_one_root_cause_opens_one_incident(stack: tuple[str, Sink, Sink]) -> Non
         ("RLTruncationHigh", "critical", "r6"): "suppressed",
         ("RLTruncationHigh", "critical", "r7"): "active",
     }
+
+
+def test_stack_up_is_loud_about_a_placeholder_pagerduty_key(tmp_path: Path) -> None:
+    opts = stackrun.Options(dir=tmp_path)
+    stackrun.write_files(opts, stackrun.stack_config(opts))
+    assert "placeholder" in stackrun.placeholder_key_warning(opts)
+    assert "nobody is paged" in stackrun.placeholder_key_warning(opts)
+    real = dataclasses.replace(opts, pagerduty_url="https://events.pagerduty.com/v2/enqueue")
+    assert "will reject every page" in stackrun.placeholder_key_warning(real)
+    key = tmp_path / "key"
+    key.write_text("0123456789abcdef0123456789abcdef\n")
+    assert stackrun.placeholder_key_warning(dataclasses.replace(real, pagerduty_key_file=key)) == ""

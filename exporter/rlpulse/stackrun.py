@@ -126,6 +126,26 @@ def write_files(opts: Options, cfg: Config) -> None:
         raise FileNotFoundError(f"--pagerduty-key-file {opts.pagerduty_key_file}: no such file")
 
 
+def placeholder_key_warning(opts: Options) -> str:
+    """A loud warning when the PagerDuty routing key is still the placeholder, or ""."""
+    key = opts.pagerduty_key_file or opts.dir / "secrets" / "pagerduty_routing_key"
+    try:
+        placeholder = key.read_text().strip() == PLACEHOLDER_KEY.strip()
+    except OSError:
+        return ""
+    if not placeholder:
+        return ""
+    where = (
+        f"PagerDuty at {opts.pagerduty_url} will reject every page"
+        if opts.pagerduty_url
+        else "critical alerts reach only the local inbox, nobody is paged"
+    )
+    return (
+        f"WARNING: the PagerDuty routing key in {key} is the placeholder: {where}. "
+        "Put your Events API v2 routing key in that file or pass --pagerduty-key-file."
+    )
+
+
 def services(opts: Options) -> list[Service]:
     """The three processes, with their command lines (binaries looked up now)."""
     for name in ("prometheus", "alertmanager", "inbox"):

@@ -73,6 +73,9 @@ def run_up(args: argparse.Namespace) -> int:
     except RuntimeError as exc:
         print(f"rlpulse stack up: error: {exc}", file=sys.stderr)
         return 1
+    if warning := stackrun.placeholder_key_warning(opts):
+        banner = "!" * 72
+        print(f"{banner}\n{warning}\n{banner}", file=sys.stderr)
     d = args.dir
     preset = "fast preset: alerts within seconds" if args.fast else "default timings"
     print(f"rlpulse stack: running from {d} ({preset})")

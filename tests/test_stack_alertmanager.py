@@ -19,7 +19,8 @@ import pytest
 import yaml
 
 from rlpulse import stackrun
-from rlpulse.stack import alertmanager, config, rules
+from rlpulse.stack import alertmanager, config, prometheus, rules
+from rlpulse.stack.alerts import meta
 from tests.stackutil import Sink, api, free_port, server
 
 AMTOOL = shutil.which("amtool")
@@ -64,6 +65,53 @@ ROUTES = [
     ("default", "page", "slack"),
     ("webhook", "page", "webhook"),
 ]
+
+
+def test_amtool_routes_the_watchdog_to_its_own_receiver(tmp_path: Path) -> None:
+    path = _write(tmp_path, config.Config())
+    run = _amtool(
+        "config",
+        "routes",
+        "test",
+        f"--config.file={path}",
+        f"alertname={meta.WATCHDOG}",
+        "severity=info",
+    )
+    assert run.stdout.strip() == alertmanager.WATCHDOG_RECEIVER, run.stdout + run.stderr
+
+
+def test_prometheus_watches_itself_and_alertmanager() -> None:
+    cfg = config.Config()
+    doc = prometheus.config(cfg)
+    jobs = {j["job_name"]: j for j in doc["scrape_configs"]}
+    assert jobs[meta.ALERTMANAGER_JOB]["static_configs"][0]["targets"] == list(
+        cfg.scrape.alertmanagers
+    )
+    assert jobs[meta.PROMETHEUS_JOB]["static_configs"][0]["targets"] == [meta.PROMETHEUS_TARGET]
+    assert prometheus.META_RULE_FILE in doc["rule_files"]
+    (group,) = prometheus.meta_rules(cfg)["groups"]
+    names = {r["alert"] for r in group["rules"]}
+    assert {meta.WATCHDOG, meta.NOTIFICATIONS_FAILING, meta.SELF_SCRAPE_DOWN} <= names
+    watchdog = next(r for r in group["rules"] if r["alert"] == meta.WATCHDOG)
+    assert watchdog["expr"] == "vector(1)" and "for" not in watchdog
+    # apart from the rl/task/system groups that `rlpulse replay` evaluates on a training log
+    assert not names & {a.name for _, a in rules.all_alerts(cfg)}
+
+
+def test_meta_alerts_pass_their_promtool_tests(tmp_path: Path) -> None:
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool (Debian package prometheus) is required"
+    files = prometheus.render(config.Config())
+    for rel in (f"prometheus/{prometheus.META_RULE_FILE}", prometheus.META_TESTS_PATH):
+        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / rel).write_text(files[rel])
+    run = subprocess.run(
+        [promtool, "test", "rules", str(tmp_path / prometheus.META_TESTS_PATH)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
 
 
 @pytest.mark.parametrize(("variant", "severity", "receiver"), ROUTES)

@@ -275,7 +275,10 @@ def test_per_board_gpu_memory_against_the_alert_levels() -> None:
 
 def test_runbooks_name_panels_that_exist() -> None:
     titles = {m["title"]: {p["title"] for p in content_panels(m)} for m in MODELS.values()}
+    pipeline = {a.name for a in alerts.meta.ALERTS}  # point at Prometheus/Alertmanager UIs
     for name, runbook in runbooks.RUNBOOKS.items():
+        if name in pipeline:
+            continue
         refs = panels.references(runbook.panel)
         assert refs, name
         for dashboard, title in refs:

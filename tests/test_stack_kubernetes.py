@@ -145,7 +145,7 @@ def test_pod_monitor_scrapes_like_prometheus_yml(preset: str) -> None:
         "fast": config.fast(),
         "slow": config.from_dict({"scrape": {"interval": "1m", "timeout": "45s"}}),
     }[preset]
-    (job,) = prometheus.config(cfg)["scrape_configs"]
+    job = prometheus.config(cfg)["scrape_configs"][0]  # the trainers' (then the self-scrapes)
     (ep,) = kubernetes.pod_monitor(cfg)["spec"]["podMetricsEndpoints"]
     assert ep["interval"] == job["scrape_interval"]
     assert ep["scrapeTimeout"] == job["scrape_timeout"]

@@ -21,13 +21,14 @@ from typing import Any
 
 from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack import rules
-from rlpulse.stack.alerts import NONFINITE
+from rlpulse.stack.alerts import NONFINITE, meta
 from rlpulse.stack.config import Config
 
 PATH = "alertmanager/alertmanager.yml"
 TEMPLATES = "alertmanager/templates/rlpulse.tmpl"
 NULL_RECEIVER = "null"
 PAGERDUTY = "pagerduty"
+WATCHDOG_RECEIVER = "watchdog"
 STALL_SILENCES = (rules.THROUGHPUT_DROP, rules.GPU_IDLE)
 
 # Alerts listed in one Slack message, and the characters kept of each description.
@@ -209,7 +210,12 @@ def _cause_rules(alerts: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
 def config(cfg: Config) -> dict[str, Any]:
     """alertmanager.yml as data."""
     r = cfg.receivers
-    receivers = [{"name": NULL_RECEIVER}, _pagerduty(cfg), _warning_receiver(cfg, r.warning)]
+    receivers = [
+        {"name": NULL_RECEIVER},
+        {"name": WATCHDOG_RECEIVER},
+        _pagerduty(cfg),
+        _warning_receiver(cfg, r.warning),
+    ]
     if r.info not in ("none", r.warning):
         receivers.append(_warning_receiver(cfg, r.info))
     routing = cfg.routing
@@ -224,6 +230,15 @@ def config(cfg: Config) -> dict[str, Any]:
             "group_interval": routing.group_interval,
             "repeat_interval": routing.repeat_interval,
             "routes": [
+                {
+                    # always firing (stack.alerts.meta): attach a dead man's switch (a heartbeat
+                    # URL that alerts when these stop) to this receiver
+                    "matchers": [f'alertname="{meta.WATCHDOG}"'],
+                    "receiver": WATCHDOG_RECEIVER,
+                    "group_by": ["alertname"],
+                    "group_interval": "1m",
+                    "repeat_interval": "1m",
+                },
                 {"matchers": ['severity="critical"'], "receiver": PAGERDUTY},
                 {"matchers": ['severity="warning"'], "receiver": r.warning},
                 {

@@ -521,9 +521,10 @@ def _expected(alert: rules.Alert, area: str, exp: Expect) -> dict[str, Any]:
     return {"exp_labels": labels, "exp_annotations": {**filled, **(exp.annotations or {})}}
 
 
-def _test(
+def unit_test(
     scn: Scenario, area: str, alerts: dict[tuple[str, rules.Severity], rules.Alert]
 ) -> dict[str, Any]:
+    """One promtool test (input series and alert checks) of scenario ``scn``."""
     names = sorted({a for a, _ in alerts})
     checks: Sequence[Check] = scn.checks or [
         Check(name, t) for t in HEALTHY_TIMES for name in names
@@ -560,7 +561,7 @@ def render(cfg: Config) -> dict[str, str]:
         )
         body = []
         for scn in scenarios(group.area):
-            text = rules.dump([_test(scn, group.area, alerts)])
+            text = rules.dump([unit_test(scn, group.area, alerts)])
             comment = "".join(f"  # {line}\n" for line in _wrap(scn.comment))
             body.append(comment + "".join(f"  {line}\n" for line in text.splitlines()))
         out[f"prometheus/tests/{group.area}.yml"] = head + "\n".join(body)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack import panels as p
 from rlpulse.stack import rules
+from rlpulse.stack.alerts import meta
 from rlpulse.stack.alerts.kit import Runbook
 from rlpulse.stack.config import Config
 from rlpulse.stack.panels import SYSTEM, TRAINING, see
@@ -193,6 +194,7 @@ _STATIC: dict[str, Runbook] = {
 RUNBOOKS: dict[str, Runbook] = {
     **{name: rb for d in alert_defs.ALL for name, rb in d.runbooks.items()},
     **_STATIC,
+    **meta.RUNBOOKS,
 }
 
 
@@ -210,6 +212,8 @@ def render(cfg: Config) -> dict[str, str]:
         "[configuration.md](configuration.md); dashboards are generated in `grafana/dashboards/`.",
         "",
     ]
+    for alert in meta.ALERTS:  # the alerting pipeline's own (prometheus/rules/meta.yml)
+        seen.setdefault(alert.name, []).append(alert.severity)
     for name, severities in seen.items():
         rb = RUNBOOKS[name]
         lines += [

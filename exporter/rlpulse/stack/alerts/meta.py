@@ -1,0 +1,155 @@
+"""Alerts on the alerting pipeline itself: an always-firing Watchdog (a dead man's switch) and
+Prometheus and Alertmanager watching their own scrape and notifications.
+
+They live in their own rule file (``prometheus/rules/meta.yml``, group ``rlpulse-meta``), apart
+from the rl/task/system groups: ``rlpulse replay`` evaluates those on a training log, where an
+alert that always fires or one about Alertmanager means nothing. ``stack.prometheus`` writes the
+file, the self-scrape jobs and its promtool test; ``stack.alertmanager`` routes the Watchdog.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+from rlpulse.stack.alerts.kit import Alert, Check, Expect, Runbook, Scenario
+from rlpulse.stack.knobs import Duration
+
+GROUP = "rlpulse-meta"
+WATCHDOG = "RLWatchdog"
+NOTIFICATIONS_FAILING = "RLNotificationsFailing"
+ALERTS_UNDELIVERED = "RLAlertsUndelivered"
+SELF_SCRAPE_DOWN = "RLMonitoringDown"
+PROMETHEUS_JOB = "prometheus"
+ALERTMANAGER_JOB = "alertmanager"
+PROMETHEUS_TARGET = "localhost:9090"
+WINDOW = Duration("5m")
+FOR = Duration("10m")
+
+ALERTS: tuple[Alert, ...] = (
+    Alert(
+        WATCHDOG,
+        "info",
+        "vector(1)",
+        "0s",
+        "Always firing: proves that Prometheus evaluates rules and Alertmanager delivers them.",
+        "The Watchdog fires all the time; its notifications stopping means alerting is broken.",
+    ),
+    Alert(
+        NOTIFICATIONS_FAILING,
+        "critical",
+        f"sum by (job, instance, integration) "
+        f"(increase(alertmanager_notifications_failed_total[{WINDOW}])) > 0",
+        FOR,
+        "Alertmanager fails to deliver notifications.",
+        "Alertmanager {{ $labels.instance }} failed {{ $value | humanize }} "
+        f"{{{{ $labels.integration }}}} notifications in {WINDOW}: pages and messages of that "
+        "integration are lost.",
+    ),
+    Alert(
+        ALERTS_UNDELIVERED,
+        "critical",
+        f"sum by (job, instance) (increase(prometheus_notifications_errors_total[{WINDOW}]) "
+        f"+ increase(prometheus_notifications_dropped_total[{WINDOW}])) > 0",
+        FOR,
+        "Prometheus cannot hand its alerts to Alertmanager.",
+        "Prometheus {{ $labels.instance }} failed or dropped {{ $value | humanize }} alert "
+        f"notifications in {WINDOW}.",
+    ),
+    Alert(
+        SELF_SCRAPE_DOWN,
+        "warning",
+        f'up{{job=~"{PROMETHEUS_JOB}|{ALERTMANAGER_JOB}"}} == 0',
+        FOR,
+        "Prometheus cannot scrape itself or Alertmanager.",
+        "The {{ $labels.job }} target {{ $labels.instance }} is down "
+        "(up = {{ $value | humanize }}).",
+    ),
+)
+
+_PIPELINE = "Alertmanager's UI (Status, Alerts) and its log; Prometheus' Alerts and Targets pages."
+RUNBOOKS: dict[str, Runbook] = {
+    WATCHDOG: Runbook(
+        "Always firing, on purpose. Route it to a dead man's switch (a heartbeat URL that "
+        "alerts when notifications stop): silence from the Watchdog means Prometheus stopped "
+        "evaluating rules or Alertmanager stopped delivering.",
+        _PIPELINE,
+        ("Never silence it; if its heartbeats stop, check Prometheus and Alertmanager first.",),
+    ),
+    NOTIFICATIONS_FAILING: Runbook(
+        "Alertmanager's notifications to an integration (PagerDuty, Slack, webhook) fail: the "
+        "alerts still fire but nobody hears of them there.",
+        _PIPELINE,
+        (
+            "Read Alertmanager's log for the integration's error (a wrong routing key or "
+            "webhook URL, a network policy, the receiver's rate limit).",
+            "Check the routing-key and webhook files mounted under secrets/.",
+        ),
+    ),
+    ALERTS_UNDELIVERED: Runbook(
+        "Prometheus fails to send alerts to Alertmanager or drops them from its queue.",
+        _PIPELINE,
+        (
+            "Check that Alertmanager runs and that alerting.alertmanagers in prometheus.yml "
+            "points at it.",
+        ),
+    ),
+    SELF_SCRAPE_DOWN: Runbook(
+        "Prometheus cannot scrape its own or Alertmanager's metrics, so the two alerts above "
+        "go blind.",
+        _PIPELINE,
+        ("Check the process and the address in the prometheus/alertmanager scrape jobs.",),
+    ),
+}
+
+_AM = {"job": ALERTMANAGER_JOB, "instance": "localhost:9093"}
+_PROM = {"job": PROMETHEUS_JOB, "instance": PROMETHEUS_TARGET}
+
+
+def _series(name: str, labels: dict[str, str]) -> str:
+    return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
+
+
+def scenarios() -> Iterator[Scenario]:
+    """promtool scenarios: the Watchdog always fires; failures fire their alert; a healthy
+    pipeline raises nothing else."""
+    pd = {**_AM, "integration": "pagerduty"}
+    yield Scenario(
+        "Watchdog fires from the first evaluation on, with nothing as input.",
+        (),
+        (
+            Check(WATCHDOG, "1m", (Expect("info", {}, 1),)),
+            Check(WATCHDOG, "3h", (Expect("info", {}, 1),)),
+        ),
+    )
+    yield Scenario(
+        "PagerDuty notifications fail once a minute from minute 10; Prometheus drops alerts; "
+        "Alertmanager is down from minute 10.",
+        (
+            (_series("alertmanager_notifications_failed_total", pd), "0x10 1+1x30"),
+            (_series("prometheus_notifications_errors_total", _PROM), "0x10 1+1x30"),
+            (_series("prometheus_notifications_dropped_total", _PROM), "0x40"),
+            (_series("up", _AM), "1x10 0x30"),
+            (_series("up", _PROM), "1x40"),
+        ),
+        (
+            Check(NOTIFICATIONS_FAILING, "5m"),
+            Check(NOTIFICATIONS_FAILING, "30m", (Expect("critical", pd, 5),)),
+            Check(ALERTS_UNDELIVERED, "30m", (Expect("critical", _PROM, 5),)),
+            Check(SELF_SCRAPE_DOWN, "30m", (Expect("warning", _AM, 0),)),
+        ),
+    )
+    yield Scenario(
+        "Healthy pipeline, 3 hours: both self-scrapes up, no failed notification.",
+        (
+            (_series("alertmanager_notifications_failed_total", pd), "0x180"),
+            (_series("prometheus_notifications_errors_total", _PROM), "0x180"),
+            (_series("prometheus_notifications_dropped_total", _PROM), "0x180"),
+            (_series("up", _AM), "1x180"),
+            (_series("up", _PROM), "1x180"),
+        ),
+        tuple(
+            Check(name, at)
+            for name in (NOTIFICATIONS_FAILING, ALERTS_UNDELIVERED, SELF_SCRAPE_DOWN)
+            for at in ("1h", "2h59m")
+        ),
+    )

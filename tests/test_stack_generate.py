@@ -175,6 +175,10 @@ BAD = [
         "scrape.timeout: 20s is longer than scrape.interval 15s",
     ),
     ("windows:\n  rate: 20s\n", "windows.rate: 20s holds fewer than two scrapes"),
+    (
+        "alerts:\n  nonfinite_loss:\n    metrics: []\n",
+        "alerts.nonfinite_loss.metrics: empty (the critical NaN/Inf alert could never fire",
+    ),
 ]
 
 

@@ -427,6 +427,13 @@ class NonFiniteLoss(AlertConfig):
         default=("rl_loss", "rl_policy_loss", "rl_value_loss", "rl_grad_norm"),
         metadata=_doc("Catalog metrics watched for non-finite values.", frozenset(catalog.BY_NAME)),
     )
+    keep_firing_for: Duration = field(
+        default=Duration("10m"),
+        metadata=_doc(
+            "Keep firing this long after the last non-finite value: a diverged run that stops "
+            "(or ends) keeps its page, and the alerts it holds back stay held."
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -796,6 +803,12 @@ def from_dict(
 def _check(cfg: Config) -> None:
     """Relations between values that each look fine alone."""
     s, w = cfg.scrape, cfg.windows
+    nf = cfg.alerts.nonfinite_loss
+    if nf.enabled and not nf.metrics:
+        raise ConfigError(
+            "alerts.nonfinite_loss.metrics: empty (the critical NaN/Inf alert could never fire; "
+            "set enabled: false to turn it off)"
+        )
     if seconds(s.timeout) > seconds(s.interval):
         raise ConfigError(
             f"scrape.timeout: {s.timeout} is longer than scrape.interval {s.interval}"

@@ -107,7 +107,8 @@ def _rl() -> Iterator[Scenario]:
     yield Scenario(
         "Non-finite values. A log replay sets the gauge to +Inf (no exporter counter): fires "
         "at once with the gauge's value. A live exporter also counts NaNs: rl_loss goes NaN at "
-        "10m and the counter grows 1 per minute, so at 15m the count is 6 (the counter wins).",
+        "10m and the counter grows 1 per minute, so at 15m the count is 6 (the counter wins). "
+        "The grad-norm alert keeps firing for 10m after its last Inf (11m).",
         (
             (_w(r.GRAD_NORM, policy), f"{const(1, 10)} Inf Inf {const(1, 10)}"),
             (_w(M("rl_loss")), f"{const(0.5, 10)} {' '.join(['NaN'] * 10)}"),
@@ -124,8 +125,15 @@ def _rl() -> Iterator[Scenario]:
                 ),
             ),
             Check(
-                "RLNonFiniteLoss", "15m", (Expect("critical", {**TARGET, "metric": "rl_loss"}, 6),)
+                "RLNonFiniteLoss",
+                "15m",
+                (
+                    # the grad norm is finite again from 12m: kept firing (keep_firing_for)
+                    Expect("critical", {**policy, "metric": "rl_grad_norm"}, math.inf),
+                    Expect("critical", {**TARGET, "metric": "rl_loss"}, 6),
+                ),
             ),
+
         ),
     )
     yield Scenario(

@@ -52,8 +52,10 @@ class Alert:
         description: str,
         scope: Scope = "target",
     ) -> Alert:
-        """An alert whose ``for`` and ``enabled`` come from its config entry ``c``."""
-        return cls(name, severity, expr, c.for_, summary, description, scope, c.enabled)
+        """An alert whose ``for``, ``enabled`` and (where it has one) ``keep_firing_for`` come
+        from its config entry ``c``."""
+        keep = getattr(c, "keep_firing_for", "")
+        return cls(name, severity, expr, c.for_, summary, description, scope, c.enabled, {}, keep)
 
     def rule(self, area: Area) -> dict[str, Any]:
         """The rule as it appears in a Prometheus rule file."""

@@ -262,3 +262,20 @@ def test_configuration_doc_lists_every_key() -> None:
     for key in every:
         assert f"| `{key}` |" in text, key
     assert "| `alerts.entropy_collapse.critical` | `0.2` |" in text
+
+
+def test_promtool_and_amtool_read_what_generate_wrote(tmp_path: Path) -> None:
+    """The written stack passes both tools; a rule or route they refuse is named."""
+    from rlpulse.stack import validate
+
+    assert _generate("--out", str(tmp_path)) == 0
+    assert validate.check(tmp_path).errors == []
+    rules_file = tmp_path / "prometheus" / "rules" / "rl.yml"
+    rules_file.write_text(rules_file.read_text().replace("expr: ", "expr: sum(", 1))
+    am = tmp_path / "alertmanager" / "alertmanager.yml"
+    am.write_text(am.read_text().replace("receiver:", "receiver: no-such-receiver #", 1))
+    errors = validate.check(tmp_path).errors
+    assert len(errors) == 2
+    assert errors[0].startswith("prometheus/prometheus.yml: refused by promtool")
+    assert "rl.yml" in errors[0]
+    assert errors[1].startswith("alertmanager/alertmanager.yml: refused by amtool")

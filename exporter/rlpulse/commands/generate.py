@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlpulse.stack import config, generate
+from rlpulse.stack import config, generate, validate
 
 
 def register(sub: Any) -> None:
@@ -83,4 +83,16 @@ def run(args: argparse.Namespace) -> int:
     print(f"rlpulse generate: {len(files)} files under {args.out}, {len(touched)} changed")
     for rel in touched:
         print(f"  {rel}")
-    return 0
+    return _validated(args.out)
+
+
+def _validated(out: Path) -> int:
+    """Have promtool and amtool read what was written: 1 (naming the file) if they refuse it."""
+    report = validate.check(out)
+    for tool in report.missing:
+        print(
+            f"rlpulse generate: {tool} not installed: its files were not checked", file=sys.stderr
+        )
+    for error in report.errors:
+        print(f"rlpulse generate: {error}", file=sys.stderr)
+    return 1 if report.errors else 0

@@ -13,6 +13,7 @@ import contextlib
 import itertools
 import json
 import math
+import re
 import statistics
 import subprocess
 import sys
@@ -32,6 +33,7 @@ from rlpulse.stack import config
 from rlpulse.stack.alerts import CAUSES, NONFINITE
 from tests.stackutil import Sink, free_port, results, wait_for
 
+SIGNAL = "rl_step_signal"
 DROP = 0.5  # the reward is damaged once below this share of its level before the failure
 SLOW = 5.0  # a stall is visible once a step takes this many times the median step before it
 ROUTING_KEY = "alert-matrix-routing-key-0123456789"
@@ -50,6 +52,8 @@ class Verdict:
     incidents: list[str]
     resolved_early: list[str]
     critical: list[str]
+    signals: dict[str, list[float]] = field(default_factory=dict)  # missed: [min, max] after
+    fast: dict[str, Any] = field(default_factory=dict)  # the same, replayed with fast rules
     live: dict[str, Any] = field(default_factory=dict)
 
 
@@ -69,6 +73,8 @@ def judge(run: Run, result: ReplayResult) -> Verdict:
     after = [a for a in result.alerts if a.onset_step is not None and a.onset_step >= start]
     verdict.caught = bool(after)
     verdict.visible_step = visible_step(run, start)
+    if not after:
+        verdict.signals = signal_range(result, start)
     if after:
         first = after[0]
         verdict.first_alert = f"{first.alert} ({first.severity})"
@@ -81,6 +87,27 @@ def judge(run: Run, result: ReplayResult) -> Verdict:
             if a.intervals[-1].end_step is not None and a.intervals[-1].end_step < steps[-1]
         ]
     return verdict
+
+
+def signal_range(result: ReplayResult, start: int) -> dict[str, list[float]]:
+    """[min, max] of every step signal (``rl_step_signal``) over the scrapes at or after logged
+    step ``start``: what the rules saw in a run they did not alert on."""
+    tl = result.timeline
+    first = next(
+        (i for i in range(tl.scrapes) if (tl.step_at(i * tl.interval) or -1) >= start), None
+    )
+    out: dict[str, list[float]] = {}
+    for key, changes in tl.series.items():
+        if not key.startswith(SIGNAL + "{") or first is None:
+            continue
+        labels = dict(re.findall(r'(signal|series)="([^"]*)"', key))
+        name = "/".join(v for v in (labels.get("signal"), labels.get("series")) if v)
+        held = [v for i, v in changes if i >= first]
+        held += [v for i, v in changes if i < first][-1:]  # the value held into the window
+        finite = [v for v in held if math.isfinite(v)]
+        if finite:
+            out[name] = [round(min(finite), 4), round(max(finite), 4)]
+    return out
 
 
 def _index(steps: list[int], step: int) -> int:
@@ -135,6 +162,19 @@ def incidents(result: ReplayResult) -> list[str]:
         for n, at in sorted(crit.items(), key=lambda kv: kv[1])
         if not any(n in fx and crit.get(c, math.inf) <= at for c, fx in causes.items())
     ]
+
+
+FAST_FIELDS = ("alerts", "caught", "first_alert", "first_alert_step", "lead", "incidents")
+
+
+def judge_fast(run: Run, verdict: Verdict) -> ReplayResult:
+    """Replay ``run`` with the fast preset (1 s scrapes, durations / 60, as the live stack
+    runs), note its verdict in ``verdict.fast``; the replay."""
+    result = replay(run, fast=True)
+    fast = judge(run, result)
+    verdict.fast = {k: getattr(fast, k) for k in FAST_FIELDS}
+    verdict.fast["critical"] = fast.critical
+    return result
 
 
 def replay(run: Run, *, fast: bool = False) -> ReplayResult:

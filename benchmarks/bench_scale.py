@@ -415,7 +415,7 @@ def simulate(
         stack.enter_context(server(prom_argv, f"{prom}/-/ready"))
 
         def all_up() -> bool:
-            active = api(f"{prom}/api/v1/targets?state=active")["data"]["activeTargets"]
+            active = trainer_targets(prom)
             return len(active) == ranks and all(t["health"] == "up" for t in active)
 
         wait_for(all_up, timeout, f"all {ranks} targets up", every=0.5)
@@ -503,9 +503,15 @@ def _quantiles(values: Sequence[float]) -> dict[str, float]:
     return {"n": len(s), "p50": pick(0.5), "p99": pick(0.99), "max": s[-1]}
 
 
+def trainer_targets(prom: str) -> list[dict[str, Any]]:
+    """The active targets of the trainers' job (not Prometheus' and Alertmanager's own)."""
+    active = api(f"{prom}/api/v1/targets?state=active")["data"]["activeTargets"]
+    return [t for t in active if t["labels"]["job"] == JOB]
+
+
 def scrape_stats(sim: Sim) -> dict[str, Any]:
     """Targets discovered and up; scrape durations and series per target (from Prometheus)."""
-    active = api(f"{sim.prometheus}/api/v1/targets?state=active")["data"]["activeTargets"]
+    active = trainer_targets(sim.prometheus)
     window = max(1, int(time.time() - sim.started))
     durations: dict[str, list[float]] = {}
     for r in results(sim.prometheus, f'scrape_duration_seconds{{job="{JOB}"}}[{window}s]'):

@@ -17,7 +17,7 @@ import pytest
 from benchmarks import bench_scale
 from rlpulse import catalog
 from rlpulse.stack import rules
-from tests.stackutil import api, results, wait_for
+from tests.stackutil import results, wait_for
 
 RANKS, PER_PROCESS, GPUS = 24, 8, 8
 NODES = RANKS // GPUS
@@ -57,7 +57,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[bench_s
 
 def test_every_target_discovered_through_file_sd_and_up(measured: Any) -> None:
     sim, result = measured
-    active = api(f"{sim.prometheus}/api/v1/targets?state=active")["data"]["activeTargets"]
+    active = bench_scale.trainer_targets(sim.prometheus)
     assert {t["labels"]["instance"] for t in active} == set(sim.instances)
     assert {t["discoveredLabels"]["__meta_filepath"] for t in active} == {
         str(sim.cfg.scrape.file_sd[0])

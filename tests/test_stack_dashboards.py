@@ -381,7 +381,11 @@ def test_selector_refuses_names_outside_the_catalog() -> None:
         sel("rl_bogus")
     with pytest.raises(ValueError, match="_bucket"):
         sel("rl_reward_mean", "_bucket")
-    assert sel("rl_eval_score", split="eval") == 'rl_eval_score{run_id=~"$run_id", split="eval"}'
+    with pytest.raises(ValueError, match="bad label matcher"):  # the rules' check, now shared
+        sel("rl_eval_score", splt="eval")
+    with pytest.raises(ValueError, match="bad label matcher"):
+        Selector(("gpu",))("rl_reward_mean")
+    assert sel("rl_eval_score", split="eval") == 'rl_eval_score{run_id=~"$run_id",split="eval"}'
 
 
 @by_dashboard

@@ -170,6 +170,7 @@ def test_every_option_is_a_config_promtool_accepts(tmp_path: Path) -> None:
     out = tmp_path / "prometheus"
     (out / "rules").mkdir(parents=True)
     for rel, text in {**prometheus.render(cfg), **rules.render(cfg)}.items():
+        (out / rel.removeprefix("prometheus/")).parent.mkdir(parents=True, exist_ok=True)
         (out / rel.removeprefix("prometheus/")).write_text(text)
     assert "s3cret" not in (out / "prometheus.yml").read_text()
     promtool = shutil.which("promtool")

@@ -25,6 +25,7 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from rlpulse import catalog
 from rlpulse.stack import panels, rules
+from rlpulse.stack.promql import sel
 
 DATASOURCE_VARIABLE = "datasource"
 PROMETHEUS = dm.DataSourceRef(type_val="prometheus", uid="${" + DATASOURCE_VARIABLE + "}")
@@ -70,17 +71,14 @@ class Selector:
     variables: tuple[str, ...]
 
     def __call__(self, name: str, suffix: str = "", **matchers: str) -> str:
-        """``name+suffix{var=~"$var", …, key="value"}`` for catalog metric ``name``.
+        """``name+suffix{var=~"$var",…,key="value"}`` for catalog metric ``name``, built and
+        checked (series and label names) by the rules' builder, ``rlpulse.stack.promql.sel``.
 
         ``suffix`` selects a histogram's ``_bucket``/``_sum``/``_count`` series.
         """
-        metric = catalog.get(name)
-        series = metric.name + suffix
-        if series not in catalog.series_names(metric):
-            raise ValueError(f"{series!r} is not a series of catalog metric {name!r}")
         parts = [f'{v}=~"${v}"' for v in self.variables]
         parts += [f'{k}="{v}"' for k, v in matchers.items()]
-        return series + "{" + ", ".join(parts) + "}" if parts else series
+        return sel(catalog.get(name), *parts, suffix=suffix)
 
     def rate(self, name: str, suffix: str = "", **matchers: str) -> str:
         """Per-second rate of a counter (or histogram series) over ``$__rate_interval``."""
@@ -113,7 +111,7 @@ class Recorded:
             raise ValueError(f"{record!r} is not a recording rule of rlpulse.stack.rules")
         parts = [f'{v}=~"${v}"' for v in self.variables]
         parts += [f'{k}="{v}"' for k, v in matchers.items()]
-        return record + "{" + ", ".join(parts) + "}"
+        return record + "{" + ",".join(parts) + "}"
 
 
 @dataclass(frozen=True)
@@ -401,7 +399,7 @@ def label_variable(
 def firing_alerts(selector: Selector) -> str:
     """The ``ALERTS`` series of the alerts firing for the dashboard's selection."""
     matchers = [f'{v}=~"${v}"' for v in selector.variables] + ['alertstate="firing"']
-    return ALERTS + "{" + ", ".join(matchers) + "}"
+    return ALERTS + "{" + ",".join(matchers) + "}"
 
 
 def alerts_annotation(selector: Selector) -> db.AnnotationQuery:

@@ -53,6 +53,7 @@ from rlpulse import catalog, targets  # noqa: E402
 from rlpulse.exporter import Exporter  # noqa: E402
 from rlpulse.stack import config as cfgmod  # noqa: E402
 from rlpulse.stack import dashboards, prometheus, rules  # noqa: E402
+from rlpulse.stack.output import dump  # noqa: E402
 from tests.fake_nvml import FakeGpu, FakeNvml  # noqa: E402
 from tests.stackutil import (  # noqa: E402
     api,
@@ -402,7 +403,7 @@ def simulate(
             (workdir / rel).parent.mkdir(parents=True, exist_ok=True)
             (workdir / rel).write_text(text)
         config_file = prom_dir / "prometheus.yml"
-        config_file.write_text(rules.dump(prometheus.config(cfg)))
+        config_file.write_text(dump(prometheus.config(cfg)))
         prom_port = free_port()
         prom = f"http://127.0.0.1:{prom_port}"
         prom_argv = [

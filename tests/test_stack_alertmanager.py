@@ -101,7 +101,7 @@ def test_prometheus_watches_itself_and_alertmanager() -> None:
 def test_meta_alerts_pass_their_promtool_tests(tmp_path: Path) -> None:
     promtool = shutil.which("promtool")
     assert promtool, "promtool (Debian package prometheus) is required"
-    files = prometheus.render(config.Config())
+    files = {**prometheus.render(config.Config()), **prometheus.render_tests(config.Config())}
     for rel in (f"prometheus/{prometheus.META_RULE_FILE}", prometheus.META_TESTS_PATH):
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(files[rel])

@@ -14,7 +14,7 @@ from rlpulse import catalog, keys
 from rlpulse.exporter import Exporter
 from rlpulse.keys import Target
 from rlpulse.logs import read_log
-from rlpulse.stack import config
+from rlpulse.stack import config, keysdoc
 from tests.conftest import scrape, value
 from tests.corpus import CORPUS, FILES, needs_corpus
 
@@ -505,7 +505,7 @@ def test_aliases_list_keys_and_pattern_templates() -> None:
 
 def test_docs_frameworks_md_is_fresh() -> None:
     doc = (ROOT / "docs" / "frameworks.md").read_text()
-    assert doc == keys.markdown(), "docs/frameworks.md is stale: run `rlpulse generate`"
+    assert doc == keysdoc.markdown(), "docs/frameworks.md is stale: run `rlpulse generate`"
     for framework in keys.FRAMEWORKS:
         assert f"\n## {framework}\n" in doc
 

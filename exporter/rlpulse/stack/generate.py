@@ -17,11 +17,12 @@ import importlib
 import json
 from pathlib import Path
 
-from rlpulse import keys, reference
+from rlpulse import reference
 from rlpulse.stack import (
     alertmanager,
     configdoc,
     detectiondoc,
+    keysdoc,
     output,
     prometheus,
     rules,
@@ -100,7 +101,7 @@ def render(cfg: Config, *, kubernetes: bool = False) -> dict[str, str]:
     files.update(configdoc.render())
     files.update(detectiondoc.render())
     files["docs/metrics.md"] = reference.as_markdown()
-    files["docs/frameworks.md"] = keys.markdown()
+    files["docs/frameworks.md"] = keysdoc.markdown()
     # imported here: the dashboards pull in grafana-foundation-sdk, which the rules do not need
     dashboards = importlib.import_module("rlpulse.stack.dashboards")
     files.update(dashboards.render(cfg))

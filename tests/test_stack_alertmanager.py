@@ -67,6 +67,52 @@ ROUTES = [
 ]
 
 
+OWNED = {
+    "receivers": {
+        "pagerduty": {"infra_routing_key_file": "/etc/alertmanager/secrets/pd_infra"},
+        "slack": {"infra_channel": "#gpu-oncall"},
+    }
+}
+
+
+@pytest.mark.parametrize(
+    ("cfg", "layer", "severity", "receiver"),
+    [
+        (OWNED, "system", "critical", "pagerduty-infra"),
+        (OWNED, "rl", "critical", "pagerduty"),
+        (OWNED, "task", "critical", "pagerduty"),
+        (OWNED, "system", "warning", "slack-infra"),
+        (OWNED, "rl", "warning", "slack"),
+        ({}, "system", "critical", "pagerduty"),  # one service pages every layer by default
+    ],
+)
+def test_amtool_routes_by_ownership(
+    tmp_path: Path, cfg: dict[str, Any], layer: str, severity: str, receiver: str
+) -> None:
+    path = _write(tmp_path, config.from_dict(cfg))
+    assert _amtool("check-config", str(path)).returncode == 0
+    run = _amtool(
+        "config",
+        "routes",
+        "test",
+        f"--config.file={path}",
+        f"severity={severity}",
+        f"layer={layer}",
+        "alertname=RLGPUIdle",
+        "run_id=r1",
+    )
+    assert run.stdout.strip() == receiver, run.stdout + run.stderr
+    doc = yaml.safe_load(path.read_text())
+    infra = [r for r in doc["receivers"] if r["name"] == "pagerduty-infra"]
+    if cfg:
+        key_file = infra[0]["pagerduty_configs"][0]["routing_key_file"]
+        assert key_file == "/etc/alertmanager/secrets/pd_infra"
+        slack = next(r for r in doc["receivers"] if r["name"] == "slack-infra")
+        assert slack["slack_configs"][0]["channel"] == "#gpu-oncall"
+    else:
+        assert not infra
+
+
 def test_amtool_routes_the_watchdog_to_its_own_receiver(tmp_path: Path) -> None:
     path = _write(tmp_path, config.Config())
     run = _amtool(

@@ -1,7 +1,10 @@
 """alertmanager.yml and its notification templates.
 
 critical -> PagerDuty Events API v2 (the routing key read from ``routing_key_file``), warning ->
-Slack (``api_url_file``) or a generic webhook, info -> nobody by default; an alert no route
+Slack (``api_url_file``) or a generic webhook, info -> nobody by default. Routing follows
+ownership: with ``receivers.pagerduty.infra_routing_key_file`` (and ``receivers.slack.
+infra_channel``) set, layer=system alerts go to the infrastructure on-call, the rl and task
+layers to the research on-call (the default receivers); an alert no route
 matches goes to the warning receiver (the root is a catch-all, never a receiver that drops it).
 Alerts group by ``alertname, run_id``. Inhibitions: a critical alert silences the warning and
 info of the same alert and run, a warning its info; a down target silences the other alerts of
@@ -30,6 +33,8 @@ TEMPLATES = "alertmanager/templates/rlpulse.tmpl"
 NULL_RECEIVER = "null"
 PAGERDUTY = "pagerduty"
 WATCHDOG_RECEIVER = "watchdog"
+INFRA = "infra"  # the on-call that owns layer=system alerts, when configured
+INFRA_LAYER = 'layer="system"'
 STALL_SILENCES = (rules.THROUGHPUT_DROP, rules.GPU_IDLE)
 
 # Alerts listed in one Slack message, and the characters kept of each description.
@@ -94,15 +99,15 @@ _TEMPLATES = _TEMPLATES.replace("MAX_ALERTS", str(SLACK_ALERTS)).replace(
 )
 
 
-def _warning_receiver(cfg: Config, name: str) -> dict[str, Any]:
+def _warning_receiver(cfg: Config, name: str, channel: str = "") -> dict[str, Any]:
     r = cfg.receivers
     if name == "slack":
         return {
-            "name": "slack",
+            "name": f"slack-{INFRA}" if channel else "slack",
             "slack_configs": [
                 {
                     "api_url_file": r.slack.api_url_file,
-                    "channel": r.slack.channel,
+                    "channel": channel or r.slack.channel,
                     "send_resolved": r.slack.send_resolved,
                     "title": '{{ template "rlpulse.title" . }}',
                     "title_link": "{{ .CommonAnnotations.dashboard_url }}",
@@ -116,13 +121,13 @@ def _warning_receiver(cfg: Config, name: str) -> dict[str, Any]:
     }
 
 
-def _pagerduty(cfg: Config) -> dict[str, Any]:
+def _pagerduty(cfg: Config, key_file: str = "") -> dict[str, Any]:
     pd = cfg.receivers.pagerduty
     return {
-        "name": PAGERDUTY,
+        "name": f"{PAGERDUTY}-{INFRA}" if key_file else PAGERDUTY,
         "pagerduty_configs": [
             {
-                "routing_key_file": pd.routing_key_file,
+                "routing_key_file": key_file or pd.routing_key_file,
                 "url": pd.url,
                 "send_resolved": pd.send_resolved,
                 "client": "rlpulse",
@@ -210,14 +215,37 @@ def _cause_rules(alerts: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
     ]
 
 
+def _infra_routes(cfg: Config) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """Routes and receivers of the infrastructure on-call: layer=system alerts page its own
+    PagerDuty service (and post to its Slack channel) when the config names them; the RL and
+    task layers stay with the research on-call of the default receivers."""
+    r = cfg.receivers
+    routes, receivers = [], []
+    if r.pagerduty.infra_routing_key_file:
+        receivers.append(_pagerduty(cfg, r.pagerduty.infra_routing_key_file))
+        routes.append({"severity": "critical", "receiver": f"{PAGERDUTY}-{INFRA}"})
+    if r.slack.infra_channel and r.warning == "slack":
+        receivers.append(_warning_receiver(cfg, "slack", r.slack.infra_channel))
+        routes.append({"severity": "warning", "receiver": f"slack-{INFRA}"})
+    return [
+        {
+            "matchers": [INFRA_LAYER, f'severity="{route["severity"]}"'],
+            "receiver": route["receiver"],
+        }
+        for route in routes
+    ], receivers
+
+
 def config(cfg: Config) -> dict[str, Any]:
     """alertmanager.yml as data."""
     r = cfg.receivers
+    infra_routes, infra_receivers = _infra_routes(cfg)
     receivers = [
         {"name": NULL_RECEIVER},
         {"name": WATCHDOG_RECEIVER},
         _pagerduty(cfg),
         _warning_receiver(cfg, r.warning),
+        *infra_receivers,
     ]
     if r.info not in ("none", r.warning):
         receivers.append(_warning_receiver(cfg, r.info))
@@ -242,6 +270,7 @@ def config(cfg: Config) -> dict[str, Any]:
                     "group_interval": "1m",
                     "repeat_interval": "1m",
                 },
+                *infra_routes,
                 {"matchers": ['severity="critical"'], "receiver": PAGERDUTY},
                 {"matchers": ['severity="warning"'], "receiver": r.warning},
                 {

@@ -240,6 +240,13 @@ class PagerDuty:
     send_resolved: bool = field(
         default=True, metadata=_doc("Send a resolve event when the alert clears.")
     )
+    infra_routing_key_file: str = field(
+        default="",
+        metadata=_doc(
+            "File holding the routing key of the infrastructure on-call, paged for layer=system "
+            "alerts (GPUs, liveness, exporters); empty: one service pages for every layer."
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -252,6 +259,13 @@ class Slack:
     )
     channel: str = field(default="#rl-training", metadata=_doc("Channel to post to."))
     send_resolved: bool = field(default=True, metadata=_doc("Post when the alert clears."))
+    infra_channel: str = field(
+        default="",
+        metadata=_doc(
+            "Channel of the infrastructure on-call for layer=system warnings (same webhook); "
+            "empty: every layer posts to channel."
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -879,6 +893,7 @@ _MATCHERS_RE = re.compile(rf"^(?:{_MATCHER}(?:,{_MATCHER})*,?\s*)?$")
 _URL_RE = re.compile(r"^https?://[^\s{}]+$")
 _TEMPLATED = (
     ("receivers.slack.channel", lambda c: c.receivers.slack.channel),
+    ("receivers.slack.infra_channel", lambda c: c.receivers.slack.infra_channel),
     ("links.training_dashboard_uid", lambda c: c.links.training_dashboard_uid),
     ("links.system_dashboard_uid", lambda c: c.links.system_dashboard_uid),
     ("links.comparison_dashboard_uid", lambda c: c.links.comparison_dashboard_uid),

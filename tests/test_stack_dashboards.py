@@ -535,3 +535,21 @@ def test_compose_mounts_secrets_where_alertmanager_reads_them() -> None:
     assert "rlpulse demo" in " ".join(demo["command"])
     assert "volumes" not in demo  # it installs rlpulse, never the project it was generated in
     assert compose.RLPULSE_PIP_SPEC in " ".join(demo["command"])
+
+
+def test_compose_sets_the_external_urls_links_leave_localhost_by() -> None:
+    cfg = config.from_dict(
+        {
+            "links": {
+                "grafana_url": "https://grafana.example",
+                "prometheus_url": "https://prom.example",
+                "alertmanager_url": "https://am.example",
+            },
+            "receivers": {"pagerduty": {"infra_routing_key_file": "/run/infra/pd_key"}},
+        }
+    )
+    spec = compose.services(cfg)["services"]
+    assert "--web.external-url=https://prom.example" in spec["prometheus"]["command"]
+    assert "--web.external-url=https://am.example" in spec["alertmanager"]["command"]
+    assert spec["grafana"]["environment"]["GF_SERVER_ROOT_URL"] == "https://grafana.example"
+    assert f"{compose.SECRETS_DIR}:/run/infra:ro" in spec["alertmanager"]["volumes"]

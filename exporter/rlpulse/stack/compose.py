@@ -31,8 +31,9 @@ RLPULSE_PIP_SPEC = "rlpulse @ git+https://github.com/rlpulse/rlpulse"
 def _secret_mounts(config: Config) -> list[str]:
     """``./secrets`` mounted read-only wherever alertmanager.yml expects a key or URL file."""
     receivers = config.receivers
-    files = [receivers.pagerduty.routing_key_file, receivers.slack.api_url_file]
-    dirs = sorted({posixpath.dirname(f) for f in files})
+    pd = receivers.pagerduty
+    files = [pd.routing_key_file, pd.infra_routing_key_file, receivers.slack.api_url_file]
+    dirs = sorted({posixpath.dirname(f) for f in files if f})
     return [f"{SECRETS_DIR}:{d}:ro" for d in dirs]
 
 
@@ -49,6 +50,7 @@ def services(config: Config) -> dict[str, Any]:
                     "--storage.tsdb.path=/prometheus",
                     "--enable-feature=exemplar-storage",
                     "--web.enable-lifecycle",
+                    f"--web.external-url={config.links.prometheus_url}",
                 ],
                 "volumes": ["./prometheus:/etc/prometheus:ro", "prometheus-data:/prometheus"],
             },
@@ -60,6 +62,7 @@ def services(config: Config) -> dict[str, Any]:
                     "--config.file=/etc/alertmanager/config/alertmanager.yml",
                     "--storage.path=/alertmanager",
                     "--cluster.listen-address=",
+                    f"--web.external-url={config.links.alertmanager_url}",
                 ],
                 "volumes": [
                     "./alertmanager:/etc/alertmanager/config:ro",
@@ -75,6 +78,7 @@ def services(config: Config) -> dict[str, Any]:
                     "GF_SECURITY_ADMIN_PASSWORD": "${GRAFANA_ADMIN_PASSWORD:-admin}",
                     "GF_AUTH_ANONYMOUS_ENABLED": "true",
                     "GF_AUTH_ANONYMOUS_ORG_ROLE": "Viewer",
+                    "GF_SERVER_ROOT_URL": config.links.grafana_url,
                     "GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH": (
                         f"{GRAFANA_DASHBOARDS}/rl-training.json"
                     ),

@@ -301,7 +301,21 @@ class Links:
     """URLs put into alert annotations and notifications."""
 
     grafana_url: str = field(
-        default="http://localhost:3000", metadata=_doc("Grafana base URL for dashboard links.")
+        default="http://localhost:3000",
+        metadata=_doc("Grafana base URL for dashboard links (also Grafana's root_url in compose)."),
+    )
+    prometheus_url: str = field(
+        default="http://localhost:9090",
+        metadata=_doc(
+            "Prometheus' external URL (--web.external-url in compose): the alerts' source links."
+        ),
+    )
+    alertmanager_url: str = field(
+        default="http://localhost:9093",
+        metadata=_doc(
+            "Alertmanager's external URL (--web.external-url in compose): silence links in Slack "
+            "and PagerDuty. Set these three to addresses on-call engineers can open."
+        ),
     )
     training_dashboard_uid: str = field(
         default="rlpulse-training", metadata=_doc("uid of the RL training dashboard.")
@@ -900,6 +914,8 @@ _TEMPLATED = (
 )
 _URLS = (
     ("links.grafana_url", lambda c: c.links.grafana_url),
+    ("links.prometheus_url", lambda c: c.links.prometheus_url),
+    ("links.alertmanager_url", lambda c: c.links.alertmanager_url),
     ("links.runbook_url", lambda c: c.links.runbook_url),
     ("receivers.pagerduty.url", lambda c: c.receivers.pagerduty.url),
     ("receivers.webhook.url", lambda c: c.receivers.webhook.url),

@@ -133,7 +133,13 @@ def test_prometheus_watches_itself_and_alertmanager() -> None:
     assert jobs[meta.ALERTMANAGER_JOB]["static_configs"][0]["targets"] == list(
         cfg.scrape.alertmanagers
     )
-    assert jobs[meta.PROMETHEUS_JOB]["static_configs"][0]["targets"] == [meta.PROMETHEUS_TARGET]
+    assert jobs[meta.PROMETHEUS_JOB]["static_configs"][0]["targets"] == ["localhost:9090"]
+    moved = config.from_dict({"links": {"prometheus_url": "https://prom.example:8443/p/"}})
+    own = next(
+        j for j in prometheus.config(moved)["scrape_configs"] if j["job_name"] == "prometheus"
+    )
+    assert own["static_configs"][0]["targets"] == ["prom.example:8443"]
+    assert own["scheme"] == "https" and own["metrics_path"] == "/p/metrics"
     assert prometheus.META_RULE_FILE in doc["rule_files"]
     (group,) = prometheus.meta_rules(cfg)["groups"]
     names = {r["alert"] for r in group["rules"]}

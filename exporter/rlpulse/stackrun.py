@@ -107,7 +107,12 @@ def stack_config(opts: Options) -> Config:
         webhook=dataclasses.replace(r.webhook, url=f"{inbox}/webhook"),
     )
     scrape = dataclasses.replace(cfg.scrape, alertmanagers=(f"127.0.0.1:{opts.alertmanager_port}",))
-    return dataclasses.replace(cfg, receivers=receivers, scrape=scrape)
+    links = dataclasses.replace(  # Prometheus scrapes itself there; silence links open there
+        cfg.links,
+        prometheus_url=f"http://127.0.0.1:{opts.prometheus_port}",
+        alertmanager_url=f"http://127.0.0.1:{opts.alertmanager_port}",
+    )
+    return dataclasses.replace(cfg, receivers=receivers, scrape=scrape, links=links)
 
 
 def write_files(opts: Options, cfg: Config) -> None:

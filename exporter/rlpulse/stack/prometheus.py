@@ -11,6 +11,7 @@ Exemplars on the rollout histograms are kept only when Prometheus runs with
 from __future__ import annotations
 
 import re
+import urllib.parse
 from typing import Any
 
 from rlpulse import catalog
@@ -104,11 +105,15 @@ def config(cfg: Config) -> dict[str, Any]:
 
 
 def _self_jobs(cfg: Config) -> list[dict[str, Any]]:
-    """Prometheus and Alertmanager scraped like any target, for the meta alerts."""
+    """Prometheus (at its external URL, links.prometheus_url) and Alertmanager scraped like any
+    target, for the meta alerts."""
+    own = urllib.parse.urlsplit(cfg.links.prometheus_url)
     return [
         {
             "job_name": meta.PROMETHEUS_JOB,
-            "static_configs": [{"targets": [meta.PROMETHEUS_TARGET]}],
+            "scheme": own.scheme,
+            "metrics_path": own.path.rstrip("/") + "/metrics",
+            "static_configs": [{"targets": [own.netloc]}],
         },
         {
             "job_name": meta.ALERTMANAGER_JOB,

@@ -21,7 +21,6 @@ ALERTS_UNDELIVERED = "RLAlertsUndelivered"
 SELF_SCRAPE_DOWN = "RLMonitoringDown"
 PROMETHEUS_JOB = "prometheus"
 ALERTMANAGER_JOB = "alertmanager"
-PROMETHEUS_TARGET = "localhost:9090"
 WINDOW = Duration("5m")
 FOR = Duration("10m")
 
@@ -102,7 +101,7 @@ RUNBOOKS: dict[str, Runbook] = {
 }
 
 _AM = {"job": ALERTMANAGER_JOB, "instance": "localhost:9093"}
-_PROM = {"job": PROMETHEUS_JOB, "instance": PROMETHEUS_TARGET}
+_PROM = {"job": PROMETHEUS_JOB, "instance": "localhost:9090"}
 
 
 def _series(name: str, labels: dict[str, str]) -> str:

@@ -28,12 +28,13 @@ import yaml
 from benchmarks.trainings import Run
 from rlpulse.exporter import Exporter
 from rlpulse.logs import read_log
-from rlpulse.replay import ReplayResult, replay_runs
+from rlpulse.replay import DEFAULT_STEP_SECONDS, ReplayResult, replay_runs
 from rlpulse.stack import config
 from rlpulse.stack.alerts import CAUSES, NONFINITE
 from tests.stackutil import Sink, free_port, results, wait_for
 
 SIGNAL = "rl_step_signal"
+FAST_STEP_SECONDS = DEFAULT_STEP_SECONDS / config.FAST_FACTOR
 DROP = 0.5  # the reward is damaged once below this share of its level before the failure
 SLOW = 5.0  # a stall is visible once a step takes this many times the median step before it
 ROUTING_KEY = "alert-matrix-routing-key-0123456789"
@@ -179,9 +180,9 @@ def judge_fast(run: Run, verdict: Verdict) -> ReplayResult:
 
 def replay(run: Run, *, fast: bool = False) -> ReplayResult:
     """``rlpulse replay`` of the run's own log: shipped rules, or the fast preset the live stack
-    runs (``fast``)."""
-    cfg = config.fast() if fast else None
-    (result,) = replay_runs(run.log, fmt=run.format, cfg=cfg, run_id=run.run_id)
+    runs (``fast``; a log without times then takes a second per record, not a minute)."""
+    cfg, step = (config.fast(), FAST_STEP_SECONDS) if fast else (None, DEFAULT_STEP_SECONDS)
+    (result,) = replay_runs(run.log, fmt=run.format, cfg=cfg, step_seconds=step, run_id=run.run_id)
     return result
 
 

@@ -280,7 +280,7 @@ def test_critical_pages_pagerduty_with_the_key_from_its_file(
     assert payload["summary"] == "RLEntropyCollapse (run r1): RLEntropyCollapse of run r1"
     assert payload["source"] == "n7"  # the node, not "rlpulse" for every alert
     details = payload["custom_details"]
-    assert details["rollouts"] == ROLLOUTS
+    assert details["rollouts"] == ROLLOUTS and details["node"] == "n7"
     assert (
         "/#/silences/new?filter=%7B" in details["silence"]
         and "run_id%3D%22r1%22" in (details["silence"])

@@ -141,6 +141,8 @@ def _pagerduty(cfg: Config, key_file: str = "") -> dict[str, Any]:
                 "details": {
                     "run_id": "{{ .CommonLabels.run_id }}",
                     "alertname": "{{ .CommonLabels.alertname }}",
+                    "cluster": "{{ .CommonLabels.cluster }}",
+                    "node": "{{ .CommonLabels.node }}",
                     "summary": "{{ .CommonAnnotations.summary }}",
                     "description": '{{ template "rlpulse.pagerduty.descriptions" . }}',
                     "dashboard": "{{ .CommonAnnotations.dashboard_url }}",

@@ -1066,9 +1066,9 @@ def likely_framework(logged: Iterable[str]) -> str | None:
     }
     best = max(scores.values(), default=0)
     leaders = [f for f, n in scores.items() if n == best]
-    if best and CLASSIC.framework in leaders:
-        # an LLM trainer logs many keys classic RL has no name for: a tie with the classic
-        # table means a loop like the W&B tutorial's ({"episode": e, "reward": r})
+    if best >= 2 and CLASSIC.framework in leaders:
+        # an LLM trainer logs many keys classic RL has no name for: a tie of two or more with the
+        # classic table is a loop like the W&B tutorial's ({"episode": e, "reward": r})
         return CLASSIC.framework
     return leaders[0] if best and len(leaders) == 1 else None
 

@@ -60,13 +60,18 @@ FAILING = {
 }
 
 
+# Detection follows the logged step, so a minute or 15 s of simulated time per step raises the
+# same RL alerts; 15 s is one rule evaluation per step (four times fewer than the default).
+STEP_SECONDS = 15.0
+
+
 @functools.cache
 def replayed(name: str) -> ReplayResult:
     """One run of a corpus log (``file#run`` for one of a log holding several)."""
     path, _, run = name.partition("#")
     if not run:
-        return replay(CORPUS / path)
-    (result,) = replay_runs(CORPUS / path, runs={run})
+        return replay(CORPUS / path, step_seconds=STEP_SECONDS)
+    (result,) = replay_runs(CORPUS / path, runs={run}, step_seconds=STEP_SECONDS)
     return result
 
 
@@ -123,7 +128,7 @@ def test_detection_follows_the_step_not_the_clock(tmp_path: Path, step_seconds: 
     """The same collapse logged every 50 ms or every 20 minutes is caught: on slow steps at the
     third low value, on fast ones at the first evaluation after it (the whole 40-step run is
     2 s long, shorter than a scrape interval: the signal is held until a scrape reads it)."""
-    rows = [{"entropy": 1.0 if s < 30 else 0.001, "reward": 0.5} for s in range(40)]
+    rows = [{"entropy": 1.0 if s < 30 else 0.001, "reward": 0.5} for s in range(36)]
     log = _jsonl(tmp_path / "collapse.jsonl", rows)
     result = replay(log, framework="trl", step_seconds=step_seconds)
     (hit,) = fired(result, "RLEntropyCollapse", "critical")

@@ -43,13 +43,14 @@ NOTES = {
     ("sb3-ppo", "neg-entropy"): "`ent_coef` -0.5 rewards certainty: entropy falls to ~0 within a "
     "few updates; CartPole can still be balanced by a deterministic policy, so the return may "
     "never drop (entropy is the only symptom, and a leading one).",
-    ("sb3-ppo", "nan-reward"): "The NaN reward reaches the log only as `rollout/ep_rew_mean` = "
-    "NaN (Monitor sums it). SB3 dumps `train/*` of an update at the *next* iteration, and that "
-    "iteration crashes in `collect_rollouts` (NaN logits refused by `Categorical`), so the NaN "
-    "loss is never logged. `RLNonFiniteLoss` watches `rl_loss`, `rl_policy_loss`, "
-    "`rl_value_loss`, `rl_grad_norm` only (`alerts.nonfinite_loss.metrics`), not the episode "
-    "return; a replayed `progress.csv` carries no crash, so only the live run (its exporter "
-    "ends `crashed`: `RLRunCrashed`) can page.",
+    ("sb3-ppo", "nan-reward"): "The wrapper's NaN enters the next update's loss and "
+    "parameters; the iteration after crashes in `collect_rollouts` (NaN logits refused by "
+    "`Categorical`). SB3 dumps an update's `train/*` at the *next* iteration, so the NaN loss is "
+    "never logged, and `rollout/ep_rew_mean` turns NaN only if an episode with a NaN reward ended "
+    "before the dump (CartPole episodes are ~200 steps by then). `RLNonFiniteLoss` watches "
+    "`rl_loss`, `rl_policy_loss`, `rl_value_loss`, `rl_grad_norm` only "
+    "(`alerts.nonfinite_loss.metrics`). A replayed `progress.csv` carries no crash: only the live "
+    "run, whose exporter ends `crashed`, pages (`RLRunCrashed`).",
     ("sb3-ppo", "sign-flip"): "The agent learns from -r while Monitor logs the task's return. "
     "The critic's targets flip at once (value-loss spike, a leading indicator); the policy "
     "relearns to fail only slowly, and `ep_rew_mean` averages the last 100 episodes.",
@@ -156,9 +157,9 @@ def table(rows: list[dict]) -> str:
     head = (
         "| framework | scenario | seed | alerts (severity) @ onset step | first relevant alert "
         "@ step | damage visible @ step | lead (logged steps) | incidents | resolved while "
-        "failing |"
+        "failing | fast rules: first alert @ step | fast rules: lead |"
     )
-    lines = [head, "|" + "---|" * 9]
+    lines = [head, "|" + "---|" * 11]
     for r in rows:
         lines.append(
             f"| {r['framework']} | {r['scenario']} | {r['seed']} | {_cell(r['alerts'])} | "
@@ -269,9 +270,20 @@ logged step to the end, in the replay with the shipped rules.
 
 Each SB3 run also reported live through `RlpulseCallback` to `rlpulse stack up --fast` (real
 Prometheus and Alertmanager, PagerDuty stand-in); its `progress.csv` was then replayed with the
-same fast rules. Alerts compared by name.
+same fast rules. Alerts compared by name (onset steps differ by up to a scrape: the live
+exporter is scraped at wall-clock instants, the replay on a grid from the log's own times).
 
 {live_table(rows)}
+
+## Not covered yet
+
+- TRL GRPO on a tiny local model. A prototype (GPT-2 config with 2 layers and 32 dims, a
+  character tokenizer written locally, `GRPOTrainer` on CPU at ~17 steps/s) runs, but an
+  untrained model learns only the format reward: on the would-be healthy run (correctness
+  reward) its entropy falls 3.2 -> 0.3 in 300 steps while correctness stays at chance, so it is
+  no healthy baseline without a supervised warm-up first.
+- The CleanRL runs are replayed from their event files, not followed live by
+  `rlpulse tail-tensorboard`; only the SB3 runs go through the live stack.
 """
 
 

@@ -43,9 +43,11 @@ CAUSES: dict[str, tuple[str, ...]] = {
         task.EVAL_DROP.name,
         rl.ENTROPY_BLOWUP.name,
     ),
+    # a policy that stopped exploring takes its reward down with it (an lr spike, a sign flip)
     rl.ENTROPY_COLLAPSE.name: (
         rl.ZERO_STD.name,
         rl.ADVANTAGE_COLLAPSE.name,
         task.LENGTH_COLLAPSE.name,
+        rl.REWARD_COLLAPSE.name,
     ),
 }

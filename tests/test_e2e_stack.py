@@ -102,7 +102,12 @@ def test_up_generates_starts_and_prints_what_to_open(
         "Prometheus to discover the Alertmanager",
     )
     groups = api(f"{prom}/api/v1/rules")["data"]["groups"]
-    assert {g["name"] for g in groups} == {"rlpulse-rl", "rlpulse-task", "rlpulse-system"}
+    assert {g["name"] for g in groups} == {
+        "rlpulse-rl",
+        "rlpulse-task",
+        "rlpulse-system",
+        "rlpulse-meta",  # the Watchdog and the pipeline's own alerts
+    }
     # no secret at hand: a placeholder key file, private, referenced by path only
     key = d / "secrets" / "pagerduty_routing_key"
     assert stat.S_IMODE(key.stat().st_mode) == 0o600
@@ -115,7 +120,12 @@ def test_up_generates_starts_and_prints_what_to_open(
         r["name"]: (r.get("pagerduty_configs") or r.get("webhook_configs") or [{}])[0].get("url")
         for r in doc["receivers"]
     }
-    assert urls == {"null": None, "pagerduty": f"{inbox}/pagerduty", "webhook": f"{inbox}/webhook"}
+    assert urls == {
+        "null": None,
+        "watchdog": None,  # a dead man's switch is attached here
+        "pagerduty": f"{inbox}/pagerduty",
+        "webhook": f"{inbox}/webhook",
+    }
     assert all(ready(f"http://127.0.0.1:{port}/-/ready") for port in p.values())
 
 

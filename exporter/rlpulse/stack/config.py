@@ -510,13 +510,6 @@ class TargetDown(AlertConfig):
     for_: Duration = field(
         default=Duration("1m"), metadata=_doc("How long the condition must hold before firing.")
     )
-    finish_grace: Duration = field(
-        default=Duration("5m"),
-        metadata=_doc(
-            "A target last scraped within this long after its run's finish() mark ended on "
-            "purpose and is not paged (covers finish()'s wait for a last scrape)."
-        ),
-    )
 
 
 @dataclass(frozen=True)

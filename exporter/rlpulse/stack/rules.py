@@ -398,12 +398,11 @@ def _system_alerts(q: Query) -> Iterator[Alert]:
     # when each target last served a run (its last scraped run_info sample)
     served = f"max_over_time(timestamp({q.s(RUN_INFO)})[{w.baseline}:{w.resolution}])"
     last_run = f"topk by (job, instance) (1, {served})"
-    # finish()'s mark (the time it was called) was scraped and the target went away within the
-    # grace after it: the run ended on purpose. A later run on the same target still pages.
+    # the target's last scrape carried the end mark (finish() or a reported crash): the run
+    # ended, however long its last scrape took to come. A later run on the same target pages.
+    marked = f"max_over_time(timestamp({q.s(FINISHED)})[{w.baseline}:{w.resolution}])"
     finished = (
-        f"max by (job, instance) (max_over_time({q.s(FINISHED)}[{w.baseline}])) + "
-        f"{cfgmod.seconds(td.finish_grace):g} >= on(job, instance) max by (job, instance) "
-        f"({served})"
+        f"max by (job, instance) ({marked}) >= on(job, instance) max by (job, instance) ({served})"
     )
     yield Alert.of(
         td,

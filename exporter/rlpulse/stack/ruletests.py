@@ -242,7 +242,7 @@ def _system() -> Iterator[Scenario]:
         (
             (series_up(up), f"{const(1, 30)} {const(0, 30)}"),
             (_w(r.RUN_INFO, {**TARGET, "model": "tiny"}), const(1, 30)),
-            (_w(r.FINISHED), f"_x27 {const(28 * 60 + 20, 2)}"),
+            (_w(r.FINISHED), f"_x28 {const(28 * 60 + 20, 2)}"),
         ),
         (Check(r.TARGET_DOWN, "40m"), Check(r.TARGET_DOWN, "58m")),
     )

@@ -413,17 +413,20 @@ SIGNALS: tuple[Signal, ...] = (
     ),
 )
 SIGNAL_NAMES = frozenset(s.name for s in SIGNALS)
+# every watched metric is a catalog entry (a misspelt name raises KeyError at import)
+for _s in SIGNALS:
+    catalog.get(_s.metric)
 _BY_METRIC: dict[str, tuple[Signal, ...]] = {}
 for _s in SIGNALS:
     _BY_METRIC[_s.metric] = (*_BY_METRIC.get(_s.metric, ()), _s)
 WATCHED = frozenset(_BY_METRIC)
 # rl_reward_std == 0 means every group of the batch had one reward: zero-std evidence for
 # trainers that log no zero-std share (older TRL); group outcomes all_good + all_bad likewise
-_REWARD_STD = "rl_reward_std"
-_OUTCOME = "rl_group_outcome_ratio"
+_REWARD_STD = catalog.get("rl_reward_std").name
+_OUTCOME = catalog.get("rl_group_outcome_ratio").name
 # an end-of-sequence share is the complement of truncation (tinker's format_eos)
-_EOS = "rl_completion_eos_ratio"
-TRUNCATION = "rl_truncation_ratio"
+_EOS = catalog.get("rl_completion_eos_ratio").name
+TRUNCATION = catalog.get("rl_truncation_ratio").name
 OBSERVED = WATCHED | {_REWARD_STD, _OUTCOME, _EOS}
 
 

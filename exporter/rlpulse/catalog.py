@@ -337,8 +337,8 @@ CATALOG: tuple[Metric, ...] = (
         "",
         "system",
         "1 once the run has ended: outcome finished (finish() or a normal exit), crashed "
-        "(uncaught exception or non-zero sys.exit; reason names it, RLRunCrashed) or interrupted "
-        "(KeyboardInterrupt).",
+        "(uncaught exception or non-zero sys.exit; reason names it, RLRunCrashed), interrupted "
+        "(KeyboardInterrupt) or stopped (asked by an alert; reason names it, no page).",
         ("outcome", "reason"),
     ),
     # ---- RL: reward -----------------------------------------------------------------------------
@@ -686,6 +686,50 @@ CATALOG: tuple[Metric, ...] = (
         "",
         "self",
         "Rollouts held in the run's rollout store.",
+    ),
+    # ---- acting on alerts (rlpulse.control) -----------------------------------------------------
+    _m(
+        "rl_checkpoint_step",
+        "gauge",
+        "",
+        "system",
+        "Step of the latest checkpoint the trainer reported (rlpulse.checkpoint_saved).",
+    ),
+    _m(
+        "rl_alert_action_timestamp_seconds",
+        "gauge",
+        "seconds",
+        "system",
+        "Unix time an alert of this run asked the trainer to act (action save or stop, per "
+        "rlpulse.start(on_alert=...)); a stopped run ends with rl_run_outcome{outcome=stopped}.",
+        ("alertname", "action"),
+    ),
+    _m(
+        "rl_last_good_step",
+        "gauge",
+        "",
+        "rl",
+        "The last logged step before the onset of the failure the alert reports (its step "
+        "signal past the alert's level from the next logged step on).",
+        ("alertname",),
+    ),
+    _m(
+        "rl_resume_checkpoint_step",
+        "gauge",
+        "",
+        "rl",
+        "Step of the latest reported checkpoint at or before rl_last_good_step; checkpoint is "
+        "its path.",
+        ("alertname", "checkpoint"),
+    ),
+    _m(
+        "rlpulse_alertmanager_errors_total",
+        "counter",
+        "",
+        "self",
+        "Reads of Alertmanager's API that failed (unreachable, refused, http_<status>, "
+        "bad_answer): the run cannot act on its alerts meanwhile.",
+        ("reason",),
     ),
 )
 

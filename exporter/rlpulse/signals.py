@@ -481,6 +481,7 @@ class _Held:
 
 
 SeriesKey = tuple[str, tuple[str, ...]]
+TRAIL = 1024  # signal values kept per exported series with their step, for ``onset``
 
 
 class Detector:
@@ -499,6 +500,11 @@ class Detector:
         self._last_step: float | None = None
         self._zero_std_direct = False
         self._truncation_direct = False
+        # (step() call it belongs to, value) per exported signal; a value is added before the
+        # step() of its log() call, so it belongs to the next call
+        self._trail: dict[tuple[str, str], deque[tuple[int, float]]] = {}
+        self._calls = 0
+        self._steps: deque[tuple[int, float]] = deque(maxlen=TRAIL)  # (call, step)
 
     # -- input
     def observe(self, metric: str, labels: tuple[str, ...], value: float) -> None:
@@ -538,6 +544,8 @@ class Detector:
             return
         self._last_step = step
         self._stamps.append(stamp)
+        self._steps.append((self._calls, step))
+        self._calls += 1
 
     def _add(self, metric: str, labels: tuple[str, ...], value: float) -> None:
         key = (metric, labels)
@@ -557,6 +565,11 @@ class Detector:
                     continue
                 held = self.held[(sig.name, series)] = _Held(sig.worse, self.w.hold)
             held.put(value_, baseline)
+            trail = self._trail.get((sig.name, series))
+            if trail is None:
+                trail = self._trail[(sig.name, series)] = deque(maxlen=TRAIL)
+            if not math.isnan(value_):
+                trail.append((self._calls, value_))
 
     def _objective(self, labels: tuple[str, ...], value: float) -> None:
         """A true-objective reading: at a new best, remember each reward's level then."""
@@ -582,6 +595,24 @@ class Detector:
         s = list(self._stamps)
         gaps = [b - a for a, b in itertools.pairwise(s) if b >= a]
         return statistics.median(gaps) if gaps else math.nan
+
+    def onset(
+        self, signal: str, series: str, bad: Callable[[float], bool]
+    ) -> tuple[float, float] | None:
+        """(last good step, onset step) of the signal's latest excursion: the onset is the step
+        of the first value of the latest run of values ``bad`` says are bad, the last good step
+        that of the value before it (NaN when the kept trail begins inside the run). None when
+        no kept value is bad or the trainer logs no steps. Safe to call from another thread."""
+        trail, steps = tuple(self._trail.get((signal, series), ())), dict(tuple(self._steps))
+        last = next((i for i in range(len(trail) - 1, -1, -1) if bad(trail[i][1])), None)
+        if last is None or not steps:
+            return None
+        first = last
+        while first > 0 and bad(trail[first - 1][1]):
+            first -= 1
+        onset = steps.get(trail[first][0], math.nan)
+        good = steps.get(trail[first - 1][0], math.nan) if first > 0 else math.nan
+        return (good, onset) if not math.isnan(onset) else None
 
     # -- output
     def samples(self) -> Iterator[tuple[catalog.Metric, tuple[str, ...], float]]:

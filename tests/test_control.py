@@ -1,0 +1,301 @@
+"""Acting on a run's own alerts (``rlpulse.control``) against a real Alertmanager: a paging
+alert asks the trainer to save and stop, naming the last good step and the checkpoint; a
+silenced or inhibited alert asks nothing; another run's alert is not ours; TLS, mutual TLS and
+basic auth as elsewhere; an unreachable Alertmanager is counted and said once."""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import io
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from rlpulse import catalog, control, lastgood
+from rlpulse.alertpoll import Alertmanager, AlertmanagerError
+from rlpulse.exporter import Exporter
+from rlpulse.signals import Detector
+from tests.conftest import bcrypt_hash, make_pki, scrape, value
+from tests.stackutil import api, free_port, server, wait_for
+
+ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
+RUN = "ctl-run"
+ENTROPY = lastgood.Level("entropy_ratio_to_peak", False, 0.2, "Policy entropy", "fraction")
+LEVELS = {("RLEntropyCollapse", "critical"): ENTROPY}
+# the shape of the generated config: a null receiver, and a cause holding back its consequence
+AM_CONFIG = {
+    "route": {"receiver": "null", "group_wait": "0s", "group_interval": "1s"},
+    "receivers": [{"name": "null"}],
+    "inhibit_rules": [
+        {
+            "source_matchers": ['alertname="RLEntropyCollapse"', 'severity="critical"'],
+            "target_matchers": ['alertname="RLRewardCollapse"'],
+            "equal": ["run_id"],
+        }
+    ],
+}
+
+
+def _alertmanager(tmp: Path, web: dict[str, Any] | None = None) -> Any:
+    assert ALERTMANAGER, "prometheus-alertmanager (Debian package) is required"
+    (tmp / "am.yml").write_text(yaml.safe_dump(AM_CONFIG))
+    port = free_port()
+    argv = [
+        ALERTMANAGER,
+        f"--config.file={tmp / 'am.yml'}",
+        f"--storage.path={tmp / 'am-data'}",
+        f"--web.listen-address=127.0.0.1:{port}",
+        "--cluster.listen-address=",
+    ]
+    if web is None:
+        return server(argv, f"http://127.0.0.1:{port}/-/ready"), port
+    (tmp / "web.yml").write_text(yaml.safe_dump(web))
+    argv.append(f"--web.config.file={tmp / 'web.yml'}")
+    return _running(argv), port
+
+
+@contextlib.contextmanager
+def _running(argv: list[str]) -> Iterator[None]:
+    """``argv`` running until the ``with`` ends (readiness is the caller's to wait for)."""
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        yield
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture(scope="module")
+def am(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Alertmanager on 127.0.0.1 (plain HTTP); its URL."""
+    ctx, port = _alertmanager(tmp_path_factory.mktemp("am"))
+    with ctx:
+        yield f"http://127.0.0.1:{port}"
+
+
+def _post(url: str, name: str, severity: str, run_id: str = RUN, **labels: str) -> None:
+    alert = {"alertname": name, "severity": severity, "run_id": run_id, **labels}
+    api(f"{url}/api/v2/alerts", [{"labels": alert, "annotations": {"summary": name}}])
+
+
+def _silence(url: str, run_id: str) -> None:
+    now = datetime.datetime.now(datetime.UTC)
+    api(
+        f"{url}/api/v2/silences",
+        {
+            "matchers": [{"name": "run_id", "value": run_id, "isRegex": False}],
+            "startsAt": now.isoformat(),
+            "endsAt": (now + datetime.timedelta(hours=1)).isoformat(),
+            "createdBy": "test",
+            "comment": "known: stop paging, keep training",
+        },
+    )
+
+
+def _collapse(exp: Exporter, steps: range, onset: int) -> None:
+    """Entropy healthy, then falling to 5 % of its peak from step ``onset``."""
+    for step in steps:
+        exp.log({"rl_entropy": 1.0 if step < onset else 0.05}, step=step)
+    exp.flush()
+
+
+def test_onset_is_the_first_step_of_the_latest_bad_run() -> None:
+    d = Detector()
+    for step, v in enumerate([1.0] * 10 + [0.01] * 3 + [1.0] * 10 + [0.01] * 8, start=100):
+        d.observe("rl_entropy", (), v)
+        d.step(step, float(step))
+    # the smoothed ratio (median of 5) falls past 20 % at the third bad value of each run
+    assert d.onset("entropy_ratio_to_peak", "", ENTROPY.bad) == (124, 125)
+    assert d.onset("entropy_ratio_to_peak", "", lambda v: v > 2) is None
+    assert d.onset("kl_reference_level", "", ENTROPY.bad) is None
+
+
+def test_checkpoint_at_or_before_the_last_good_step() -> None:
+    cps = lastgood.Checkpoints()
+    for step in (100, 200, 300):
+        cps.add(step, f"/ckpt/checkpoint-{step}", float(step))
+    assert cps.at_or_before(250) == (200, "/ckpt/checkpoint-200")
+    assert cps.at_or_before(200) == (200, "/ckpt/checkpoint-200")
+    assert cps.at_or_before(99) is None
+    assert cps.before_time(300.0) == (200, "/ckpt/checkpoint-200")
+
+
+@pytest.mark.parametrize(
+    "spec",
+    ["critical=stop,warning=none,RLEntropyCollapse=save", {"critical": "stop", "warning": None}],
+)
+def test_policy_by_name_then_severity(spec: Any) -> None:
+    rules = control.policy(spec)
+    assert rules["critical"] == "stop" and rules["warning"] is None
+
+
+@pytest.mark.parametrize("bad", ["critical=halt", "critcal=stop", "critical"])
+def test_a_bad_policy_is_refused_naming_it(bad: str) -> None:
+    with pytest.raises(ValueError, match="on_alert"):
+        control.policy(bad)
+
+
+def test_a_paging_alert_saves_then_stops_naming_the_last_good_step(am: str) -> None:
+    exp = Exporter(port=0, run_id=RUN, gpu=False, host=False).start()
+    out = io.StringIO()
+    try:
+        c = control.Control(
+            exp, {"critical": "stop"}, Alertmanager(am), interval=0.1, levels=LEVELS, out=out
+        )
+        _collapse(exp, range(1, 60), onset=40)
+        c.checkpoint_saved(20, "/ckpt/checkpoint-20")
+        c.checkpoint_saved(45, "/ckpt/checkpoint-45")  # after the onset: not a resume point
+        _post(am, "RLEntropyCollapse", "warning", signal="entropy_ratio_to_peak")
+        _post(am, "RLEntropyCollapse", "critical", signal="entropy_ratio_to_peak")
+        _post(am, "RLEntropyCollapse", "critical", run_id="other-run")
+        c.start()
+        wait_for(lambda: c.should_stop() or None, 20, "the stop request")
+        assert c.should_save()
+        request = c.action()
+        assert request is not None and request.alert.labels["run_id"] == RUN
+        last = request.last_good
+        assert (last.step, last.onset) == (41.0, 42.0)
+        assert last.checkpoint == (20.0, "/ckpt/checkpoint-20")
+        c.checkpoint_saved(59, "/ckpt/checkpoint-59")
+        assert not c.should_save() and c.should_stop()
+        text = scrape(exp.url)
+        assert value(text, "rl_last_good_step", alertname="RLEntropyCollapse") == 41
+        resume = catalog.get("rl_resume_checkpoint_step").name
+        assert (
+            value(text, resume, alertname="RLEntropyCollapse", checkpoint="/ckpt/checkpoint-20")
+            == 20
+        )
+        line = c.stopped(59)
+        assert exp.outcome == ("stopped", "RLEntropyCollapse")
+    finally:
+        exp.close()
+    assert line == (
+        "rlpulse: stopped at step 59 on RLEntropyCollapse (critical): resume from "
+        "checkpoint-20 (step 20); Policy entropy (entropy_ratio_to_peak) below 20% from step 42; "
+        "last good step 41"
+    )
+    assert line in out.getvalue()
+
+
+def _control(exp: Exporter, url: str | Alertmanager, rules: dict[str, Any]) -> control.Control:
+    source = url if isinstance(url, Alertmanager) else Alertmanager(url)
+    return control.Control(exp, rules, source, interval=0.1, levels=LEVELS, out=io.StringIO())
+
+
+def test_silenced_and_inhibited_alerts_ask_nothing(am: str) -> None:
+    exp = Exporter(port=0, run_id="ctl-quiet", gpu=False, host=False)
+    other = Exporter(port=0, run_id="ctl-cause", gpu=False, host=False)
+    _silence(am, "ctl-quiet")
+    _post(am, "RLEntropyCollapse", "critical", run_id="ctl-quiet")
+    # a consequence held back by its cause: the cause acts (save), the consequence (stop) not
+    _post(am, "RLEntropyCollapse", "critical", run_id="ctl-cause")
+    _post(am, "RLRewardCollapse", "critical", run_id="ctl-cause")
+    quiet = _control(exp, am, {"critical": "stop"})
+    cause = _control(other, am, {"RLEntropyCollapse": "save", "RLRewardCollapse": "stop"})
+    for _ in range(3):  # Alertmanager settles silences and inhibitions when alerts arrive
+        quiet.poller.poll()
+        cause.poller.poll()
+    request = cause.action()
+    assert request is not None and request.alert.name == "RLEntropyCollapse"
+    assert cause.should_save() and not cause.should_stop()
+    assert quiet.action() is None and not quiet.should_save() and not quiet.should_stop()
+    cause.checkpoint_saved(7, "/ckpt/7")  # the save asked for: done, nothing pending
+    assert cause.action() is None
+    cause.poller.poll()  # the same firing acts once
+    assert cause.action() is None
+
+
+def test_unreachable_alertmanager_is_counted_and_said_once(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    exp = Exporter(port=0, run_id="ctl-down", gpu=False, host=False).start()
+    try:
+        c = _control(exp, f"http://127.0.0.1:{free_port()}", {"critical": "stop"})
+        for _ in range(3):
+            c.poller.poll()
+        text = scrape(exp.url)
+    finally:
+        exp.close()
+    assert value(text, "rlpulse_alertmanager_errors_total", reason="unreachable") == 3
+    assert caplog.text.count("cannot read run ctl-down's alerts") == 1
+    assert not c.should_stop()
+
+
+def test_tls_client_certificate_and_basic_auth(tmp_path: Path) -> None:
+    pki = make_pki(tmp_path)
+    (tmp_path / "password").write_text("s3cret\n")
+    web = {
+        "tls_server_config": {
+            "cert_file": str(pki.server_cert),
+            "key_file": str(pki.server_key),
+            "client_auth_type": "RequireAndVerifyClientCert",
+            "client_ca_file": str(pki.ca),
+        },
+        "basic_auth_users": {"rl": bcrypt_hash("s3cret", 4)},
+    }
+    ctx, port = _alertmanager(tmp_path, web)
+    url = f"https://127.0.0.1:{port}"
+    good = Alertmanager(
+        url,
+        username="rl",
+        password_file=str(tmp_path / "password"),
+        ca_file=str(pki.ca),
+        cert_file=str(pki.client_cert),
+        key_file=str(pki.client_key),
+    )
+    with ctx:
+        wait_for(lambda: _reads(good), 30, "Alertmanager over mutual TLS")
+        api_post = good._headers()  # the same credentials post the alert
+        _post_tls(good, api_post)
+        assert [a.name for a in good.alerts(RUN)] == ["RLEntropyCollapse"]
+        no_password = Alertmanager(
+            url, ca_file=str(pki.ca), cert_file=str(pki.client_cert), key_file=str(pki.client_key)
+        )
+        with pytest.raises(AlertmanagerError) as refused:
+            no_password.alerts(RUN)
+        assert refused.value.reason == "http_401"
+        with pytest.raises(AlertmanagerError) as untrusted:
+            Alertmanager(url).alerts(RUN)
+        assert untrusted.value.reason == "unreachable"
+
+
+def _reads(source: Alertmanager) -> bool | None:
+    try:
+        source.alerts(RUN)
+    except AlertmanagerError:
+        return None
+    return True
+
+
+def _post_tls(source: Alertmanager, headers: dict[str, str]) -> None:
+    import json
+    import urllib.request
+
+    body = json.dumps(
+        [{"labels": {"alertname": "RLEntropyCollapse", "severity": "critical", "run_id": RUN}}]
+    ).encode()
+    req = urllib.request.Request(
+        f"{source.url}/api/v2/alerts",
+        body,
+        {**headers, "Content-Type": "application/json"},
+        method="POST",
+    )
+    with urllib.request.urlopen(req, timeout=10, context=source._tls()) as resp:
+        assert resp.status == 200
+
+
+def test_options_are_checked() -> None:
+    with pytest.raises(ValueError, match="go together"):
+        Alertmanager("http://am:9093", username="rl")
+    with pytest.raises(ValueError, match="https"):
+        Alertmanager("http://am:9093", ca_file="/ca.pem")
+    with pytest.raises(ValueError, match="unknown Alertmanager option"):
+        Alertmanager.of({"url": "http://am:9093", "pasword_file": "/p"})
+    with pytest.raises(ValueError, match="needs Alertmanager"):
+        control.attach(Exporter(port=0, gpu=False, host=False), {"critical": "stop"})

@@ -28,7 +28,8 @@ import yaml
 
 from rlpulse import catalog
 from rlpulse.exporter import Exporter
-from rlpulse.stack import dashboards, rules
+from rlpulse.stack import dashboards
+from rlpulse.stack.alerts import liveness
 from rlpulse.stack.config import Config
 from rlpulse.stackrun import stop
 from tests.fake_nvml import FakeGpu, FakeNvml
@@ -63,7 +64,7 @@ class Expectation:
 
 EXPECTED: dict[str, Expectation] = {
     "nan-loss": Expectation("RLNonFiniteLoss", 150, 40),
-    "stall": Expectation(rules.TRAINING_STALLED, 300, 60),
+    "stall": Expectation(liveness.STALLED, 300, 60),
     "entropy-collapse": Expectation("RLEntropyCollapse", 300, 75),
     "kl-blowup": Expectation("RLKLReferenceHigh", 600, 120),
     # a verbosity reward is reward hacking: its page holds back the length and truncation
@@ -219,7 +220,7 @@ def _timeline(env: E2E) -> str:
     """The measured onsets, each trainer's first scrape, and every page of the session."""
     lines = ["", "alert onsets (s after the trainer started; killed: after the kill):"]
     for name, secs in sorted(env.onsets.items(), key=lambda kv: kv[1]):
-        alert = EXPECTED[name].alertname if name in EXPECTED else rules.TARGET_DOWN
+        alert = EXPECTED[name].alertname if name in EXPECTED else liveness.TARGET_DOWN
         lines.append(f"  {name:<18} {alert:<26} {secs:6.1f}")
     lines.append("first scrape (s after the trainer started) and PagerDuty events (s):")
     for t in env.trainers.values():
@@ -264,7 +265,7 @@ def test_stall_resolves_when_its_run_ends(e2e: E2E) -> None:
     """The hung run is ended the way a launcher ends one: its target file goes, then the
     process; the stall incident resolves (same dedup key) and nothing reports it down."""
     t = e2e.trainers["stall"]
-    stalled = e2e.page(t.run_id, rules.TRAINING_STALLED, "trigger", 60)
+    stalled = e2e.page(t.run_id, liveness.STALLED, "trigger", 60)
     e2e.target(t).unlink()
     wait_for(
         lambda: not results(e2e.prometheus, f'up{{instance="127.0.0.1:{t.port}"}}'),
@@ -272,24 +273,24 @@ def test_stall_resolves_when_its_run_ends(e2e: E2E) -> None:
         "Prometheus to drop the target",
     )
     t.kill(signal.SIGTERM)
-    resolved = e2e.page(t.run_id, rules.TRAINING_STALLED, "resolve", 30)
+    resolved = e2e.page(t.run_id, liveness.STALLED, "resolve", 30)
     assert resolved.body["dedup_key"] == stalled.body["dedup_key"]
     assert resolved.body["routing_key"] == ROUTING_KEY
     time.sleep(3)  # a target-down page would have arrived by now
-    assert not e2e.pagerduty.events(run_id=t.run_id, alertname=rules.TARGET_DOWN)
+    assert not e2e.pagerduty.events(run_id=t.run_id, alertname=liveness.TARGET_DOWN)
 
 
 def test_killed_trainer_pages_target_down_until_its_target_goes(e2e: E2E) -> None:
     t = e2e.trainers["killed"]
     wait_for_data(e2e.prometheus, f'{STEP}{{run_id="{t.run_id}"}} > 20', 60)
     killed = t.kill(signal.SIGKILL)
-    down = e2e.page(t.run_id, rules.TARGET_DOWN, "trigger", 30)
+    down = e2e.page(t.run_id, liveness.TARGET_DOWN, "trigger", 30)
     e2e.onsets["killed"] = down.time - killed
     assert down.body["payload"]["severity"] == "critical"
     assert down.body["routing_key"] == ROUTING_KEY
     assert f"127.0.0.1:{t.port}" in down.body["payload"]["custom_details"]["description"]
     e2e.target(t).unlink()  # the launcher notices the dead run
-    gone = e2e.page(t.run_id, rules.TARGET_DOWN, "resolve", 60)
+    gone = e2e.page(t.run_id, liveness.TARGET_DOWN, "resolve", 60)
     assert gone.body["dedup_key"] == down.body["dedup_key"]
 
 
@@ -313,7 +314,7 @@ def test_healthy_run_pages_nothing(e2e: E2E) -> None:
     assert "finished (a last scrape carried the finish mark)" in t.log.read_text()
     wait_for_data(e2e.prometheus, f'up{{instance="127.0.0.1:{t.port}"}} == 0', 30)
     time.sleep(5)
-    assert not e2e.pagerduty.events(run_id=t.run_id, alertname=rules.TARGET_DOWN)
+    assert not e2e.pagerduty.events(run_id=t.run_id, alertname=liveness.TARGET_DOWN)
 
 
 SIGNAL = re.compile(r'signal="(\w+)"')

@@ -18,8 +18,8 @@ import pytest
 
 from rlpulse.stack import prometheus as prometheus_yml
 from rlpulse.stack import rules
+from rlpulse.stack.alerts.liveness import RUN_CRASHED
 from rlpulse.stack.config import Config, Duration, Scrape
-from rlpulse.stack.rules import RUN_CRASHED
 from tests.stackutil import api, free_port, prometheus, results, server, wait_for
 
 pytestmark = pytest.mark.skipif(

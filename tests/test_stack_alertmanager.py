@@ -20,7 +20,7 @@ import yaml
 
 from rlpulse import stackrun
 from rlpulse.stack import alertmanager, config, prometheus, rules
-from rlpulse.stack.alerts import meta
+from rlpulse.stack.alerts import gpu, liveness, meta, system
 from tests.stackutil import Sink, api, free_port, server
 
 AMTOOL = shutil.which("amtool")
@@ -203,7 +203,7 @@ def test_inhibit_rules_cover_severity_target_down_and_stall() -> None:
     by_source = {tuple(r["source_matchers"]): r for r in inhibit}
     sev = by_source[('severity="critical"',)]
     assert sev["equal"] == ["alertname", "run_id"]
-    down = [r for r in inhibit if r["source_matchers"] == [f'alertname="{rules.TARGET_DOWN}"']]
+    down = [r for r in inhibit if r["source_matchers"] == [f'alertname="{liveness.TARGET_DOWN}"']]
     assert {tuple(r["equal"]) for r in down} == {("job", "instance"), ("run_id",)}
     run_level = next(r for r in down if r["equal"] == ["run_id"])["target_matchers"][0]
     for _, alert in rules.all_alerts(config.Config()):
@@ -345,15 +345,15 @@ def test_inhibitions(stack: tuple[str, Sink, Sink]) -> None:
             _alert("RLKLReferenceHigh", "warning", **TARGET),
             _alert("RLKLReferenceHigh", "warning", **other),
             # a down target silences its other alerts and its run's run-level alerts
-            _alert(rules.TARGET_DOWN, "critical", **other),
+            _alert(liveness.TARGET_DOWN, "critical", **other),
             _alert("RLEntropyCollapse", "critical", **other),
-            _alert(rules.THROUGHPUT_DROP, "warning", **run2, throughput="rl_train_steps"),
+            _alert(system.THROUGHPUT_DROP, "warning", **run2, throughput="rl_train_steps"),
             # a warning silences the info of the same alert and run
             _alert("RLExporterDroppedValues", "warning", **TARGET),
             _alert("RLExporterDroppedValues", "info", **TARGET),
             # a stalled run silences its GPU-idle alert
-            _alert(rules.TRAINING_STALLED, "critical", **TARGET),
-            _alert(rules.GPU_IDLE, "warning", **TARGET, gpu="0"),
+            _alert(liveness.STALLED, "critical", **TARGET),
+            _alert(gpu.IDLE, "warning", **TARGET, gpu="0"),
         ],
     )
     states = _states(url)
@@ -361,11 +361,11 @@ def test_inhibitions(stack: tuple[str, Sink, Sink]) -> None:
         ("RLKLReferenceHigh", "critical", "r1"): "active",
         ("RLKLReferenceHigh", "warning", "r1"): "suppressed",
         ("RLKLReferenceHigh", "warning", "r2"): "suppressed",  # by the target-down of r2
-        (rules.TARGET_DOWN, "critical", "r2"): "active",
+        (liveness.TARGET_DOWN, "critical", "r2"): "active",
         ("RLEntropyCollapse", "critical", "r2"): "suppressed",
-        (rules.THROUGHPUT_DROP, "warning", "r2"): "suppressed",
-        (rules.TRAINING_STALLED, "critical", "r1"): "active",
-        (rules.GPU_IDLE, "warning", "r1"): "suppressed",
+        (system.THROUGHPUT_DROP, "warning", "r2"): "suppressed",
+        (liveness.STALLED, "critical", "r1"): "active",
+        (gpu.IDLE, "warning", "r1"): "suppressed",
         ("RLExporterDroppedValues", "warning", "r1"): "active",
         ("RLExporterDroppedValues", "info", "r1"): "suppressed",
     }

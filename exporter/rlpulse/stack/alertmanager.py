@@ -24,7 +24,7 @@ from typing import Any
 
 from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack import rules
-from rlpulse.stack.alerts import NONFINITE, meta
+from rlpulse.stack.alerts import NONFINITE, gpu, liveness, meta, system
 from rlpulse.stack.config import Config
 from rlpulse.stack.output import dump, header
 
@@ -35,7 +35,7 @@ PAGERDUTY = "pagerduty"
 WATCHDOG_RECEIVER = "watchdog"
 INFRA = "infra"  # the on-call that owns layer=system alerts, when configured
 INFRA_LAYER = 'layer="system"'
-STALL_SILENCES = (rules.THROUGHPUT_DROP, rules.GPU_IDLE)
+STALL_SILENCES = (system.THROUGHPUT_DROP, gpu.IDLE)
 
 # Alerts listed in one Slack message, and the characters kept of each description.
 SLACK_ALERTS = 5
@@ -164,7 +164,7 @@ def _pagerduty(cfg: Config, key_file: str = "") -> dict[str, Any]:
 def _inhibit_rules(cfg: Config) -> list[dict[str, Any]]:
     alerts = rules.all_alerts(cfg)
     run_scoped = sorted({a.name for _, a in alerts if a.scope == "run"})
-    down = f'alertname="{rules.TARGET_DOWN}"'
+    down = f'alertname="{liveness.TARGET_DOWN}"'
     out: list[dict[str, Any]] = [
         {
             "source_matchers": ['severity="critical"'],
@@ -178,7 +178,7 @@ def _inhibit_rules(cfg: Config) -> list[dict[str, Any]]:
         },
         {
             "source_matchers": [down],
-            "target_matchers": [f'alertname!="{rules.TARGET_DOWN}"'],
+            "target_matchers": [f'alertname!="{liveness.TARGET_DOWN}"'],
             "equal": ["job", "instance"],
         },
     ]
@@ -192,7 +192,7 @@ def _inhibit_rules(cfg: Config) -> list[dict[str, Any]]:
         )
     out.append(
         {
-            "source_matchers": [f'alertname="{rules.TRAINING_STALLED}"'],
+            "source_matchers": [f'alertname="{liveness.STALLED}"'],
             "target_matchers": [f'alertname=~"{"|".join(STALL_SILENCES)}"'],
             "equal": ["run_id"],
         }

@@ -1,9 +1,11 @@
 """The one typed configuration of the generated stack: thresholds, windows, intervals, receivers.
 
-Every number a generated rule, route or scrape config uses lives here with a documented default
-(like a monitoring mixin's ``_config``). ``load(path)`` overrides the defaults from YAML and names
-the offending key for a bad one; ``fast()`` compresses every interval and window so a test or
-demo sees alerts within seconds (``rlpulse generate --fast``, ``rlpulse stack up --fast``).
+Every number a generated rule, route or scrape config uses has a documented default here; an
+alert's own knobs are declared with the alert (``rlpulse.stack.alerts``) and gathered under
+``alerts`` (like a monitoring mixin's ``_config``). ``load(path)`` overrides the defaults from
+YAML and names the offending key for a bad one; ``fast()`` compresses every interval and window
+so a test or demo sees alerts within seconds (``rlpulse generate --fast``, ``rlpulse stack up
+--fast``).
 """
 
 from __future__ import annotations
@@ -18,10 +20,9 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import yaml
 
-from rlpulse import catalog, keys
-from rlpulse.collectors.gpu import THROTTLE_REASONS
+from rlpulse import keys
 from rlpulse.stack import alerts as alert_defs
-from rlpulse.stack.knobs import _DURATION_RE, AlertConfig, _doc
+from rlpulse.stack.knobs import _DURATION_RE, _doc
 from rlpulse.stack.knobs import Duration as Duration
 from rlpulse.stack.knobs import doc as doc
 from rlpulse.stack.knobs import duration as duration
@@ -423,206 +424,7 @@ class Kubernetes:
 # ---- alerts -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Threshold(AlertConfig):
-    """An alert on one level."""
-
-    threshold: float = field(default=0.0, metadata=_doc("The level."))
-
-
-@dataclass(frozen=True)
-class UpdateKLHigh(Threshold):
-    """Update-step (approximate) KL too high: updates move the policy too far."""
-
-    threshold: float = field(default=0.05, metadata=_doc("Fire above this mean approximate KL."))
-
-
-@dataclass(frozen=True)
-class ClipFractionHigh(Threshold):
-    """Too many ratios clipped."""
-
-    threshold: float = field(default=0.3, metadata=_doc("Fire above this mean clip fraction."))
-
-
-@dataclass(frozen=True)
-class NonFiniteLoss(AlertConfig):
-    """NaN or Inf in a loss or gradient norm."""
-
-    for_: Duration = field(
-        default=Duration("0s"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    metrics: tuple[str, ...] = field(
-        default=("rl_loss", "rl_policy_loss", "rl_value_loss", "rl_grad_norm"),
-        metadata=_doc("Catalog metrics watched for non-finite values.", frozenset(catalog.BY_NAME)),
-    )
-    keep_firing_for: Duration = field(
-        default=Duration("10m"),
-        metadata=_doc(
-            "Keep firing this long after the last non-finite value: a diverged run that stops "
-            "(or ends) keeps its page, and the alerts it holds back stay held."
-        ),
-    )
-
-
-@dataclass(frozen=True)
-class ExplainedVarianceNegative(Threshold):
-    """The value function predicts worse than a constant."""
-
-    for_: Duration = field(
-        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    threshold: float = field(default=0.0, metadata=_doc("Fire below this mean explained variance."))
-
-
-@dataclass(frozen=True)
-class ImportanceRatioDrift(AlertConfig):
-    """Trainer and rollout-engine probabilities disagree (importance ratio far from 1)."""
-
-    max_deviation: float = field(
-        default=0.2, metadata=_doc("Fire when the mean ratio is further than this from 1.")
-    )
-
-
-@dataclass(frozen=True)
-class Tiered(AlertConfig):
-    """An alert with a warning and a critical level (same alert name)."""
-
-    warning: float = field(default=0.0, metadata=_doc("Warning level."))
-    critical: float = field(default=0.0, metadata=_doc("Critical level."))
-
-
-@dataclass(frozen=True)
-class ResponseLengthDrift(AlertConfig):
-    """The response-length distribution's p90 moved against the earlier window."""
-
-    for_: Duration = field(
-        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    ratio: float = field(
-        default=2.0, metadata=_doc("Fire when p90 is this many times (or 1/this) the earlier p90.")
-    )
-
-
-@dataclass(frozen=True)
-class TargetDown(AlertConfig):
-    """A trainer exporter that served a run within the baseline window is down."""
-
-    for_: Duration = field(
-        default=Duration("1m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-
-
-@dataclass(frozen=True)
-class RunCrashed(AlertConfig):
-    """The run ended in an uncaught exception or a non-zero sys.exit (rl_run_outcome)."""
-
-    for_: Duration = field(
-        default=Duration("0s"), metadata=_doc("How long the condition must hold before firing.")
-    )
-
-
-@dataclass(frozen=True)
-class GPUIdle(Threshold):
-    """GPUs idle while the run's exporter is alive."""
-
-    threshold: float = field(default=0.05, metadata=_doc("Fire below this mean GPU utilization."))
-
-
-@dataclass(frozen=True)
-class GPUMemoryFull(Tiered):
-    """GPU framebuffer nearly full."""
-
-    for_: Duration = field(
-        default=Duration("5m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    warning: float = field(default=0.97, metadata=_doc("Warning above this used/total fraction."))
-    critical: float = field(default=0.99, metadata=_doc("Critical above this."))
-
-
-@dataclass(frozen=True)
-class GPUTemperatureHigh(Tiered):
-    """GPU running hot."""
-
-    for_: Duration = field(
-        default=Duration("5m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    warning: float = field(default=85.0, metadata=_doc("Warning above this temperature, Celsius."))
-    critical: float = field(default=92.0, metadata=_doc("Critical above this."))
-
-
-@dataclass(frozen=True)
-class GPUThrottling(AlertConfig):
-    """GPU clocks held down by a slowdown."""
-
-    reasons: tuple[str, ...] = field(
-        default=("thermal", "hw_slowdown"),
-        metadata=_doc(
-            "rl_gpu_throttled reasons that count (power capping is normal).",
-            frozenset(THROTTLE_REASONS),
-        ),
-    )
-    min_fraction: float = field(
-        default=0.5, metadata=_doc("Fire when throttled this fraction of the recent window.")
-    )
-
-
-@dataclass(frozen=True)
-class GPUECCErrors(AlertConfig):
-    """Uncorrected GPU memory errors."""
-
-    for_: Duration = field(
-        default=Duration("0s"), metadata=_doc("How long the condition must hold before firing.")
-    )
-
-
-@dataclass(frozen=True)
-class ThroughputDrop(AlertConfig):
-    """Training throughput fell against the run's earlier window."""
-
-    for_: Duration = field(
-        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    ratio: float = field(
-        default=0.5, metadata=_doc("Fire below this fraction of the earlier rate.")
-    )
-
-
-@dataclass(frozen=True)
-class RolloutLatencyTail(AlertConfig):
-    """Rollout-latency long tail: p99 far above p50."""
-
-    for_: Duration = field(
-        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    ratio: float = field(default=10.0, metadata=_doc("Fire when p99 / p50 is above this."))
-
-
-@dataclass(frozen=True)
-class GraderErrors(Tiered):
-    """Grader / reward-model calls failing."""
-
-    for_: Duration = field(
-        default=Duration("5m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    warning: float = field(default=0.05, metadata=_doc("Warning above this error fraction."))
-    critical: float = field(default=0.5, metadata=_doc("Critical above this."))
-
-
-@dataclass(frozen=True)
-class ExporterCollectorErrors(AlertConfig):
-    """A GPU/host collector of the exporter failing."""
-
-
-@dataclass(frozen=True)
-class ExporterDroppedValues(AlertConfig):
-    """The exporter drops logged values or folds labels into __overflow__."""
-
-    for_: Duration = field(
-        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-
-
-# alerts declared in rlpulse.stack.alerts bring their own knobs; they come first
+# every alert brings its own knobs (rlpulse.stack.alerts), area by area
 _Declared = dataclasses.make_dataclass(
     "_Declared",
     [
@@ -636,55 +438,6 @@ _Declared = dataclasses.make_dataclass(
 @dataclass(frozen=True)
 class Alerts(_Declared):  # type: ignore[misc, valid-type]
     """Per-alert settings; the key is the alert name in snake_case without the RL prefix."""
-
-    update_kl_high: UpdateKLHigh = field(
-        default_factory=UpdateKLHigh, metadata=_doc("RLUpdateKLHigh.")
-    )
-    clip_fraction_high: ClipFractionHigh = field(
-        default_factory=ClipFractionHigh, metadata=_doc("RLClipFractionHigh.")
-    )
-    nonfinite_loss: NonFiniteLoss = field(
-        default_factory=NonFiniteLoss, metadata=_doc("RLNonFiniteLoss.")
-    )
-    explained_variance_negative: ExplainedVarianceNegative = field(
-        default_factory=ExplainedVarianceNegative, metadata=_doc("RLExplainedVarianceNegative.")
-    )
-    importance_ratio_drift: ImportanceRatioDrift = field(
-        default_factory=ImportanceRatioDrift, metadata=_doc("RLImportanceRatioDrift.")
-    )
-    response_length_drift: ResponseLengthDrift = field(
-        default_factory=ResponseLengthDrift, metadata=_doc("RLResponseLengthDrift.")
-    )
-    target_down: TargetDown = field(default_factory=TargetDown, metadata=_doc("RLTargetDown."))
-    run_crashed: RunCrashed = field(default_factory=RunCrashed, metadata=_doc("RLRunCrashed."))
-    gpu_idle: GPUIdle = field(default_factory=GPUIdle, metadata=_doc("RLGPUIdle."))
-    gpu_memory_full: GPUMemoryFull = field(
-        default_factory=GPUMemoryFull, metadata=_doc("RLGPUMemoryFull.")
-    )
-    gpu_temperature_high: GPUTemperatureHigh = field(
-        default_factory=GPUTemperatureHigh, metadata=_doc("RLGPUTemperatureHigh.")
-    )
-    gpu_throttling: GPUThrottling = field(
-        default_factory=GPUThrottling, metadata=_doc("RLGPUThrottling.")
-    )
-    gpu_ecc_errors: GPUECCErrors = field(
-        default_factory=GPUECCErrors, metadata=_doc("RLGPUECCErrors.")
-    )
-    throughput_drop: ThroughputDrop = field(
-        default_factory=ThroughputDrop, metadata=_doc("RLThroughputDrop.")
-    )
-    rollout_latency_tail: RolloutLatencyTail = field(
-        default_factory=RolloutLatencyTail, metadata=_doc("RLRolloutLatencyTail.")
-    )
-    grader_errors: GraderErrors = field(
-        default_factory=GraderErrors, metadata=_doc("RLGraderErrors.")
-    )
-    exporter_collector_errors: ExporterCollectorErrors = field(
-        default_factory=ExporterCollectorErrors, metadata=_doc("RLExporterCollectorErrors.")
-    )
-    exporter_dropped_values: ExporterDroppedValues = field(
-        default_factory=ExporterDroppedValues, metadata=_doc("RLExporterDroppedValues.")
-    )
 
 
 @dataclass(frozen=True)
@@ -824,12 +577,9 @@ def from_dict(
 def _check(cfg: Config) -> None:
     """Relations between values that each look fine alone."""
     s, w = cfg.scrape, cfg.windows
-    nf = cfg.alerts.nonfinite_loss
-    if nf.enabled and not nf.metrics:
-        raise ConfigError(
-            "alerts.nonfinite_loss.metrics: empty (the critical NaN/Inf alert could never fire; "
-            "set enabled: false to turn it off)"
-        )
+    for d in alert_defs.ALL:
+        for problem in d.problems(getattr(cfg.alerts, d.key)):
+            raise ConfigError(f"alerts.{d.key}.{problem}")
     if seconds(s.timeout) > seconds(s.interval):
         raise ConfigError(
             f"scrape.timeout: {s.timeout} is longer than scrape.interval {s.interval}"

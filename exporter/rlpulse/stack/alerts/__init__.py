@@ -1,25 +1,36 @@
 """Alert definitions, one module per area: each alert's knobs, rules, runbook and scenarios.
 
 ``DEFS[area]`` is what the generators read: ``stack.config`` makes a config section of each
-definition's knobs, ``stack.rules`` its rules, ``stack.runbooks`` its sections and
-``stack.ruletests`` its promtool scenarios.
+definition's knobs, ``stack.rules`` its rules and recording rules, ``stack.runbooks`` its
+sections and ``stack.ruletests`` its promtool scenarios, with the area's ``HEALTHY`` run last.
 """
 
 from __future__ import annotations
 
-from rlpulse.stack.alerts import liveness, rl, task
-from rlpulse.stack.alerts.kit import AlertDef, Area
+from collections.abc import Callable
+
+from rlpulse.stack.alerts import gpu, liveness, rl, system, task
+from rlpulse.stack.alerts.kit import AlertDef, Area, Scenario
 from rlpulse.stack.alerts.step import StepAlert
 
-STEP_ALERTS: dict[Area, tuple[StepAlert, ...]] = {"rl": rl.DEFS, "task": task.DEFS, "system": ()}
+STEP_ALERTS: dict[Area, tuple[StepAlert, ...]] = {
+    "rl": rl.STEP_ALERTS,
+    "task": task.STEP_ALERTS,
+    "system": (),
+}
 DEFS: dict[Area, tuple[AlertDef, ...]] = {
-    "rl": tuple(d.definition() for d in rl.DEFS),
-    "task": tuple(d.definition() for d in task.DEFS),
-    "system": liveness.DEFS,
+    "rl": rl.DEFS,
+    "task": task.DEFS,
+    "system": (*liveness.DEFS, *gpu.DEFS, *system.DEFS),
 }
 ALL: tuple[AlertDef, ...] = tuple(d for defs in DEFS.values() for d in defs)
+HEALTHY: dict[Area, Callable[[], Scenario]] = {
+    "rl": rl.healthy,
+    "task": task.healthy,
+    "system": system.healthy,
+}
 
-NONFINITE = "RLNonFiniteLoss"
+NONFINITE = rl.NONFINITE_LOSS
 # One root cause, one incident: while a cause pages (critical), Alertmanager holds back the
 # alerts it brings about on the same run. NaN/Inf values break every statistic of the run.
 # A policy that games its reward drifts in length, format and entropy. No cycles: two alerts

@@ -6,12 +6,26 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlpulse.stack.knobs import AlertConfig, seconds
+from rlpulse.stack.knobs import AlertConfig, Tiered, seconds
 
 Severity = Literal["critical", "warning", "info"]
 Area = Literal["rl", "task", "system"]
 # "target": the alert keeps job/instance (one exporter); "run": aggregated by (job, run_id).
 Scope = Literal["target", "run"]
+
+# What descriptions name, and how they print $value (Prometheus' template functions, which
+# ``stack.ruletests.fill`` renders for the expected annotations).
+ID = "run {{ $labels.run_id }} (rank {{ $labels.rank }})"
+RUN_TEXT = "run {{ $labels.run_id }}"
+G3 = '{{ printf "%.3g" $value }}'  # a value near 1 (KL in nats, a ratio): 0.2, not 200m
+HUMANIZE = "{{ $value | humanize }}"  # a count or magnitude: 12.3k, not 1.23e+04
+PERCENT = "{{ $value | humanizePercentage }}"
+AGO = "{{ $value | humanizeDuration }}"
+
+
+def pct(ratio: float) -> str:
+    """A threshold ratio as the descriptions print it (like humanizePercentage)."""
+    return f"{ratio * 100:.4g}%"
 
 
 @dataclass(frozen=True)
@@ -56,6 +70,27 @@ class Alert:
         from its config entry ``c``."""
         keep = getattr(c, "keep_firing_for", "")
         return cls(name, severity, expr, c.for_, summary, description, scope, c.enabled, {}, keep)
+
+    @classmethod
+    def tiered(
+        cls,
+        t: Tiered,
+        name: str,
+        expr: Callable[[float], str],
+        summary: str,
+        description: str,
+        level_text: Callable[[float], str] = "{:g}".format,
+        scope: Scope = "target",
+    ) -> Iterator[Alert]:
+        """A warning and a critical rule of one alert; ``$LEVEL`` in the description is the
+        tier's level as ``level_text`` prints it."""
+        tiers: tuple[tuple[Severity, float], ...] = (
+            ("warning", t.warning),
+            ("critical", t.critical),
+        )
+        for sev, level in tiers:
+            text = description.replace("$LEVEL", level_text(level))
+            yield cls.of(t, name, sev, expr(level), summary, text, scope)
 
     def rule(self, area: Area) -> dict[str, Any]:
         """The rule as it appears in a Prometheus rule file."""
@@ -117,7 +152,8 @@ class AlertDef:
     (and the recording rules they read), its runbook sections and its promtool scenarios.
 
     ``rules`` and ``recordings`` take a ``stack.query.Query`` and the knobs; ``scenarios`` the
-    default knobs."""
+    default knobs; ``problems`` the knobs a user set, and says what is wrong with them together
+    (each value alone is checked when the config is read)."""
 
     key: str
     area: Area
@@ -126,3 +162,4 @@ class AlertDef:
     runbooks: Mapping[str, Runbook]
     scenarios: Callable[[Any], Iterator[Scenario]]
     recordings: Callable[[Any, Any], list[Recording]] = lambda q, k: []
+    problems: Callable[[Any], Iterator[str]] = lambda k: iter(())

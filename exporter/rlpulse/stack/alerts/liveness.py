@@ -1,18 +1,29 @@
-"""Liveness alerts, relative to the run's own cadence: a stall, a hang before the first step,
-and one rank far slower than the others."""
+"""Liveness alerts: a target that stopped answering, a run that crashed, and, relative to the
+run's own cadence, a stall, a hang before the first step, and one rank far slower than the
+others."""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from rlpulse import catalog
 from rlpulse.stack import panels
-from rlpulse.stack.alerts.kit import Alert, AlertDef, Check, Expect, Recording, Runbook, Scenario
+from rlpulse.stack.alerts.inputs import TARGET, const, ramp, raw, series
+from rlpulse.stack.alerts.kit import (
+    AGO,
+    ID,
+    Alert,
+    AlertDef,
+    Check,
+    Expect,
+    Recording,
+    Runbook,
+    Scenario,
+)
 from rlpulse.stack.knobs import AlertConfig, Duration, _doc, seconds
 from rlpulse.stack.promql import record_name
-from rlpulse.stack.query import RUN_BY
+from rlpulse.stack.query import RUN_BY, Query
 
 M = catalog.get
 LAST_LOG = M("rl_last_step_timestamp_seconds")
@@ -20,12 +31,135 @@ INTERVAL = M("rl_step_interval_seconds")
 LOGGED = M("rl_logged_steps_total")
 STARTED = M("rl_exporter_start_timestamp_seconds")
 FINISHED = M("rl_run_finished_timestamp_seconds")
+OUTCOME = M("rl_run_outcome")
+RUN_INFO = M("rl_run_info")
 STEP = M("rl_step")
 PHASE = M("rl_phase_duration_seconds")
 RANK_PHASE_MEAN = record_name("rank_phase", PHASE, "mean")
-ID = "run {{ $labels.run_id }} (rank {{ $labels.rank }})"
-TARGET = {"job": "rlpulse", "instance": "127.0.0.1:9400", "run_id": "r1", "rank": "0"}
+TARGET_BY = "job, instance, run_id, rank"
+CRASHED = 'outcome="crashed"'
+UP = {"job": "rlpulse", "instance": "127.0.0.1:9400"}
+_SERVING = (series(RUN_INFO, {**TARGET, "model": "tiny"}), const(1, 30))
+TARGET_DOWN = "RLTargetDown"
+RUN_CRASHED = "RLRunCrashed"
 STALLED = "RLTrainingStalled"
+
+
+# ---- target down -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TargetDownKnobs(AlertConfig):
+    """A trainer exporter that served a run within the baseline window is down."""
+
+    for_: Duration = field(
+        default=Duration("1m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+
+
+def _target_down(q: Query, k: TargetDownKnobs) -> Iterator[Alert]:
+    w = q.w
+    # when each target last served a run (its last scraped run_info sample)
+    served = f"max_over_time(timestamp({q.s(RUN_INFO)})[{w.baseline}:{w.resolution}])"
+    last_run = f"topk by (job, instance) (1, {served})"
+    # the target's last scrape carried the end mark (finish() or a reported crash): the run
+    # ended, however long its last scrape took to come. A later run on the same target pages.
+    marked = f"max_over_time(timestamp({q.s(FINISHED)})[{w.baseline}:{w.resolution}])"
+    finished = (
+        f"max by (job, instance) ({marked}) >= on(job, instance) max by (job, instance) ({served})"
+    )
+    yield Alert.of(
+        k,
+        TARGET_DOWN,
+        "critical",
+        f"(({q.up()} == 0) + on(job, instance) group_left(run_id, rank) (time() - {last_run}))"
+        f" unless on(job, instance) ({finished})",
+        "A trainer exporter that was serving a run cannot be scraped.",
+        "Prometheus cannot scrape {{ $labels.instance }} (job {{ $labels.job }}), which served "
+        f"{ID} until {AGO} ago: the trainer died, hung hard or lost its network.",
+    )
+
+
+def _target_down_scenarios(k: TargetDownKnobs) -> Iterator[Scenario]:
+    up = raw("up", UP)
+    yield Scenario(
+        "Target down: the exporter serves run r1 for 30 minutes, then every scrape fails "
+        "(up 0, its series end). Fires 1m later with the run it last served and the time since its "
+        "last sample (29m): 660 s at 40m.",
+        ((up, f"{const(1, 30)} {const(0, 30)}"), _SERVING),
+        (
+            Check(TARGET_DOWN, "30m"),
+            Check(TARGET_DOWN, "40m", (Expect("critical", TARGET, 40 * 60 - 29 * 60),)),
+        ),
+    )
+    yield Scenario(
+        "Finished run: finish() at 28m20s is carried by the last two scrapes, then the exporter "
+        "stops (up 0): the run ended on purpose, nothing pages.",
+        (
+            (up, f"{const(1, 30)} {const(0, 30)}"),
+            _SERVING,
+            (series(FINISHED), f"_x28 {const(28 * 60 + 20, 2)}"),
+        ),
+        (Check(TARGET_DOWN, "40m"), Check(TARGET_DOWN, "58m")),
+    )
+    yield Scenario(
+        "A finished run's target serves a new run from 20m (no finish mark), which dies at 60m: "
+        "the old mark does not hide it, it fires with the new run's last sample (59m).",
+        (
+            (up, f"{const(1, 60)} {const(0, 20)}"),
+            (series(RUN_INFO, {**TARGET, "model": "tiny"}), const(1, 60)),
+            (series(FINISHED), f"_x8 {const(9 * 60, 2)}"),
+        ),
+        (Check(TARGET_DOWN, "70m", (Expect("critical", TARGET, 70 * 60 - 59 * 60),)),),
+    )
+
+
+# ---- run crashed -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RunCrashedKnobs(AlertConfig):
+    """The run ended in an uncaught exception or a non-zero sys.exit (rl_run_outcome)."""
+
+    for_: Duration = field(
+        default=Duration("0s"), metadata=_doc("How long the condition must hold before firing.")
+    )
+
+
+def _run_crashed(q: Query, k: RunCrashedKnobs) -> Iterator[Alert]:
+    w = q.w
+    yield Alert.of(
+        k,
+        RUN_CRASHED,
+        "critical",
+        f"max_over_time({q.s(OUTCOME, CRASHED)}[{w.baseline}]) * on({TARGET_BY}) "
+        f"group_left() (time() - max_over_time({q.s(FINISHED)}[{w.baseline}]))",
+        "A run ended in an uncaught exception or a non-zero exit status.",
+        f"{ID} on {{{{ $labels.instance }}}} crashed {AGO} ago: {{{{ $labels.reason }}}}.",
+    )
+
+
+def _run_crashed_scenarios(k: RunCrashedKnobs) -> Iterator[Scenario]:
+    crashed = {**TARGET, "outcome": "crashed", "reason": "ValueError"}
+    end = 29 * 60 - 10
+    yield Scenario(
+        "Crashed run: an uncaught ValueError at 28m50s; the last scrape (29m) carries the end "
+        "mark and the outcome, then the exporter stops (up 0). RLRunCrashed fires at once "
+        "naming the reason and the seconds since the end (70 s at 30m); RLTargetDown stays "
+        "quiet (the crash is the page).",
+        (
+            (raw("up", UP), f"{const(1, 30)} {const(0, 30)}"),
+            _SERVING,
+            (series(FINISHED), f"_x29 {end}"),
+            (series(OUTCOME, crashed), "_x29 1"),
+        ),
+        (
+            Check(RUN_CRASHED, "28m"),
+            Check(RUN_CRASHED, "30m", (Expect("critical", crashed, 30 * 60 - end),)),
+            Check(RUN_CRASHED, "50m", (Expect("critical", crashed, 50 * 60 - end),)),
+            Check(TARGET_DOWN, "50m"),
+        ),
+    )
 
 
 # ---- stall -------------------------------------------------------------------------------------
@@ -49,7 +183,7 @@ class TrainingStalledKnobs(AlertConfig):
     )
 
 
-def _stall_rules(q: Any, k: TrainingStalledKnobs) -> Iterator[Alert]:
+def _stall_rules(q: Query, k: TrainingStalledKnobs) -> Iterator[Alert]:
     since = f"(time() - {q.s(LAST_LOG)})"
     wait = (
         f"clamp_min({q.s(INTERVAL)} * {k.factor:g}, {seconds(k.min_wait):g})"
@@ -77,9 +211,9 @@ def _stall_scenarios(k: TrainingStalledKnobs) -> Iterator[Scenario]:
         "exporter answers. 5 x 60 s < 5m, so it fires once 5m pass without a step (34m) plus "
         "the 1m `for`; its value is the time since the last step.",
         (
-            (_s(LAST_LOG, ts), stamps),
-            (_s(INTERVAL, ts), "60x59"),
-            (_s(LOGGED, ts), "1+1x29 30x29"),
+            (series(LAST_LOG, ts), stamps),
+            (series(INTERVAL, ts), "60x59"),
+            (series(LOGGED, ts), "1+1x29 30x29"),
         ),
         (
             Check(STALLED, "33m"),
@@ -92,9 +226,9 @@ def _stall_scenarios(k: TrainingStalledKnobs) -> Iterator[Scenario]:
         "Slow steps are not a stall: one step every 19 minutes (interval 1140 s); 5 intervals "
         "are 95 minutes, so the gaps between steps never fire.",
         (
-            (_s(LAST_LOG, ts), slow),
-            (_s(INTERVAL, ts), "1140x119"),
-            (_s(LOGGED, ts), " ".join(str(1 + i // 19) for i in range(120))),
+            (series(LAST_LOG, ts), slow),
+            (series(INTERVAL, ts), "1140x119"),
+            (series(LOGGED, ts), " ".join(str(1 + i // 19) for i in range(120))),
         ),
         tuple(Check(STALLED, f"{m}m") for m in (18, 37, 56, 75, 94, 113)),
     )
@@ -102,22 +236,27 @@ def _stall_scenarios(k: TrainingStalledKnobs) -> Iterator[Scenario]:
         "A finished run kept by a Pushgateway (rl_run_finished_timestamp_seconds present) is not "
         "a stall however old its last step.",
         (
-            (_s(LAST_LOG, ts), "0x59"),
-            (_s(INTERVAL, ts), "60x59"),
-            (_s(LOGGED, ts), "10x59"),
-            (_s(FINISHED, ts), "0x59"),
+            (series(LAST_LOG, ts), "0x59"),
+            (series(INTERVAL, ts), "60x59"),
+            (series(LOGGED, ts), "10x59"),
+            (series(FINISHED, ts), "0x59"),
         ),
         (Check(STALLED, "50m"),),
     )
 
 
-def _stall_healthy() -> tuple[tuple[str, str], ...]:
-    n = 480
+def healthy_inputs(n: int) -> tuple[tuple[str, str], ...]:
+    """A live run stepping once a minute for ``n`` samples; a second static target that never
+    served a run is down all along."""
     return (
-        (_s(LAST_LOG, TARGET), f"0+60x{n - 1}"),
-        (_s(INTERVAL, TARGET), f"60x{n - 1}"),
-        (_s(LOGGED, TARGET), f"1+1x{n - 1}"),
-        (_s(STARTED, TARGET), f"0x{n - 1}"),
+        (raw("up", UP), const(1, n)),
+        (raw("up", {**UP, "instance": "127.0.0.1:9401"}), const(0, n)),
+        (series(RUN_INFO, {**TARGET, "model": "tiny"}), const(1, n)),
+        (series(STEP), ramp(1, 1, n)),
+        (series(LAST_LOG, TARGET), f"0+60x{n - 1}"),
+        (series(INTERVAL, TARGET), f"60x{n - 1}"),
+        (series(LOGGED, TARGET), f"1+1x{n - 1}"),
+        (series(STARTED, TARGET), f"0x{n - 1}"),
     )
 
 
@@ -138,7 +277,7 @@ class StartupHangKnobs(AlertConfig):
 STARTUP_HANG = "RLStartupHang"
 
 
-def _startup_rules(q: Any, k: StartupHangKnobs) -> Iterator[Alert]:
+def _startup_rules(q: Query, k: StartupHangKnobs) -> Iterator[Alert]:
     yield Alert.of(
         k,
         STARTUP_HANG,
@@ -155,7 +294,7 @@ def _startup_scenarios(k: StartupHangKnobs) -> Iterator[Scenario]:
     yield Scenario(
         "Start-up hang: the exporter starts at 0 and the trainer never logs a step; after the "
         "1h timeout it fires with the time since the start.",
-        ((_s(STARTED, TARGET), "0x89"), (_s(LOGGED, TARGET), "0x89")),
+        ((series(STARTED, TARGET), "0x89"), (series(LOGGED, TARGET), "0x89")),
         (
             Check(STARTUP_HANG, "59m"),
             Check(STARTUP_HANG, "70m", (Expect("critical", TARGET, 70 * 60),)),
@@ -163,7 +302,7 @@ def _startup_scenarios(k: StartupHangKnobs) -> Iterator[Scenario]:
     )
     yield Scenario(
         "A slow start is not a hang once the first step is logged (at 40m).",
-        ((_s(STARTED, TARGET), "0x89"), (_s(LOGGED, TARGET), "0x39 1+1x49")),
+        ((series(STARTED, TARGET), "0x89"), (series(LOGGED, TARGET), "0x39 1+1x49")),
         (Check(STARTUP_HANG, "70m"),),
     )
 
@@ -186,7 +325,7 @@ class SlowRankKnobs(AlertConfig):
 SLOW_RANK = "RLSlowRank"
 
 
-def _rank_phase(q: Any, k: SlowRankKnobs) -> list[Recording]:
+def _rank_phase(q: Query, k: SlowRankKnobs) -> list[Recording]:
     by = f"{RUN_BY}, rank, phase"
     return [
         Recording(
@@ -197,7 +336,7 @@ def _rank_phase(q: Any, k: SlowRankKnobs) -> list[Recording]:
     ]
 
 
-def _slow_rank_rules(q: Any, k: SlowRankKnobs) -> Iterator[Alert]:
+def _slow_rank_rules(q: Query, k: SlowRankKnobs) -> Iterator[Alert]:
     median = f"quantile by ({RUN_BY}, phase) (0.5, {RANK_PHASE_MEAN})"
     ranks = f"count by ({RUN_BY}, phase) ({RANK_PHASE_MEAN})"
     yield Alert.of(
@@ -218,8 +357,8 @@ def _slow_rank_scenarios(k: SlowRankKnobs) -> Iterator[Scenario]:
     inputs = []
     for rank, secs in (("0", 1.0), ("1", 1.0), ("2", 1.0), ("3", 3.0)):
         labels = {**TARGET, "rank": rank, "phase": "rollout"}
-        inputs.append((_s(PHASE, labels, "_sum"), f"0+{6 * secs:g}x40"))
-        inputs.append((_s(PHASE, labels, "_count"), "0+6x40"))
+        inputs.append((series(PHASE, labels, "_sum"), f"0+{6 * secs:g}x40"))
+        inputs.append((series(PHASE, labels, "_count"), "0+6x40"))
     slow = {"job": "rlpulse", "run_id": "r1", "rank": "3", "phase": "rollout"}
     yield Scenario(
         "Slow rank: four ranks log 6 rollouts a minute; ranks 0-2 take 1 s each, rank 3 takes "
@@ -229,13 +368,57 @@ def _slow_rank_scenarios(k: SlowRankKnobs) -> Iterator[Scenario]:
     )
 
 
-def _s(metric: catalog.Metric, labels: dict[str, str], suffix: str = "") -> str:
-    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    return f"{metric.name}{suffix}{{{inner}}}"
-
-
-HEALTHY_INPUTS = _stall_healthy
 DEFS: tuple[AlertDef, ...] = (
+    AlertDef(
+        "target_down",
+        "system",
+        TargetDownKnobs,
+        _target_down,
+        {
+            TARGET_DOWN: Runbook(
+                "Prometheus cannot scrape a trainer exporter that served a run within the "
+                "baseline window: the process died, hung hard, or lost its network. Other alerts "
+                "of that target are inhibited while this fires.",
+                panels.see(panels.SYSTEM, panels.COLLECTORS)
+                + panels.SEPARATOR
+                + panels.see(panels.TRAINING, panels.LIVENESS),
+                (
+                    "Check the trainer's process and logs (OOM killer, NCCL timeout, node "
+                    "failure).",
+                    "A run that ends (rlpulse.finish(), a normal interpreter exit, or a crash, "
+                    "which RLRunCrashed pages) has a last scrape carry its end mark and this "
+                    "alert stays quiet. If it paged for a run that did end, that last scrape "
+                    "never came (the exit wait, RLPULSE_FINAL_WAIT, was shorter than the scrape "
+                    "interval, or the process was killed): raise the wait, or remove the run's "
+                    "file_sd target (rlpulse.targets.register does on close).",
+                ),
+            )
+        },
+        _target_down_scenarios,
+    ),
+    AlertDef(
+        "run_crashed",
+        "system",
+        RunCrashedKnobs,
+        _run_crashed,
+        {
+            RUN_CRASHED: Runbook(
+                "The trainer process ended in an uncaught exception (in any thread) or called "
+                "sys.exit with a non-zero status; rlpulse exported the outcome (rl_run_outcome, "
+                "reason: the exception type or the exit status) in a last scrape or a push. "
+                "RLTargetDown stays quiet for it: this alert is the page.",
+                panels.see(panels.TRAINING, panels.LIVENESS, panels.STEPS_RATE),
+                (
+                    "Read the traceback at the end of the trainer's log; the reason label names "
+                    "the exception type.",
+                    "Resume from the last checkpoint once the cause is fixed.",
+                    "A Pushgateway keeps the crashed run's series until its group is deleted: "
+                    "curl -X DELETE <pushgateway>/metrics/job/rlpulse/run_id/<run_id>/rank/<rank>.",
+                ),
+            )
+        },
+        _run_crashed_scenarios,
+    ),
     AlertDef(
         "training_stalled",
         "system",

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from rlpulse.stack.alerts.inputs import raw
 from rlpulse.stack.alerts.kit import Alert, Check, Expect, Runbook, Scenario
 from rlpulse.stack.knobs import Duration
 
@@ -104,10 +105,6 @@ _AM = {"job": ALERTMANAGER_JOB, "instance": "localhost:9093"}
 _PROM = {"job": PROMETHEUS_JOB, "instance": "localhost:9090"}
 
 
-def _series(name: str, labels: dict[str, str]) -> str:
-    return name + "{" + ",".join(f'{k}="{v}"' for k, v in labels.items()) + "}"
-
-
 def scenarios() -> Iterator[Scenario]:
     """promtool scenarios: the Watchdog always fires; failures fire their alert; a healthy
     pipeline raises nothing else."""
@@ -124,11 +121,11 @@ def scenarios() -> Iterator[Scenario]:
         "PagerDuty notifications fail once a minute from minute 10; Prometheus drops alerts; "
         "Alertmanager is down from minute 10.",
         (
-            (_series("alertmanager_notifications_failed_total", pd), "0x10 1+1x30"),
-            (_series("prometheus_notifications_errors_total", _PROM), "0x10 1+1x30"),
-            (_series("prometheus_notifications_dropped_total", _PROM), "0x40"),
-            (_series("up", _AM), "1x10 0x30"),
-            (_series("up", _PROM), "1x40"),
+            (raw("alertmanager_notifications_failed_total", pd), "0x10 1+1x30"),
+            (raw("prometheus_notifications_errors_total", _PROM), "0x10 1+1x30"),
+            (raw("prometheus_notifications_dropped_total", _PROM), "0x40"),
+            (raw("up", _AM), "1x10 0x30"),
+            (raw("up", _PROM), "1x40"),
         ),
         (
             Check(NOTIFICATIONS_FAILING, "5m"),
@@ -140,11 +137,11 @@ def scenarios() -> Iterator[Scenario]:
     yield Scenario(
         "Healthy pipeline, 3 hours: both self-scrapes up, no failed notification.",
         (
-            (_series("alertmanager_notifications_failed_total", pd), "0x180"),
-            (_series("prometheus_notifications_errors_total", _PROM), "0x180"),
-            (_series("prometheus_notifications_dropped_total", _PROM), "0x180"),
-            (_series("up", _AM), "1x180"),
-            (_series("up", _PROM), "1x180"),
+            (raw("alertmanager_notifications_failed_total", pd), "0x180"),
+            (raw("prometheus_notifications_errors_total", _PROM), "0x180"),
+            (raw("prometheus_notifications_dropped_total", _PROM), "0x180"),
+            (raw("up", _AM), "1x180"),
+            (raw("up", _PROM), "1x180"),
         ),
         tuple(
             Check(name, at)

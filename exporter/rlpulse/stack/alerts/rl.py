@@ -1,10 +1,49 @@
-"""RL-dynamics alerts on step-indexed signals: policy entropy, KL, gradients, critic, reward."""
+"""RL-dynamics alerts: step-indexed signals (policy entropy, KL, gradients, critic, reward) and
+the levels of the update itself (update KL, clipping, NaN/Inf, the critic, train/inference
+mismatch), with the healthy run no RL alert fires on."""
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from rlpulse import catalog
 from rlpulse.stack import panels
-from rlpulse.stack.alerts.kit import Runbook
+from rlpulse.stack.alerts import step
+from rlpulse.stack.alerts.inputs import HEALTHY_SAMPLES, TARGET, const, noisy, ramp, series
+from rlpulse.stack.alerts.kit import (
+    G3,
+    HUMANIZE,
+    ID,
+    PERCENT,
+    Alert,
+    AlertDef,
+    Check,
+    Expect,
+    Runbook,
+    Scenario,
+    pct,
+)
 from rlpulse.stack.alerts.step import StepAlert
+from rlpulse.stack.knobs import AlertConfig, Duration, Threshold, _doc
+from rlpulse.stack.panels import TRAINING, see
+from rlpulse.stack.promql import regex_alternatives
+from rlpulse.stack.query import Query
+
+M = catalog.get
+ENTROPY = M("rl_entropy")
+KL_REF = M("rl_kl_reference")
+APPROX_KL = M("rl_approx_kl")
+CLIP = M("rl_clip_fraction_ratio")
+NONFINITE = M("rl_nonfinite_values_total")
+LOSS = M("rl_loss")
+GRAD_NORM = M("rl_grad_norm")
+VALUE_LOSS_METRIC = M("rl_value_loss")
+EXPLAINED_VAR = M("rl_explained_variance")
+REWARD = M("rl_reward_mean")
+ZERO_STD_RATIO = M("rl_zero_std_groups_ratio")
+IMPORTANCE = M("rl_importance_ratio_mean")
 
 ENTROPY_COLLAPSE = StepAlert(
     name="RLEntropyCollapse",
@@ -253,7 +292,7 @@ ADVANTAGE_COLLAPSE = StepAlert(
     ),
 )
 
-DEFS: tuple[StepAlert, ...] = (
+STEP_ALERTS: tuple[StepAlert, ...] = (
     ENTROPY_COLLAPSE,
     ENTROPY_BLOWUP,
     KL_HIGH,
@@ -263,4 +302,359 @@ DEFS: tuple[StepAlert, ...] = (
     REWARD_COLLAPSE,
     ZERO_STD,
     ADVANTAGE_COLLAPSE,
+)
+
+
+# ---- update-step KL ----------------------------------------------------------------------------
+
+UPDATE_KL = "RLUpdateKLHigh"
+
+
+@dataclass(frozen=True)
+class UpdateKLHighKnobs(Threshold):
+    """Update-step (approximate) KL too high: updates move the policy too far."""
+
+    threshold: float = field(default=0.05, metadata=_doc("Fire above this mean approximate KL."))
+
+
+def _update_kl(q: Query, k: UpdateKLHighKnobs) -> Iterator[Alert]:
+    yield Alert.of(
+        k,
+        UPDATE_KL,
+        "warning",
+        f"{q.recent(APPROX_KL)} > {k.threshold:g}",
+        "Update-step KL is too high: each update moves the policy too far.",
+        f"Mean approximate KL per update of {ID} is {G3} nats (threshold {k.threshold:g}).",
+    )
+
+
+def _update_kl_scenarios(k: UpdateKLHighKnobs) -> Iterator[Scenario]:
+    yield Scenario(
+        "Update-step KL: 0.01, then 0.2 from 20m; above 0.05 from 22m, fires from 32m.",
+        ((series(APPROX_KL), f"{const(0.01, 20)} {const(0.2, 40)}"),),
+        (Check(UPDATE_KL, "50m", (Expect("warning", TARGET, 0.2),)),),
+    )
+
+
+# ---- clip fraction -----------------------------------------------------------------------------
+
+CLIP_HIGH = "RLClipFractionHigh"
+_CLIP_ANY = {**TARGET, "bound": "any"}
+
+
+@dataclass(frozen=True)
+class ClipFractionHighKnobs(Threshold):
+    """Too many ratios clipped."""
+
+    threshold: float = field(default=0.3, metadata=_doc("Fire above this mean clip fraction."))
+
+
+def _clip(q: Query, k: ClipFractionHighKnobs) -> Iterator[Alert]:
+    yield Alert.of(
+        k,
+        CLIP_HIGH,
+        "warning",
+        f"{q.recent(CLIP)} > {k.threshold:g}",
+        "A large fraction of probability ratios is clipped.",
+        f"Clip fraction (bound {{{{ $labels.bound }}}}) of {ID} is {PERCENT} "
+        f"(threshold {pct(k.threshold)}).",
+    )
+
+
+def _clip_scenarios(k: ClipFractionHighKnobs) -> Iterator[Scenario]:
+    yield Scenario(
+        "Clip fraction: 0.1, then 0.5 from 20m; fires from about 32m.",
+        ((series(CLIP, _CLIP_ANY), f"{const(0.1, 20)} {const(0.5, 40)}"),),
+        (Check(CLIP_HIGH, "50m", (Expect("warning", _CLIP_ANY, 0.5),)),),
+    )
+
+
+# ---- NaN / Inf ---------------------------------------------------------------------------------
+
+NONFINITE_LOSS = "RLNonFiniteLoss"
+_POLICY = {**TARGET, "network": "policy"}
+
+
+@dataclass(frozen=True)
+class NonFiniteLossKnobs(AlertConfig):
+    """NaN or Inf in a loss or gradient norm."""
+
+    for_: Duration = field(
+        default=Duration("0s"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    metrics: tuple[str, ...] = field(
+        default=("rl_loss", "rl_policy_loss", "rl_value_loss", "rl_grad_norm"),
+        metadata=_doc("Catalog metrics watched for non-finite values.", frozenset(catalog.BY_NAME)),
+    )
+    keep_firing_for: Duration = field(
+        default=Duration("10m"),
+        metadata=_doc(
+            "Keep firing this long after the last non-finite value: a diverged run that stops "
+            "(or ends) keeps its page, and the alerts it holds back stay held."
+        ),
+    )
+
+
+def _nonfinite(q: Query, k: NonFiniteLossKnobs) -> Iterator[Alert]:
+    watched = tuple(M(n) for n in k.metrics)
+    gauges = [
+        f"label_replace({q.s(m)} != {q.s(m)} or {q.s(m)} == +Inf or {q.s(m)} == -Inf, "
+        f'"metric", "{m.name}", "", "")'
+        for m in watched
+        if m.type == "gauge"
+    ]
+    which = f'metric=~"{regex_alternatives(k.metrics)}"'
+    counter = f"increase({q.s(NONFINITE, which)}[{q.w.recent}]) > 0"
+    yield Alert.of(
+        k,
+        NONFINITE_LOSS,
+        "critical",
+        " or ".join([counter, *gauges]),
+        "NaN or Inf in a loss or gradient norm.",
+        f"{{{{ $labels.metric }}}} of {ID} is not finite (value or count {HUMANIZE}): "
+        "training has diverged or will.",
+    )
+
+
+def _nonfinite_problems(k: NonFiniteLossKnobs) -> Iterator[str]:
+    if k.enabled and not k.metrics:
+        yield (
+            "metrics: empty (the critical NaN/Inf alert could never fire; set enabled: false "
+            "to turn it off)"
+        )
+
+
+def _nonfinite_scenarios(k: NonFiniteLossKnobs) -> Iterator[Scenario]:
+    loss = {**TARGET, "metric": "rl_loss"}
+    yield Scenario(
+        "Non-finite values. A log replay sets the gauge to +Inf (no exporter counter): fires "
+        "at once with the gauge's value. A live exporter also counts NaNs: rl_loss goes NaN at "
+        "10m and the counter grows 1 per minute, so at 15m the count is 6 (the counter wins). "
+        "The grad-norm alert keeps firing for 10m after its last Inf (11m).",
+        (
+            (series(GRAD_NORM, _POLICY), f"{const(1, 10)} Inf Inf {const(1, 10)}"),
+            (series(LOSS), f"{const(0.5, 10)} {' '.join(['NaN'] * 10)}"),
+            (series(NONFINITE, loss), f"{const(0, 10)} {ramp(1, 1, 10)}"),
+        ),
+        (
+            Check(NONFINITE_LOSS, "9m"),
+            Check(
+                NONFINITE_LOSS,
+                "11m",
+                (
+                    Expect("critical", {**_POLICY, "metric": "rl_grad_norm"}, math.inf),
+                    Expect("critical", loss, 2),
+                ),
+            ),
+            Check(
+                NONFINITE_LOSS,
+                "15m",
+                (
+                    # the grad norm is finite again from 12m: kept firing (keep_firing_for)
+                    Expect("critical", {**_POLICY, "metric": "rl_grad_norm"}, math.inf),
+                    Expect("critical", loss, 6),
+                ),
+            ),
+        ),
+    )
+
+
+# ---- explained variance ------------------------------------------------------------------------
+
+EXPLAINED_VARIANCE = "RLExplainedVarianceNegative"
+
+
+@dataclass(frozen=True)
+class ExplainedVarianceNegativeKnobs(Threshold):
+    """The value function predicts worse than a constant."""
+
+    for_: Duration = field(
+        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    threshold: float = field(default=0.0, metadata=_doc("Fire below this mean explained variance."))
+
+
+def _explained_variance(q: Query, k: ExplainedVarianceNegativeKnobs) -> Iterator[Alert]:
+    yield Alert.of(
+        k,
+        EXPLAINED_VARIANCE,
+        "warning",
+        f"{q.recent(EXPLAINED_VAR)} < {k.threshold:g}",
+        "The value function explains less than a constant would.",
+        f"Explained variance of {ID} is {G3} (threshold {k.threshold:g}).",
+    )
+
+
+def _explained_variance_scenarios(k: ExplainedVarianceNegativeKnobs) -> Iterator[Scenario]:
+    yield Scenario(
+        "Explained variance: 0.5, then -0.3 from 20m; the 10m mean is negative from 26m and "
+        "fires 15m later.",
+        ((series(EXPLAINED_VAR), f"{const(0.5, 20)} {const(-0.3, 40)}"),),
+        (
+            Check(EXPLAINED_VARIANCE, "35m"),
+            Check(EXPLAINED_VARIANCE, "50m", (Expect("warning", TARGET, -0.3),)),
+        ),
+    )
+
+
+# ---- train/inference mismatch ------------------------------------------------------------------
+
+IMPORTANCE_DRIFT = "RLImportanceRatioDrift"
+
+
+@dataclass(frozen=True)
+class ImportanceRatioDriftKnobs(AlertConfig):
+    """Trainer and rollout-engine probabilities disagree (importance ratio far from 1)."""
+
+    max_deviation: float = field(
+        default=0.2, metadata=_doc("Fire when the mean ratio is further than this from 1.")
+    )
+
+
+def _importance(q: Query, k: ImportanceRatioDriftKnobs) -> Iterator[Alert]:
+    yield Alert.of(
+        k,
+        IMPORTANCE_DRIFT,
+        "warning",
+        f"abs({q.recent(IMPORTANCE)} - 1) > {k.max_deviation:g}",
+        "Trainer and rollout engine disagree on token probabilities.",
+        f"Mean importance ratio of {ID} is {G3} away from 1 (threshold {k.max_deviation:g}).",
+    )
+
+
+def _importance_scenarios(k: ImportanceRatioDriftKnobs) -> Iterator[Scenario]:
+    yield Scenario(
+        "Train/inference mismatch: importance ratio 1.0, then 1.5 from 20m: 0.5 away from 1.",
+        ((series(IMPORTANCE), f"{const(1, 20)} {const(1.5, 40)}"),),
+        (Check(IMPORTANCE_DRIFT, "50m", (Expect("warning", TARGET, 0.5),)),),
+    )
+
+
+def healthy() -> Scenario:
+    """A healthy run no RL alert fires on."""
+    n = HEALTHY_SAMPLES
+    return Scenario(
+        "Healthy GRPO/PPO run, 8 hours: entropy decays 1.0 -> 0.55, KL grows 0 -> 0.3, reward "
+        "rises 0.2 -> 0.8, value loss falls, explained variance rises; all with noise.",
+        (
+            (series(ENTROPY), noisy(1.0, 0.55, 0.02, n, 1)),
+            (series(KL_REF), noisy(0.01, 0.3, 0.01, n, 2)),
+            (series(APPROX_KL), noisy(0.01, 0.01, 0.003, n, 3)),
+            (series(CLIP, _CLIP_ANY), noisy(0.1, 0.08, 0.02, n, 4)),
+            (series(LOSS), noisy(0.5, 0.3, 0.1, n, 5)),
+            (series(GRAD_NORM, _POLICY), noisy(1.0, 0.8, 0.3, n, 6)),
+            (series(VALUE_LOSS_METRIC), noisy(2.0, 0.5, 0.1, n, 7)),
+            (series(EXPLAINED_VAR), noisy(0.2, 0.9, 0.05, n, 8)),
+            (series(REWARD), noisy(0.2, 0.8, 0.05, n, 9)),
+            (series(ZERO_STD_RATIO), noisy(0.2, 0.2, 0.05, n, 10)),
+            (series(IMPORTANCE), noisy(1.0, 1.0, 0.02, n, 11)),
+            (series(NONFINITE, {**TARGET, "metric": "rl_loss"}), const(0, n)),
+            *step.healthy_inputs(STEP_ALERTS, TARGET, n),
+        ),
+    )
+
+
+DEFS: tuple[AlertDef, ...] = (
+    *(d.definition() for d in STEP_ALERTS),
+    AlertDef(
+        "update_kl_high",
+        "rl",
+        UpdateKLHighKnobs,
+        _update_kl,
+        {
+            UPDATE_KL: Runbook(
+                "The approximate KL between the policy before and after each update is high: "
+                "each optimisation step moves the policy too far (PPO's trust region is not "
+                "respected).",
+                see(TRAINING, panels.UPDATE_KL),
+                (
+                    "Lower the learning rate or the number of PPO epochs / mini-batches per "
+                    "rollout.",
+                    "Use early stopping on a target KL per update.",
+                ),
+            )
+        },
+        _update_kl_scenarios,
+    ),
+    AlertDef(
+        "clip_fraction_high",
+        "rl",
+        ClipFractionHighKnobs,
+        _clip,
+        {
+            CLIP_HIGH: Runbook(
+                "A large fraction of probability ratios hit the clip bound: most of the batch "
+                "gives no gradient, a sign that updates are too large or the data is stale "
+                "(off-policy).",
+                see(TRAINING, panels.UPDATE_KL, panels.MISMATCH),
+                (
+                    "Lower the learning rate or the update epochs; check rollout/trainer weight "
+                    "sync (stale rollouts raise the clip fraction).",
+                    "Compare with Train/inference mismatch: a precision or sampling mismatch "
+                    "also shows here.",
+                ),
+            )
+        },
+        _clip_scenarios,
+    ),
+    AlertDef(
+        "nonfinite_loss",
+        "rl",
+        NonFiniteLossKnobs,
+        _nonfinite,
+        {
+            NONFINITE_LOSS: Runbook(
+                "A loss or gradient norm became NaN or ±Inf (seen in the gauge or counted by the "
+                "exporter). Training has diverged; later steps are usually wasted.",
+                see(TRAINING, panels.NONFINITE, panels.GRAD_NORM, panels.LEARNING_RATE),
+                (
+                    "Stop the run and resume from the last finite checkpoint.",
+                    "Lower the learning rate, enable gradient clipping, check mixed precision "
+                    "(bf16 instead of fp16, loss scaling).",
+                    "Look for a division by a zero standard deviation (group-normalised "
+                    "advantages of a zero-std group) or log of 0 probabilities.",
+                ),
+            )
+        },
+        _nonfinite_scenarios,
+        problems=_nonfinite_problems,
+    ),
+    AlertDef(
+        "explained_variance_negative",
+        "rl",
+        ExplainedVarianceNegativeKnobs,
+        _explained_variance,
+        {
+            EXPLAINED_VARIANCE: Runbook(
+                "The value function explains less of the returns than a constant would: its "
+                "advantages are noise.",
+                see(TRAINING, panels.EXPLAINED_VARIANCE, panels.LOSSES),
+                (
+                    "Early in training this can be normal; if it persists, lower the critic "
+                    "learning rate, warm up the critic, or normalise rewards/returns.",
+                ),
+            )
+        },
+        _explained_variance_scenarios,
+    ),
+    AlertDef(
+        "importance_ratio_drift",
+        "rl",
+        ImportanceRatioDriftKnobs,
+        _importance,
+        {
+            IMPORTANCE_DRIFT: Runbook(
+                "The importance ratio between trainer and rollout-engine probabilities is far "
+                "from 1: the rollouts were generated by a different policy than the one being "
+                "trained (precision mismatch, stale weights, different sampling settings).",
+                see(TRAINING, panels.MISMATCH),
+                (
+                    "Check weight synchronisation between trainer and inference engine.",
+                    "Align precision (bf16/fp32 logits) and sampling parameters; use truncated "
+                    "importance sampling to correct the mismatch.",
+                ),
+            )
+        },
+        _importance_scenarios,
+    ),
 )

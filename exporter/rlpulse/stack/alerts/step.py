@@ -15,7 +15,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlpulse import catalog, signals
+from rlpulse.stack.alerts.inputs import TARGET, series
 from rlpulse.stack.alerts.kit import (
+    ID,
     Alert,
     AlertDef,
     Area,
@@ -31,8 +33,6 @@ from rlpulse.stack.promql import sel
 SIGNAL = catalog.get("rl_step_signal")
 BASELINE = catalog.get("rl_step_signal_baseline")
 STEP = catalog.get("rl_step")
-ID = "run {{ $labels.run_id }} (rank {{ $labels.rank }})"
-TARGET = {"job": "rlpulse", "instance": "127.0.0.1:9400", "run_id": "r1", "rank": "0"}
 _BY_NAME = {s.name: s for s in signals.SIGNALS}
 
 
@@ -228,9 +228,9 @@ class StepAlert:
         labels = {**target, "signal": self.signal}  # series="" is no label in Prometheus
         baseline, n = 2.0, len(values)
         inputs = (
-            (_series(SIGNAL, {**labels, "series": ""}), " ".join(f"{v:g}" for v in values)),
-            (_series(BASELINE, {**labels, "series": ""}), f"{baseline:g}x{n - 1}"),
-            (_series(STEP, target), f"100+10x{n - 1}"),
+            (series(SIGNAL, {**labels, "series": ""}), " ".join(f"{v:g}" for v in values)),
+            (series(BASELINE, {**labels, "series": ""}), f"{baseline:g}x{n - 1}"),
+            (series(STEP, target), f"100+10x{n - 1}"),
         )
 
         def describe(level: float, v: float, step: float) -> str:
@@ -268,14 +268,9 @@ class StepAlert:
         return past(v, clear) and any(past(x, level) for x in values[:minute])
 
 
-def _series(metric: catalog.Metric, labels: dict[str, str]) -> str:
-    inner = ",".join(f'{k}="{v}"' for k, v in labels.items())
-    return f"{metric.name}{{{inner}}}"
-
-
 def healthy_inputs(defs: tuple[StepAlert, ...], target: dict[str, str], n: int) -> list[Any]:
     """Input series of a healthy run: every signal on its healthy side for ``n`` samples."""
     return [
-        (_series(SIGNAL, {**target, "signal": d.signal, "series": ""}), f"{d.healthy:g}x{n - 1}")
+        (series(SIGNAL, {**target, "signal": d.signal, "series": ""}), f"{d.healthy:g}x{n - 1}")
         for d in defs
     ]

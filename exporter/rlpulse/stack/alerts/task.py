@@ -1,10 +1,48 @@
-"""Task alerts on step-indexed signals: reward hacking, eval regressions, response lengths."""
+"""Task alerts: step-indexed signals (reward hacking, eval regressions, response lengths) and
+the drift of the response-length distribution, with the healthy run no task alert fires on."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+
+from rlpulse import catalog
 from rlpulse.stack import panels
-from rlpulse.stack.alerts.kit import Runbook
+from rlpulse.stack.alerts import step
+from rlpulse.stack.alerts.inputs import (
+    HEALTHY_SAMPLES,
+    RUN,
+    TARGET,
+    const,
+    counter,
+    every,
+    noisy,
+    series,
+)
+from rlpulse.stack.alerts.kit import (
+    G3,
+    RUN_TEXT,
+    Alert,
+    AlertDef,
+    Check,
+    Expect,
+    Recording,
+    Runbook,
+    Scenario,
+)
 from rlpulse.stack.alerts.step import StepAlert
+from rlpulse.stack.knobs import AlertConfig, Duration, _doc
+from rlpulse.stack.promql import record_name
+from rlpulse.stack.query import Query
+
+M = catalog.get
+REWARD = M("rl_reward_mean")
+EVAL_SCORE = M("rl_eval_score")
+LENGTH_MEAN = M("rl_response_length_mean_tokens")
+LENGTH_HIST = M("rl_response_length_tokens")
+TRUNCATION_RATIO = M("rl_truncation_ratio")
+FORMAT_OK = M("rl_format_compliance_ratio")
+LENGTH_P90_DRIFT = record_name("run", LENGTH_HIST, "p90_drift_ratio")
 
 REWARD_HACKING = StepAlert(
     name="RLRewardHacking",
@@ -170,11 +208,123 @@ FORMAT_DROP = StepAlert(
     ),
 )
 
-DEFS: tuple[StepAlert, ...] = (
+STEP_ALERTS: tuple[StepAlert, ...] = (
     REWARD_HACKING,
     EVAL_DROP,
     LENGTH_EXPLOSION,
     LENGTH_COLLAPSE,
     TRUNCATION,
     FORMAT_DROP,
+)
+
+
+# ---- length-distribution drift -----------------------------------------------------------------
+
+LENGTH_DRIFT = "RLResponseLengthDrift"
+
+
+@dataclass(frozen=True)
+class ResponseLengthDriftKnobs(AlertConfig):
+    """The response-length distribution's p90 moved against the earlier window."""
+
+    for_: Duration = field(
+        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
+    )
+    ratio: float = field(
+        default=2.0, metadata=_doc("Fire when p90 is this many times (or 1/this) the earlier p90.")
+    )
+
+
+def _length_p90_drift(q: Query, k: ResponseLengthDriftKnobs) -> list[Recording]:
+    return [
+        Recording(
+            LENGTH_P90_DRIFT,
+            f"{q.run_quantile(0.9, LENGTH_HIST, q.w.recent)} / "
+            f"{q.run_quantile(0.9, LENGTH_HIST, q.w.zscore, q.w.zscore)}",
+        )
+    ]
+
+
+def _length_drift(q: Query, k: ResponseLengthDriftKnobs) -> Iterator[Alert]:
+    yield Alert.of(
+        k,
+        LENGTH_DRIFT,
+        "warning",
+        f"{LENGTH_P90_DRIFT} > {k.ratio:g} or {LENGTH_P90_DRIFT} < {1 / k.ratio:g}",
+        "The response-length distribution shifted against its earlier window.",
+        f"p90 response length of {RUN_TEXT} is {G3} times its p90 of {q.w.zscore} before "
+        f"(threshold x{k.ratio:g} either way).",
+        scope="run",
+    )
+
+
+def _length_drift_scenarios(k: ResponseLengthDriftKnobs) -> Iterator[Scenario]:
+    buckets = {
+        "64": const(0, 121),
+        "128": counter((10, 61), (0, 60)),
+        "256": counter((10, 61), (0, 60)),
+        "512": counter((10, 121)),
+        "+Inf": counter((10, 121)),
+    }
+    yield Scenario(
+        "Length-distribution drift: 10 responses a minute in (64, 128] for an hour, then in "
+        "(256, 512]. p90 goes from 64 + 0.9 * 64 = 121.6 to 256 + 0.9 * 256 = 486.4 tokens, "
+        "4x the p90 an hour earlier; fires 15m after the shift shows.",
+        tuple(
+            (series(LENGTH_HIST, {**TARGET, "le": le}, "_bucket"), v) for le, v in buckets.items()
+        ),
+        (
+            Check(LENGTH_DRIFT, "60m"),
+            Check(LENGTH_DRIFT, "100m", (Expect("warning", RUN, 4),)),
+        ),
+    )
+
+
+def healthy() -> Scenario:
+    """A healthy run no task alert fires on."""
+    n = HEALTHY_SAMPLES
+    gsm = {**TARGET, "benchmark": "gsm8k", "split": "eval"}
+    hist = {**TARGET, "le": "128"}
+    return Scenario(
+        "Healthy run, 8 hours: reward rises 0.2 -> 0.8 and the held-out eval score (logged every "
+        "30 minutes) rises 0.3 -> 0.6; mean length grows 200 -> 400 tokens from a stable "
+        "distribution; truncation 2%; format compliance 0.9 -> 0.95.",
+        (
+            (series(REWARD), noisy(0.2, 0.8, 0.05, n, 9)),
+            (series(EVAL_SCORE, gsm), every(lambda i: 0.3 + 0.3 * i / n, n, 30)),
+            (series(LENGTH_MEAN), noisy(200, 400, 10, n, 12)),
+            (series(LENGTH_HIST, hist, "_bucket"), const(0, n)),
+            (series(LENGTH_HIST, {**hist, "le": "256"}, "_bucket"), counter((10, n))),
+            (series(LENGTH_HIST, {**hist, "le": "512"}, "_bucket"), counter((11, n))),
+            (series(LENGTH_HIST, {**hist, "le": "+Inf"}, "_bucket"), counter((11, n))),
+            (series(TRUNCATION_RATIO), noisy(0.02, 0.02, 0.01, n, 13)),
+            (series(FORMAT_OK), noisy(0.9, 0.95, 0.02, n, 14)),
+            *step.healthy_inputs(STEP_ALERTS, TARGET, n),
+        ),
+    )
+
+
+DEFS: tuple[AlertDef, ...] = (
+    *(d.definition() for d in STEP_ALERTS),
+    AlertDef(
+        "response_length_drift",
+        "task",
+        ResponseLengthDriftKnobs,
+        _length_drift,
+        {
+            LENGTH_DRIFT: Runbook(
+                "The p90 of the response-length histogram moved by a large factor against the "
+                "same window an hour earlier: the length distribution shifted (either way).",
+                panels.see(panels.TRAINING, panels.RESPONSE_LENGTH)
+                + panels.SEPARATOR
+                + panels.see(panels.SYSTEM, panels.ROLLOUT_QUANTILES),
+                (
+                    "A shift upward usually precedes truncation and latency problems; downward, "
+                    "a collapse to short answers. Read samples from both windows.",
+                ),
+            )
+        },
+        _length_drift_scenarios,
+        _length_p90_drift,
+    ),
 )

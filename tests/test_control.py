@@ -5,97 +5,35 @@ basic auth as elsewhere; an unreachable Alertmanager is counted and said once.""
 
 from __future__ import annotations
 
-import contextlib
-import datetime
 import io
-import shutil
-import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 
 from rlpulse import catalog, control, lastgood
 from rlpulse.alertpoll import Alertmanager, AlertmanagerError
 from rlpulse.exporter import Exporter
 from rlpulse.signals import Detector
+from tests.amutil import alertmanager, post, silence
 from tests.conftest import bcrypt_hash, make_pki, scrape, value
-from tests.stackutil import api, free_port, server, wait_for
+from tests.stackutil import free_port, wait_for
 
-ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 RUN = "ctl-run"
 ENTROPY = lastgood.Level("entropy_ratio_to_peak", False, 0.2, "Policy entropy", "fraction")
 LEVELS = {("RLEntropyCollapse", "critical"): ENTROPY}
-# the shape of the generated config: a null receiver, and a cause holding back its consequence
-AM_CONFIG = {
-    "route": {"receiver": "null", "group_wait": "0s", "group_interval": "1s"},
-    "receivers": [{"name": "null"}],
-    "inhibit_rules": [
-        {
-            "source_matchers": ['alertname="RLEntropyCollapse"', 'severity="critical"'],
-            "target_matchers": ['alertname="RLRewardCollapse"'],
-            "equal": ["run_id"],
-        }
-    ],
-}
-
-
-def _alertmanager(tmp: Path, web: dict[str, Any] | None = None) -> Any:
-    assert ALERTMANAGER, "prometheus-alertmanager (Debian package) is required"
-    (tmp / "am.yml").write_text(yaml.safe_dump(AM_CONFIG))
-    port = free_port()
-    argv = [
-        ALERTMANAGER,
-        f"--config.file={tmp / 'am.yml'}",
-        f"--storage.path={tmp / 'am-data'}",
-        f"--web.listen-address=127.0.0.1:{port}",
-        "--cluster.listen-address=",
-    ]
-    if web is None:
-        return server(argv, f"http://127.0.0.1:{port}/-/ready"), port
-    (tmp / "web.yml").write_text(yaml.safe_dump(web))
-    argv.append(f"--web.config.file={tmp / 'web.yml'}")
-    return _running(argv), port
-
-
-@contextlib.contextmanager
-def _running(argv: list[str]) -> Iterator[None]:
-    """``argv`` running until the ``with`` ends (readiness is the caller's to wait for)."""
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        yield
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @pytest.fixture(scope="module")
 def am(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A real Alertmanager on 127.0.0.1 (plain HTTP); its URL."""
-    ctx, port = _alertmanager(tmp_path_factory.mktemp("am"))
-    with ctx:
-        yield f"http://127.0.0.1:{port}"
+    with alertmanager(tmp_path_factory.mktemp("am")) as url:
+        yield url
 
 
 def _post(url: str, name: str, severity: str, run_id: str = RUN, **labels: str) -> None:
-    alert = {"alertname": name, "severity": severity, "run_id": run_id, **labels}
-    api(f"{url}/api/v2/alerts", [{"labels": alert, "annotations": {"summary": name}}])
-
-
-def _silence(url: str, run_id: str) -> None:
-    now = datetime.datetime.now(datetime.UTC)
-    api(
-        f"{url}/api/v2/silences",
-        {
-            "matchers": [{"name": "run_id", "value": run_id, "isRegex": False}],
-            "startsAt": now.isoformat(),
-            "endsAt": (now + datetime.timedelta(hours=1)).isoformat(),
-            "createdBy": "test",
-            "comment": "known: stop paging, keep training",
-        },
-    )
+    post(url, name, severity, run_id, **labels)
 
 
 def _collapse(exp: Exporter, steps: range, onset: int) -> None:
@@ -191,7 +129,7 @@ def _control(exp: Exporter, url: str | Alertmanager, rules: dict[str, Any]) -> c
 def test_silenced_and_inhibited_alerts_ask_nothing(am: str) -> None:
     exp = Exporter(port=0, run_id="ctl-quiet", gpu=False, host=False)
     other = Exporter(port=0, run_id="ctl-cause", gpu=False, host=False)
-    _silence(am, "ctl-quiet")
+    silence(am, "ctl-quiet")
     _post(am, "RLEntropyCollapse", "critical", run_id="ctl-quiet")
     # a consequence held back by its cause: the cause acts (save), the consequence (stop) not
     _post(am, "RLEntropyCollapse", "critical", run_id="ctl-cause")
@@ -239,26 +177,18 @@ def test_tls_client_certificate_and_basic_auth(tmp_path: Path) -> None:
         },
         "basic_auth_users": {"rl": bcrypt_hash("s3cret", 4)},
     }
-    ctx, port = _alertmanager(tmp_path, web)
-    url = f"https://127.0.0.1:{port}"
-    good = Alertmanager(
-        url,
-        username="rl",
-        password_file=str(tmp_path / "password"),
-        ca_file=str(pki.ca),
-        cert_file=str(pki.client_cert),
-        key_file=str(pki.client_key),
-    )
-    with ctx:
+    tls = {
+        "ca_file": str(pki.ca),
+        "cert_file": str(pki.client_cert),
+        "key_file": str(pki.client_key),
+    }
+    with alertmanager(tmp_path, web) as url:
+        good = Alertmanager(url, username="rl", password_file=str(tmp_path / "password"), **tls)
         wait_for(lambda: _reads(good), 30, "Alertmanager over mutual TLS")
-        api_post = good._headers()  # the same credentials post the alert
-        _post_tls(good, api_post)
+        _post_tls(good, good._headers())  # the same credentials post the alert
         assert [a.name for a in good.alerts(RUN)] == ["RLEntropyCollapse"]
-        no_password = Alertmanager(
-            url, ca_file=str(pki.ca), cert_file=str(pki.client_cert), key_file=str(pki.client_key)
-        )
         with pytest.raises(AlertmanagerError) as refused:
-            no_password.alerts(RUN)
+            Alertmanager(url, **tls).alerts(RUN)
         assert refused.value.reason == "http_401"
         with pytest.raises(AlertmanagerError) as untrusted:
             Alertmanager(url).alerts(RUN)

@@ -219,10 +219,10 @@ class Control:
             pending = self._pending
             if pending is None:
                 return
-            if pending.stop:
+            if pending.stop:  # the stop says where to resume when the loop has ended
                 self._saved = True
-            else:
-                self._pending = None
+                return
+            self._pending = None
         self._say(pending.message(float(step)))
 
     def stopped(self, step: float | None = None) -> str:

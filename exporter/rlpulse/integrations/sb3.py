@@ -13,17 +13,24 @@
 The exporter's step is SB3's ``train/n_updates`` (what ``rl_train_steps_total`` follows), not
 ``num_timesteps``, which is ``rl_env_steps_total``.
 
-The per-step work is a scan of the step's ``infos`` for finished episodes; everything else
-happens once per rollout.
+With ``rlpulse.start(on_alert=...)`` (``rlpulse.control``) the run acts on its alerts: at the
+next env step it saves ``<checkpoints>/checkpoint-<n_updates>.zip`` when asked to save or stop,
+and on a stop ``_on_step`` returns False, so ``learn()`` returns; the run then ends ``stopped``
+with the resume line printed. ``save_every`` also saves every that many updates: the resume
+points a stopped run names.
+
+The per-step work is a scan of the step's ``infos`` for finished episodes and one attribute
+read; everything else happens once per rollout.
 """
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
 
-from rlpulse import catalog
+from rlpulse import catalog, control
 from rlpulse.exporter import Exporter
 from rlpulse.integrations.common import exporter_for, missing, numbers, set_hyperparameters
 
@@ -85,7 +92,9 @@ class PrometheusWriter(KVWriter):
 
 class RlpulseCallback(BaseCallback):
     """Exports an SB3 run. ``exporter``: report there; else to the process-wide exporter,
-    started on first use (``start_kwargs`` go to ``rlpulse.start``) unless ``start=False``."""
+    started on first use (``start_kwargs`` go to ``rlpulse.start``) unless ``start=False``.
+    ``checkpoints``: the folder saves go to (asked by an alert, or every ``save_every``
+    updates)."""
 
     def __init__(
         self,
@@ -93,9 +102,15 @@ class RlpulseCallback(BaseCallback):
         *,
         start: bool = True,
         verbose: int = 0,
+        checkpoints: str | os.PathLike[str] = "checkpoints",
+        save_every: int = 0,
         **start_kwargs: Any,
     ) -> None:
         super().__init__(verbose)
+        self.checkpoints = os.fspath(checkpoints)
+        self.save_every = save_every
+        self._control: control.Control | None = None
+        self._saved_at = -1
         self._given = exporter
         self._start = start
         self._start_kwargs = start_kwargs
@@ -117,6 +132,7 @@ class RlpulseCallback(BaseCallback):
         self._update_t0 = None
         if self.exporter is None:
             return
+        self._control = control.of(self.exporter)
         set_hyperparameters(
             self.exporter, {name: getattr(model, name, None) for name in HYPERPARAMETERS}
         )
@@ -129,6 +145,9 @@ class RlpulseCallback(BaseCallback):
         now = time.perf_counter()
         self._end_update(now)
         self._rollout_t0 = now
+        updates = self._updates()
+        if self.save_every and updates and updates % self.save_every == 0:
+            self._save(updates)
 
     def _on_step(self) -> bool:
         for info in self.locals["infos"]:
@@ -136,7 +155,12 @@ class RlpulseCallback(BaseCallback):
             if episode is not None:
                 self._returns.append(episode["r"])
                 self._lengths.append(episode["l"])
-        return True
+        c = self._control
+        if c is None or c.action() is None:
+            return True
+        if c.should_save():
+            self._save(self._updates())
+        return not c.should_stop()
 
     def _on_rollout_end(self) -> None:
         now = time.perf_counter()
@@ -150,6 +174,21 @@ class RlpulseCallback(BaseCallback):
         self._end_update(time.perf_counter())
         if self.exporter is not None:
             self._flush(self.exporter)
+        if self._control is not None and self._control.should_stop():
+            self._control.stopped(self._updates())
+
+    def _updates(self) -> int:
+        """The run's step as the exporter logs it (``train/n_updates``)."""
+        return int(getattr(self.model, "_n_updates", 0))
+
+    def _save(self, updates: int) -> None:
+        """Save the model as ``checkpoint-<updates>`` (once per step) and report it."""
+        path = os.path.join(self.checkpoints, f"checkpoint-{updates}.zip")
+        if updates != self._saved_at:
+            self.model.save(path)
+            self._saved_at = updates
+        if self._control is not None:
+            self._control.checkpoint_saved(updates, path)
 
     # ---- helpers ----------------------------------------------------------------------------
     def _end_update(self, now: float) -> None:

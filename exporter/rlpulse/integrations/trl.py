@@ -12,16 +12,25 @@ its own exporter (port = base port + local rank, labelled with its rank) for wha
 its step (liveness), its step times and, with ``gpu``/``host`` left on, its node's readings;
 the gathered batch statistics and the hyperparameters stay on process zero, so no series is
 duplicated across ranks (docs/scaling.md).
+
+With ``rlpulse.start(on_alert=...)`` (``rlpulse.control``) the run acts on its alerts at the
+next optimizer step: ``control.should_save`` (the Trainer saves ``checkpoint-<global_step>``) and,
+on a stop, ``control.should_training_stop``; every checkpoint the Trainer saves is reported as a
+resume point, and a stopped run ends ``stopped`` with the resume line printed. Only process zero
+reads the alerts, so a multi-process run stops there alone: act with ``save`` only, or stop every
+rank yourself (docs/integrations/trl.md).
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import os
 import time
 from collections.abc import Mapping
 from typing import Any
 
 from rlpulse import catalog
+from rlpulse import control as rlpulse_control
 from rlpulse.exporter import Exporter
 from rlpulse.integrations.common import (
     end_run,
@@ -34,6 +43,7 @@ from rlpulse.integrations.common import (
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
+    from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
 except ImportError as exc:
     raise missing("transformers", "trl", exc) from exc
 
@@ -142,6 +152,24 @@ class RlpulseCallback(TrainerCallback):
         if self._step_t0 is not None and self.exporter is not None:
             self.exporter.observe(PHASE, time.perf_counter() - self._step_t0, phase=STEP_PHASE)
         self._step_t0 = None
+        c = rlpulse_control.of(self.exporter) if self.exporter is not None else None
+        if c is not None and c.action() is not None:
+            control.should_save = control.should_save or c.should_save()
+            control.should_training_stop = control.should_training_stop or c.should_stop()
+
+    def on_save(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:
+        """Every checkpoint the Trainer saves is a resume point (and the save an alert asked)."""
+        c = rlpulse_control.of(self.exporter) if self.exporter is not None else None
+        if c is not None:
+            folder = f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
+            path = os.path.join(args.output_dir or "", folder)
+            c.checkpoint_saved(state.global_step, path)
 
     def on_log(
         self,
@@ -164,5 +192,9 @@ class RlpulseCallback(TrainerCallback):
         **kwargs: Any,
     ) -> None:
         """An exporter this callback started ends the run (``rlpulse.finish``): a last scrape
-        carries the mark, then it stops, and Prometheus does not page RLTargetDown for it."""
+        carries the mark, then it stops, and Prometheus does not page RLTargetDown for it. A
+        run an alert stopped ends ``stopped`` instead, saying where to resume."""
+        c = rlpulse_control.of(self.exporter) if self.exporter is not None else None
+        if c is not None and c.should_stop():
+            c.stopped(state.global_step)
         end_run(self.exporter, self._started)

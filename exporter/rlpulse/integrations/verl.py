@@ -15,6 +15,14 @@ is also added to the ``rl_phase_duration_seconds{phase}`` histogram.
 Without touching the trainer: ``JsonlFollower(path, VerlBackend())`` follows the file written by
 ``trainer.logger=['file']`` (``VERL_FILE_LOGGER_PATH``) as it grows; ``poll()`` exports the lines
 completed since the last call. verl's own package is not needed for that.
+
+With ``rlpulse.start(on_alert=...)`` (``rlpulse.control``) and ``act_on_alerts(trainer)`` on
+the ``RayPPOTrainer`` before ``fit()``, the run acts on its alerts at verl's step boundary
+(``Tracking.log`` at the end of a step): it saves (``trainer._save_checkpoint()``,
+``global_step_<N>``) and, on a stop, makes the next step the last one (verl decides that a step
+is its last when the step begins, so one more step runs and ends ``fit()``); ``Tracking.finish``
+then ends the run ``stopped`` with the resume line printed. Every checkpoint the trainer saves
+is reported as a resume point.
 """
 
 from __future__ import annotations
@@ -22,11 +30,13 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import logging
+import os
+import weakref
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlpulse import catalog
+from rlpulse import catalog, control, notices
 from rlpulse.exporter import Exporter
 from rlpulse.integrations.common import (
     end_run,
@@ -44,6 +54,7 @@ BACKEND_NAME = "rlpulse"
 TIMING_PREFIX = "timing_s/"
 PHASE = catalog.get("rl_phase_duration_seconds").name
 _registered = False
+_trainer: weakref.ref[Any] | None = None  # the trainer act_on_alerts was given
 
 
 def _version() -> str:
@@ -84,16 +95,64 @@ class VerlBackend:
         for key, value in values.items():
             if key.startswith(TIMING_PREFIX) and value == value and value >= 0:
                 exp.observe(PHASE, value, phase=key[len(TIMING_PREFIX) :])
+        c = control.of(exp)
+        if c is not None and c.action() is not None:
+            _act(c)
 
     def finish(self, exit_code: int = 0) -> None:
         """Called when verl's ``Tracking.finish(exit_code)`` runs at the end of training (see
         ``hook_finish``): an exporter this backend started ends the run, ``finished`` for exit
         code 0 (a last scrape, then it stops, and no RLTargetDown page), else ``crashed``
         (RLRunCrashed); one given or started elsewhere keeps serving."""
+        c = control.of(self.exporter) if self.exporter is not None else None
         if exit_code:
             end_run(self.exporter, self._started, "crashed", f"verl exit code {exit_code}")
+        elif c is not None and c.should_stop():
+            trainer = _trainer() if _trainer is not None else None
+            last = getattr(trainer, "global_steps", None)  # fit() counted one past its last step
+            c.stopped(last - 1 if last is not None else None)
         else:
             end_run(self.exporter, self._started)
+
+
+def act_on_alerts(trainer: Any, exporter: Exporter | None = None) -> None:
+    """Let the run's alerts save and stop ``trainer`` (verl's ``RayPPOTrainer``, before
+    ``fit()``) at its step boundary; each checkpoint it saves is reported as a resume point of
+    ``exporter``'s run (default: the process-wide one)."""
+    global _trainer
+    _trainer = weakref.ref(trainer)
+    save = trainer._save_checkpoint
+    if getattr(save, "_rlpulse", False):
+        return
+
+    def _save_checkpoint(*args: Any, **kwargs: Any) -> Any:
+        out = save(*args, **kwargs)
+        step = trainer.global_steps
+        folder = os.path.join(trainer.config.trainer.default_local_dir, f"global_step_{step}")
+        c = control.of(exporter)
+        if c is not None:
+            c.checkpoint_saved(step, folder)
+        return out
+
+    _save_checkpoint._rlpulse = True  # type: ignore[attr-defined]
+    trainer._save_checkpoint = _save_checkpoint
+
+
+def _act(c: control.Control) -> None:
+    """At the end of a step: save, and on a stop make the next step verl's last."""
+    trainer = _trainer() if _trainer is not None else None
+    if trainer is None:
+        notices.warn(
+            "verl_unbound",
+            "rlpulse: an alert asks run %s to save/stop, but no verl trainer was given to "
+            "rlpulse.integrations.verl.act_on_alerts(trainer): nothing is done",
+            c.exporter.run_id,
+        )
+        return
+    if c.should_save():
+        trainer._save_checkpoint()
+    if c.should_stop():
+        trainer.total_training_steps = min(trainer.total_training_steps, trainer.global_steps + 1)
 
 
 def hook_finish(tracking_cls: Any) -> None:

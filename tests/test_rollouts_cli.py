@@ -91,6 +91,26 @@ def test_list_filters(capsys, data_dir):
     assert ids(records(capsys, data_dir, "list", "--limit", "3")) == ["id0", "id1", "id2"]
 
 
+def test_a_step_range_as_a_dashboard_link_carries_it(capsys, data_dir):
+    steps = ("--step-min", "1", "--step-max", "1")
+    assert ids(records(capsys, data_dir, "show", *steps)) == [f"id{i}" for i in range(5)]
+    assert ids(records(capsys, data_dir, "show", "--step-min", "2", "--worst", "1")) == ["id7"]
+    assert len(records(capsys, data_dir, "list", "--since", "1", "--until", "1e11")) == 10
+    code, _, err = run(
+        capsys,
+        "show",
+        "--run",
+        "cli-run",
+        "--data-dir",
+        str(data_dir),
+        "--step-min",
+        "3",
+        "--step-max",
+        "2",
+    )
+    assert code == 2 and "step_min 3 is past the end" in err
+
+
 def test_show_by_id_and_by_filter(capsys, data_dir):
     [rec] = records(capsys, data_dir, "show", "id3")
     assert rec["response"] == HOSTILE.replace("\ud800", "\ufffd" * 3)  # lone surrogate: U+FFFD

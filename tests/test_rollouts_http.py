@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import json
 import ssl
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
@@ -82,6 +83,40 @@ def test_routes_and_filters(data_dir):
         assert status == 200 and body["run"] == "web" and body["rollout"]["error"] == "timeout"
         status, _, body = get(f"{base}/rollout?id=b&run=web")
         assert status == 200 and body["rollout"]["truncated"] is True
+
+
+def test_a_step_range_and_a_time_range(data_dir):
+    """The range a dashboard link carries: steps (inclusive) or recording times, in seconds or
+    Grafana's milliseconds."""
+    with running(data_dir) as base:
+        rollouts = f"{base}/rollouts?run=web"
+        assert ids(get(f"{rollouts}&step_min=1")[2]) == ["c/with slash&x=1", "d"]
+        assert ids(get(f"{rollouts}&step_min=0&step_max=0")[2]) == ["a", "b"]
+        assert ids(get(f"{rollouts}&step_min=-5&step_max=1&worst=1")[2]) == ["c/with slash&x=1"]
+        assert ids(get(f"{rollouts}&step_max=-1")[2]) == []
+        now_ms = int(time.time() * 1000)
+        assert len(ids(get(f"{rollouts}&since=1&until={now_ms}")[2])) == 4
+        assert ids(get(f"{rollouts}&since={now_ms + 60_000}")[2]) == []
+        assert ids(get(f"{rollouts}&until={now_ms // 1000 - 60}")[2]) == []  # seconds
+
+
+@pytest.mark.parametrize(
+    ("query", "needle"),
+    [
+        ("step_min=2&step_max=1", "step_min 2 is past the end"),
+        ("step=1&step_min=0", "choose one of step and a step range"),
+        ("step_max=9223372036854775808", "'step_max' is out of range"),
+        ("step_min=x", "'step_min'"),
+        ("since=20&until=10", "since 20.0 is past the end"),
+        ("since=nan", "'since'"),
+        ("until=-1", "'until'"),
+        ("until=1e999", "'until'"),
+    ],
+)
+def test_a_bad_range_is_a_400_naming_it(data_dir, query, needle):
+    with running(data_dir) as base:
+        status, _, body = get(f"{base}/rollouts?run=web&{query}")
+    assert status == 400 and needle in body["error"], body
 
 
 def test_errors_name_the_parameter(data_dir):

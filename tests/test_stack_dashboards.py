@@ -78,10 +78,16 @@ def all_exprs(model: dict[str, Any]) -> list[tuple[str, str]]:
     out += [(a["name"], a["expr"]) for a in model["annotations"]["list"] if a.get("expr")]
     for var in model["templating"]["list"]:
         if var["type"] == "query":
-            query = var["query"]
-            assert query.startswith("label_values(") and query.endswith(")"), query
-            out.append((var["name"], query[len("label_values(") :].rsplit(",", 1)[0]))
+            out.append((var["name"], variable_expr(var["query"])))
     return out
+
+
+def variable_expr(query: str) -> str:
+    """The PromQL inside a ``label_values(selector, label)`` or ``query_result(expr)``."""
+    if query.startswith("query_result(") and query.endswith(")"):
+        return query[len("query_result(") : -1]
+    assert query.startswith("label_values(") and query.endswith(")"), query
+    return query[len("label_values(") :].rsplit(",", 1)[0]
 
 
 # ---- structure --------------------------------------------------------------------------------
@@ -128,7 +134,11 @@ def test_datasource_only_through_the_variable(name: str) -> None:
 @pytest.mark.parametrize(
     ("name", "expected"),
     [
-        ("rl-training.json", ["datasource", "job", "run_id", "rank", "rollouts"]),
+        (
+            "rl-training.json",
+            ["datasource", "job", "run_id", "rank", "rollouts", "step_min", "step_max"],
+        ),
+        ("rl-classic.json", ["datasource", "job", "run_id", "rank"]),
         ("rl-system.json", ["datasource", "job", "run_id", "rank", "node", "gpu"]),
         ("rl-comparison.json", ["datasource", "job", "run_id"]),
     ],
@@ -138,7 +148,7 @@ def test_variables(name: str, expected: list[str]) -> None:
     assert list(variables) == expected
     run = variables["run_id"]
     assert run["datasource"]["uid"] == DS_UID
-    if name == "rl-training.json":  # opens on one run, never 28 lines per panel
+    if name in ("rl-training.json", "rl-classic.json"):  # one run, never 28 lines per panel
         assert not run.get("multi") and not run.get("includeAll")
     else:
         assert run["multi"] and run["includeAll"] and run["allValue"] == ".*"
@@ -195,11 +205,53 @@ def test_training_dashboard_rows() -> None:
         "Policy: entropy and divergence",
         "Optimisation",
         "Task: responses",
-        "Classic RL: episodes",
         "System: throughput, phases, liveness",
     ]
-    collapsed = {r["title"]: [p["title"] for p in r["panels"]] for r in rows if r["collapsed"]}
-    assert collapsed == {"Classic RL: episodes": ["Episode return", "Episode length"]}
+    assert not [r for r in rows if r["collapsed"]]  # classic RL has a dashboard of its own
+
+
+def test_classic_dashboard_names_what_it_counts_and_collapses_what_does_not_apply() -> None:
+    """What a Gymnasium/SB3/CleanRL user asks for, one panel per concept whatever the
+    algorithm calls it; policy-gradient details collapsed."""
+    model = MODELS["rl-classic.json"]
+    assert model["title"] == panels.CLASSIC
+    rows = [p for p in dashboards.panels(model) if p["type"] == "row"]
+    assert [(r["title"], r["collapsed"]) for r in rows] == [
+        ("Run status", False),
+        ("Episodes", False),
+        ("Learning", False),
+        ("Time", False),
+        ("Policy-gradient updates", True),
+    ]
+    panel = by_title("rl-classic.json")
+    exprs = {title: " ".join(t["expr"] for t in p["targets"]) for title, p in panel.items()}
+    for title, metrics in (
+        (panels.EPISODE_RETURN, {"rl_episode_return", "rl_eval_score"}),
+        (panels.EPISODE_LENGTH, {"rl_episode_length_steps"}),
+        (panels.SUCCESS_RATE, {"rl_success_ratio", "rl_eval_score"}),
+        (panels.EXPLORATION, {"rl_hyperparameter", "rl_entropy"}),
+        (panels.VALUES, {"rl_value_mean", "rl_explained_variance"}),
+        (panels.CLASSIC_LOSSES, {"rl_policy_loss", "rl_loss", "rl_value_loss"}),
+    ):
+        found = set().union(*(metric_names(t["expr"]) for t in panel[title]["targets"]))
+        assert found == metrics, title
+    assert 'name="exploration_rate"' in exprs[panels.EXPLORATION]
+    rates = panel[panels.EPISODE_RATES]
+    assert rates["fieldConfig"]["defaults"]["unit"] == "suffix: episodes/s"
+    right = {o["matcher"]["options"] for o in rates["fieldConfig"]["overrides"]}
+    assert right == {"B", "C"}  # env steps on their own axis, named
+    assert "group_left(framework)" in exprs[panels.LOGGED_STEP]
+
+
+def test_phase_share_is_a_share_of_wall_time_with_the_untimed_rest() -> None:
+    for name in ("rl-training.json", "rl-classic.json"):
+        phase = by_title(name)[panels.PHASE_SHARE]
+        timed, rest = phase["targets"]
+        assert (
+            "rl_phase_duration_seconds_sum" in timed["expr"] and rest["legendFormat"] == "untimed"
+        )
+        assert phase["fieldConfig"]["defaults"]["custom"]["stacking"]["mode"] == "normal"
+        assert phase["fieldConfig"]["defaults"]["max"] == 1
 
 
 def test_titles_are_unique() -> None:
@@ -299,10 +351,7 @@ def test_counters_read_zero_before_their_first_increment() -> None:
 
 def test_phase_shares_skip_a_stalled_run() -> None:
     """A stalled run's 0/0 = NaN share must not blank the average of the others."""
-    for name, title in (
-        ("rl-training.json", panels.PHASE_SHARE),
-        ("rl-system.json", panels.PHASE_BREAKDOWN),
-    ):
+    for name, title in (("rl-system.json", panels.PHASE_BREAKDOWN),):
         (target,) = by_title(name)[title]["targets"]
         assert f"{rules.PHASE_SHARE}" in target["expr"] and ">= 0)" in target["expr"]
 
@@ -327,9 +376,16 @@ def test_rollout_links_from_the_alert_signals() -> None:
     panel = by_title("rl-training.json")[
         panels.alert_signal("RLTruncationHigh", "truncation_level")
     ]
-    (link,) = panel["fieldConfig"]["defaults"]["links"]
-    assert link["url"] == "${rollouts}/rollouts?run=${__field.labels.run_id}&worst=20"
-    assert "rlpulse rollouts show --run ${__field.labels.run_id}" in link["title"]
+    point, steps, run = panel["fieldConfig"]["defaults"]["links"]
+    base = "${rollouts}/rollouts?run=${__field.labels.run_id}"
+    assert point["url"] == f"{base}&since=${{__from}}&until=${{__value.time}}&worst=20"
+    assert steps["url"] == f"{base}&step_min=${{step_min}}&step_max=${{step_max}}&worst=20"
+    assert "--step-min ${step_min} --step-max ${step_max}" in steps["title"]
+    assert run["url"] == f"{base}&worst=20"
+    assert "rlpulse rollouts show --run ${__field.labels.run_id}" in run["title"]
+    variables = {v["name"]: v for v in MODELS["rl-training.json"]["templating"]["list"]}
+    for name in ("step_min", "step_max"):
+        assert variables[name]["hide"] == 2 and "[$__range]" in variables[name]["query"]
 
 
 def test_comparison_by_step() -> None:
@@ -446,6 +502,7 @@ def test_render_paths() -> None:
         "grafana/dashboards/rl-training.json",
         "grafana/dashboards/rl-system.json",
         "grafana/dashboards/rl-comparison.json",
+        "grafana/dashboards/rl-classic.json",
         "grafana/provisioning/datasources/datasources.yml",
         "grafana/provisioning/dashboards/dashboards.yml",
         "docker-compose.yml",

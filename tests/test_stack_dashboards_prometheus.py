@@ -8,6 +8,7 @@ query, with Grafana's variables expanded, must be accepted and return data.
 
 from __future__ import annotations
 
+import re
 import shutil
 import threading
 import time
@@ -24,7 +25,15 @@ from tests.stackutil import free_port, query, server, wait_for_data
 
 RUN = "dash-run"
 # label values used for every catalog label a test series needs
-LABEL_VALUES = {"split": "eval", "bound": "any", "network": "policy", "phase": "rollout"}
+LABEL_VALUES = {
+    "split": "eval",
+    "bound": "any",
+    "network": "policy",
+    "phase": "rollout",
+    "name": "exploration_rate",
+    "benchmark": "episode_return",
+    "unit": "env_steps",
+}
 # series the exporter's collectors and bookkeeping produce themselves
 COLLECTED = ("rl_gpu_", "rl_host_", "rl_process_", "rlpulse_")
 SELF_MADE = {"rl_run_info", "rl_unmapped_metric", "rl_step", "rl_last_step_timestamp_seconds"}
@@ -42,6 +51,7 @@ def _feed(exp: Exporter, step: int) -> None:
             exp.set(metric.name, 0.5 + 0.01 * step, **labels)
         elif metric.type == "histogram":
             exp.observe(metric.name, [0.2, 1.5, 40.0, 300.0], **labels)
+    exp.set(catalog.get("rl_eval_score").name, 0.5, benchmark="success", split="eval")
     for component in ("format", "accuracy", "length"):  # past label_cap: counted as overflow
         exp.set(catalog.get("rl_reward_component_mean").name, 1.0, component=component)
     with exp.phase("update"):
@@ -130,11 +140,18 @@ def test_every_panel_query_returns_data(prometheus: str) -> None:
 
 
 def test_every_variable_lists_values(prometheus: str) -> None:
-    """Each ``label_values(selector, label)`` variable finds series carrying its label."""
+    """Each ``label_values(selector, label)`` variable finds series carrying its label; each
+    ``query_result(expr)`` one (the visible step range) a value its regex reads as a step."""
     wait_for_data(prometheus, catalog.get("rl_gpu_utilization_ratio").name)
     for model in dashboards.dashboards(Config()).values():
         for var in model["templating"]["list"]:
             if var["type"] != "query":
+                continue
+            if var["query"].startswith("query_result("):
+                expr = dashboards.expand(var["query"][len("query_result(") : -1], {"run_id": RUN})
+                [sample] = query(prometheus, expr)["data"]["result"]
+                text = f"{{}} {sample['value'][1]} {sample['value'][0]}"  # as Grafana lists it
+                assert re.search(var["regex"].strip("/"), text), (var["name"], text)
                 continue
             selector, label = var["query"].removeprefix("label_values(")[:-1].rsplit(", ", 1)
             result = query(prometheus, dashboards.expand(selector, {"run_id": RUN}))

@@ -74,7 +74,7 @@ def test_the_folder_holds_one_object_per_file_and_a_kustomization(
 ) -> None:
     assert all(p.startswith("kubernetes/") and p.endswith(".yaml") for p in objects)
     kinds = sorted(o["kind"] for o in objects.values())
-    assert kinds == ["ConfigMap"] * 3 + ["Kustomization", "PodMonitor", "PrometheusRule"]
+    assert kinds == ["ConfigMap"] * 4 + ["Kustomization", "PodMonitor", "PrometheusRule"]
     resources = objects["kubernetes/kustomization.yaml"]["resources"]
     assert sorted(f"kubernetes/{r}" for r in resources) == sorted(
         p for p in objects if not p.endswith("kustomization.yaml")

@@ -25,6 +25,10 @@ def register(sub: Any) -> None:
             v.add_argument("ids", nargs="*", metavar="ROLLOUT_ID", help="rollouts to show")
         v.add_argument("--run", required=True, help="run id (as given to the exporter/demo)")
         v.add_argument("--step", type=int, help="only this step")
+        v.add_argument("--step-min", type=int, metavar="S", help="only steps from S on")
+        v.add_argument("--step-max", type=int, metavar="S", help="only steps up to S")
+        v.add_argument("--since", type=float, metavar="T", help="recorded at or after T (Unix s)")
+        v.add_argument("--until", type=float, metavar="T", help="recorded at or before T (Unix s)")
         pick = v.add_mutually_exclusive_group()
         pick.add_argument("--worst", type=int, metavar="N", help="the N lowest total rewards")
         pick.add_argument("--best", type=int, metavar="N", help="the N highest total rewards")
@@ -51,6 +55,10 @@ def _filter(args: argparse.Namespace) -> Filter:
             raise ValueError(f"--{name} {n} must be ≥ 0")
     return Filter(
         step=args.step,
+        step_min=args.step_min,
+        step_max=args.step_max,
+        since=args.since,
+        until=args.until,
         worst=args.worst,
         best=args.best,
         truncated=args.truncated,

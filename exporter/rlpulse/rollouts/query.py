@@ -62,9 +62,17 @@ class ComponentFilter:
 
 @dataclass(frozen=True)
 class Filter:
-    """Which rollouts to read; ``worst``/``best`` order by total reward."""
+    """Which rollouts to read; ``worst``/``best`` order by total reward.
+
+    ``step`` picks one step; ``step_min``/``step_max`` an inclusive step range, and
+    ``since``/``until`` a range of recording times (Unix seconds), the window a dashboard shows.
+    """
 
     step: int | None = None
+    step_min: int | None = None
+    step_max: int | None = None
+    since: float | None = None
+    until: float | None = None
     worst: int | None = None
     best: int | None = None
     truncated: bool = False
@@ -74,15 +82,32 @@ class Filter:
     ids: tuple[str, ...] = ()
     limit: int = 100
 
+    def __post_init__(self) -> None:
+        if self.step is not None and (self.step_min is not None or self.step_max is not None):
+            raise ValueError("choose one of step and a step range (step_min, step_max)")
+        for low, high, what in (
+            (self.step_min, self.step_max, "step_min"),
+            (self.since, self.until, "since"),
+        ):
+            if low is not None and high is not None and low > high:
+                raise ValueError(f"{what} {low} is past the end of its range ({high})")
+
     def sql(self) -> tuple[str, list[Any]]:
         """The SELECT statement and its parameters."""
         if self.worst is not None and self.best is not None:
             raise ValueError("choose one of worst and best")
         where: list[str] = []
         params: list[Any] = []
-        if self.step is not None:
-            where.append("step = ?")
-            params.append(self.step)
+        for column, op, bound in (
+            ("step", "=", self.step),
+            ("step", ">=", self.step_min),
+            ("step", "<=", self.step_max),
+            ("recorded_at", ">=", self.since),
+            ("recorded_at", "<=", self.until),
+        ):
+            if bound is not None:
+                where.append(f"{column} {op} ?")
+                params.append(bound)
         if self.truncated:
             where.append("truncated = 1")
         if self.errors:

@@ -3,7 +3,8 @@
 Routes (GET)::
 
     /runs                                   run ids with a store
-    /rollouts?run=ID[&step=S][&worst=N|&best=N|&truncated=1|&errors=1|&nonfinite=1]
+    /rollouts?run=ID[&step=S|&step_min=S&step_max=S][&since=T&until=T]
+              [&worst=N|&best=N|&truncated=1|&errors=1|&nonfinite=1]
               [&component=NAME>VALUE ...][&limit=N]
     /rollout?id=ROLLOUT_ID[&run=ID]         one rollout (the newest with that id)
 
@@ -17,6 +18,7 @@ script in a browser.
 
 from __future__ import annotations
 
+import math
 import os
 from collections.abc import Callable
 from typing import Any
@@ -35,8 +37,12 @@ HEADERS = {
     "Cache-Control": "no-store",
 }
 _FLAGS = ("truncated", "errors", "nonfinite")
-_KNOWN = {"run", "step", "worst", "best", "component", "limit", *_FLAGS}
+_STEPS = ("step", "step_min", "step_max")  # may be negative
+_TIMES = ("since", "until")
+_KNOWN = {"run", *_STEPS, *_TIMES, "worst", "best", "component", "limit", *_FLAGS}
 DEFAULT_LIMIT = 100
+# times past this are in milliseconds (year 2286 in seconds; Grafana's ${__from} is in ms)
+MILLISECONDS = 1e10
 MAX_LIMIT = 1000
 Params = dict[str, list[str]]
 DataDir = str | os.PathLike[str] | None
@@ -59,11 +65,25 @@ def _int(params: Params, key: str) -> int | None:
         n = int(values[-1])
     except ValueError:
         raise BadRequest(f"query parameter {key!r}={values[-1]!r} is not an integer") from None
-    if n < 0 and key != "step":
+    if n < 0 and key not in _STEPS:
         raise BadRequest(f"query parameter {key!r}={n} must be ≥ 0")
     if not -(2**63) <= n < 2**63:  # SQLite's integers
         raise BadRequest(f"query parameter {key!r} is out of range")
     return n
+
+
+def _time(params: Params, key: str) -> float | None:
+    """A time in Unix seconds; Grafana's ``${__from}`` (milliseconds) is read as such too."""
+    values = params.get(key)
+    if not values:
+        return None
+    try:
+        t = float(values[-1])
+    except ValueError:
+        raise BadRequest(f"query parameter {key!r}={values[-1]!r} is not a time") from None
+    if not math.isfinite(t) or t < 0:
+        raise BadRequest(f"query parameter {key!r}={values[-1]!r} is not a time")
+    return t / 1000 if t >= MILLISECONDS else t
 
 
 def _flag(params: Params, key: str) -> bool:
@@ -86,16 +106,23 @@ def _filter(params: Params) -> Filter:
     except ValueError as exc:
         raise BadRequest(str(exc)) from None
     limit = _int(params, "limit")
-    return Filter(
-        step=_int(params, "step"),
-        worst=_int(params, "worst"),
-        best=_int(params, "best"),
-        truncated=_flag(params, "truncated"),
-        errors=_flag(params, "errors"),
-        nonfinite=_flag(params, "nonfinite"),
-        components=components,
-        limit=DEFAULT_LIMIT if limit is None else min(limit, MAX_LIMIT),
-    )
+    try:
+        return Filter(
+            step=_int(params, "step"),
+            step_min=_int(params, "step_min"),
+            step_max=_int(params, "step_max"),
+            since=_time(params, "since"),
+            until=_time(params, "until"),
+            worst=_int(params, "worst"),
+            best=_int(params, "best"),
+            truncated=_flag(params, "truncated"),
+            errors=_flag(params, "errors"),
+            nonfinite=_flag(params, "nonfinite"),
+            components=components,
+            limit=DEFAULT_LIMIT if limit is None else min(limit, MAX_LIMIT),
+        )
+    except ValueError as exc:  # a range that ends before it starts, a step with a range
+        raise BadRequest(str(exc)) from None
 
 
 def _param(params: Params, key: str) -> str:

@@ -3,11 +3,12 @@
 It opens on one run (the Run variable is single-valued). The row "What the alerts test" plots
 each step signal an alert thresholds, with the alert's levels from the same Config the rules use
 drawn as dashed lines, so a page leads to the curve that caused it. The other rows follow the
-catalog's layers: reward, policy (entropy and divergence), optimisation, task (responses; the
-classic-RL episode row is collapsed) and system (throughput, phases, liveness). RL scalars
-are averaged across ranks per run (trainers usually log them on rank 0 only, so that is one
-series). What every rank exports (its step, liveness, counters, histograms) is read from the
-per-run recording rules of rlpulse.stack.rules, so the panels stay fast at 1,024 ranks.
+catalog's layers: reward, policy (entropy and divergence), optimisation, task (responses;
+classic-RL runs have a dashboard of their own) and system (throughput, phases as shares of wall
+time, liveness). RL scalars are averaged across ranks per run (trainers usually log them on
+rank 0 only, so that is one series). What every rank exports (its step, liveness, counters,
+histograms) is read from the per-run recording rules of rlpulse.stack.rules, so the panels stay
+fast at 1,024 ranks.
 """
 
 from __future__ import annotations
@@ -42,11 +43,13 @@ from rlpulse.stack.grafana_common import (
     label_variable,
     log_scale,
     new_dashboard,
+    phase_wall_share,
     right_axis,
     rollout_links,
     rollouts_variable,
     single_stat,
-    stacked_percent,
+    stacked,
+    step_range_variables,
     threshold_lines,
     thresholds,
     unit_of,
@@ -63,7 +66,7 @@ RUN = "{{run_id}}"
 PER_SECOND = "suffix:/s"
 
 
-def avg_run(name: str, by: str = "", **matchers: str) -> str:
+def avg_run(name: str, by: str = "", /, **matchers: str) -> str:
     """The run's value of a catalog gauge, averaged over ranks (and split by label ``by``)."""
     labels = ", ".join(["run_id", by] if by else ["run_id"])
     return f"avg by ({labels}) ({SEL(name, **matchers)})"
@@ -363,7 +366,7 @@ def advantages() -> timeseries.Panel:
     )
 
 
-# ---- task: responses and episodes ------------------------------------------------------------
+# ---- task: responses ------------------------------------------------------------
 
 
 def response_length() -> timeseries.Panel:
@@ -400,24 +403,6 @@ def response_quality() -> timeseries.Panel:
         )
         .min(0)
         .max(1)
-    )
-
-
-def episode_return() -> timeseries.Panel:
-    return graph(
-        "Episode return",
-        unit_of("rl_episode_return"),
-        "Mean undiscounted episode return of recent episodes.",
-        [Query(avg_run("rl_episode_return"), "return · " + RUN)],
-    )
-
-
-def episode_length() -> timeseries.Panel:
-    return graph(
-        "Episode length",
-        "suffix: steps",
-        "Mean length of recent episodes, in env steps.",
-        [Query(avg_run("rl_episode_length_steps"), "length · " + RUN)],
     )
 
 
@@ -463,16 +448,15 @@ def tokens_rate() -> timeseries.Panel:
 
 
 def phase_times() -> timeseries.Panel:
-    # a stalled run's share is 0/0 = NaN: dropped (NaN >= 0 is false) so it blanks nothing
-    return stacked_percent(
+    return stacked(
         graph(
             t.PHASE_SHARE,
             "percentunit",
-            "Share of wall time in each phase (rollout, reward, update, sync, eval …): which "
-            "phase a slowdown comes from.",
-            [Query(f"avg by (phase) ({REC(rules.PHASE_SHARE)} >= 0)", "{{phase}}")],
+            "Share of wall time in each phase (rollout, reward, update, sync, eval …), averaged "
+            "over ranks, and the untimed rest: which phase a slowdown comes from.",
+            phase_wall_share(SEL, REC(LAST_LOG_NEWEST)),
         )
-    )
+    ).max(1)
 
 
 def liveness() -> timeseries.Panel:
@@ -508,6 +492,8 @@ def build(uid: str, cfg: Config) -> dict[str, Any]:
         .with_variable(rollouts_variable(rollout_api(cfg.scrape.static_targets)))
         .annotation(alerts_annotation(SEL))
     )
+    for variable in step_range_variables(REC(rules.aggregate_name("run", rules.STEP, "max"))):
+        dashboard.with_variable(variable)
     rows = [
         Row("Run status", [current_step(), train_steps_rate(), since_last_log(), alerts_now()]),
         Row("What the alerts test", alert_signals(cfg)),
@@ -522,7 +508,6 @@ def build(uid: str, cfg: Config) -> dict[str, Any]:
             + [explained_variance(), advantages()],
         ),
         Row("Task: responses", [response_length(), response_quality()]),
-        Row("Classic RL: episodes", [episode_return(), episode_length()], collapsed=True),
         Row(
             "System: throughput, phases, liveness",
             [samples_rate(), steps_rate(), tokens_rate(), phase_times(), liveness()],

@@ -1,4 +1,4 @@
-"""Grafana output of ``rlpulse generate``: the three dashboards, provisioning, docker-compose.yml.
+"""Grafana output of ``rlpulse generate``: the four dashboards, provisioning, docker-compose.yml.
 
 ``render(config)`` maps each generated file's path (relative to the output root) to its text.
 ``panel_queries`` and ``expand`` let a test run every panel query against a real Prometheus.
@@ -11,7 +11,13 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from rlpulse.stack import compose, dashboard_comparison, dashboard_system, dashboard_training
+from rlpulse.stack import (
+    compose,
+    dashboard_classic,
+    dashboard_comparison,
+    dashboard_system,
+    dashboard_training,
+)
 from rlpulse.stack.config import Config
 from rlpulse.stack.output import dump, header
 from rlpulse.stack.panels import rollout_api
@@ -20,6 +26,7 @@ DASHBOARD_DIR = "grafana/dashboards"
 PROVISIONING_DIR = "grafana/provisioning"
 PROMETHEUS_UID = "prometheus"
 ALERTMANAGER_UID = "alertmanager"
+CLASSIC_UID = "rlpulse-classic"
 _HEADER = header("dashboards.py")
 
 
@@ -30,6 +37,7 @@ def dashboards(config: Config) -> dict[str, dict[str, Any]]:
         "rl-training.json": dashboard_training.build(links.training_dashboard_uid, config),
         "rl-system.json": dashboard_system.build(links.system_dashboard_uid, config),
         "rl-comparison.json": dashboard_comparison.build(links.comparison_dashboard_uid),
+        "rl-classic.json": dashboard_classic.build(CLASSIC_UID),
     }
 
 
@@ -107,7 +115,7 @@ _DOC_INTRO = """\
 
 Generated from `exporter/rlpulse/stack/dashboard_*.py` by `rlpulse generate`; do not edit by hand.
 
-Three Grafana dashboards ship in `grafana/dashboards/`:
+Four Grafana dashboards ship in `grafana/dashboards/`:
 
 - **With docker compose**: `docker compose up` provisions them (folder *rlpulse*) together with
   the Prometheus and Alertmanager datasources; Grafana is on <http://localhost:3000>.
@@ -122,17 +130,23 @@ two, keeping the time range and the run. The row *What the alerts test* plots ea
 an alert thresholds (`rl_step_signal{signal=…}`) with the alert's warning and critical levels as
 dashed lines, taken from the same config as the rules, so a page leads to the curve that caused
 it; the runbooks (docs/runbooks.md) name panels by their titles here. Rows a kind of run cannot
-fill (classic-RL episodes, grader and tools) are collapsed. The comparison dashboard also plots
+fill (grader and tools) are collapsed. A Gymnasium, SB3 or CleanRL run has a dashboard of its own,
+*Classic RL*: episode return, length and success rate, episodes and env steps per second,
+exploration (epsilon or entropy), losses, Q-values, and each phase's share of wall time with the
+untimed rest shown. The comparison dashboard also plots
 the runs against the training step (*trend* panels, x = `rl_step`), so runs that did not run at
 the same time overlay.
 
 From a curve to the rollouts behind it: the alert-signal, gradient-norm and response panels have
-a data link to the worst rollouts of the run in the rollout API (docs/rollouts.md; the *Rollout
+data links to the worst rollouts of the run in the rollout API (docs/rollouts.md; the *Rollout
 API* variable is its base URL, by default the first static scrape target, an exporter with the
-API mounted); `rlpulse rollouts show --run RUN --worst 20` prints the same. Exemplars (the
-`rollout_id` of single rollouts) on the rollout-latency and response-length histograms open
-`/rollout?id=…` through the Prometheus datasource's exemplar link. Rates use `$__rate_interval`;
-error counters read 0 until their first increment (`or on() vector(0)`).
+API mounted): up to the clicked point of the visible time range (`since=${__from}&until=
+${__value.time}`), in the visible step range (`step_min=${step_min}&step_max=${step_max}`, hidden
+variables computed from `rl_step` over the time range), and in the whole run;
+`rlpulse rollouts show --run RUN --step-min A --step-max B --worst 20` prints the same.
+Exemplars (the `rollout_id` of single rollouts) on the rollout-latency and response-length
+histograms open `/rollout?id=…` through the Prometheus datasource's exemplar link. Rates use
+`$__rate_interval`; error counters read 0 until their first increment (`or on() vector(0)`).
 
 ## The stack with docker compose
 

@@ -9,7 +9,7 @@ generation time rather than in Grafana.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, TypeVar
 
@@ -25,7 +25,7 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from rlpulse import catalog
 from rlpulse.stack import panels, rules
-from rlpulse.stack.promql import sel
+from rlpulse.stack.promql import recorded_metric, sel
 
 DATASOURCE_VARIABLE = "datasource"
 PROMETHEUS = dm.DataSourceRef(type_val="prometheus", uid="${" + DATASOURCE_VARIABLE + "}")
@@ -70,17 +70,15 @@ class Selector:
 
     variables: tuple[str, ...]
 
-    def __call__(self, name: str, suffix: str = "", **matchers: str) -> str:
+    def __call__(self, name: str, suffix: str = "", /, **matchers: str) -> str:
         """``name+suffix{var=~"$var",…,key="value"}`` for catalog metric ``name``, built and
         checked (series and label names) by the rules' builder, ``rlpulse.stack.promql.sel``.
 
         ``suffix`` selects a histogram's ``_bucket``/``_sum``/``_count`` series.
         """
-        parts = [f'{v}=~"${v}"' for v in self.variables]
-        parts += [f'{k}="{v}"' for k, v in matchers.items()]
-        return sel(catalog.get(name), *parts, suffix=suffix)
+        return sel(catalog.get(name), *_matchers(self.variables, matchers), suffix=suffix)
 
-    def rate(self, name: str, suffix: str = "", **matchers: str) -> str:
+    def rate(self, name: str, suffix: str = "", /, **matchers: str) -> str:
         """Per-second rate of a counter (or histogram series) over ``$__rate_interval``."""
         return f"rate({self(name, suffix, **matchers)}{RATE})"
 
@@ -106,12 +104,17 @@ class Recorded:
     variables: tuple[str, ...]
 
     def __call__(self, record: str, **matchers: str) -> str:
-        """``record{var=~"$var", …, key="value"}`` for a recording rule's name."""
+        """``record{var=~"$var", …, key="value"}`` for a recording rule's name, built and
+        checked (label names against the recorded metric's) by ``rlpulse.stack.promql.sel``."""
         if record not in rules.recorded_names():
             raise ValueError(f"{record!r} is not a recording rule of rlpulse.stack.rules")
-        parts = [f'{v}=~"${v}"' for v in self.variables]
-        parts += [f'{k}="{v}"' for k, v in matchers.items()]
-        return record + "{" + ",".join(parts) + "}"
+        parts = _matchers(self.variables, matchers)
+        return sel(recorded_metric(record), *parts, record=record)
+
+
+def _matchers(variables: Sequence[str], matchers: Mapping[str, str]) -> list[str]:
+    """``var=~"$var"`` for each dashboard variable, then ``key="value"`` for each matcher."""
+    return [f'{v}=~"${v}"' for v in variables] + [f'{k}="{v}"' for k, v in matchers.items()]
 
 
 @dataclass(frozen=True)
@@ -263,6 +266,11 @@ def zero_line(panel: timeseries.Panel, color: str = "red") -> timeseries.Panel:
     return threshold_lines(panel, thresholds((None, "transparent"), (0.0, color)))
 
 
+def stacked(panel: timeseries.Panel) -> timeseries.Panel:
+    """Stack series on each other (parts of a whole that keep their own size)."""
+    return panel.stacking(cb.StackingConfig().mode(cm.StackingMode.NORMAL)).fill_opacity(40)
+
+
 def stacked_percent(panel: timeseries.Panel) -> timeseries.Panel:
     """Stack series to 100 % (shares of a whole)."""
     return panel.stacking(cb.StackingConfig().mode(cm.StackingMode.PERCENT)).fill_opacity(40)
@@ -398,7 +406,7 @@ def label_variable(
 
 def firing_alerts(selector: Selector) -> str:
     """The ``ALERTS`` series of the alerts firing for the dashboard's selection."""
-    matchers = [f'{v}=~"${v}"' for v in selector.variables] + ['alertstate="firing"']
+    matchers = _matchers(selector.variables, {"alertstate": "firing"})
     return ALERTS + "{" + ",".join(matchers) + "}"
 
 
@@ -531,20 +539,60 @@ def rollouts_variable(default: str) -> db.TextBoxVariable:
     )
 
 
+STEP_RANGE = ("step_min", "step_max")
+_FIRST_NUMBER = r"/\} (-?[0-9]+)/"  # query_result's text: {labels} VALUE TIMESTAMP
+
+
+def step_range_variables(step: str) -> list[db.QueryVariable]:
+    """Hidden variables ``step_min``/``step_max``: the first and last value of the step series
+    ``step`` in the visible time range, recomputed when it changes; the rollout links carry
+    them."""
+    return [
+        db.QueryVariable(name)
+        .label(name)
+        .datasource(PROMETHEUS)
+        .query(f"query_result({fn}({fn}_over_time({step}[$__range])))")
+        .regex(_FIRST_NUMBER)
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .hide(dm.VariableHide.HIDE_VARIABLE)
+        for name, fn in zip(STEP_RANGE, ("min", "max"), strict=True)
+    ]
+
+
 def rollout_links(panel: P) -> P:
-    """A data link from a run's series to its worst rollouts in the rollout API (``rlpulse
-    rollouts show`` prints the same from the command line)."""
+    """Data links from a run's series to its worst rollouts in the rollout API: up to the
+    clicked point of the visible time range, in the visible step range, and in the whole run
+    (``rlpulse rollouts show`` with the same filters prints them from the command line)."""
     run = "${__field.labels.run_id}"
     base = "${" + ROLLOUTS_VARIABLE + "}/rollouts?run=" + run
     worst = panels.WORST_ROLLOUTS
+    low, high = ("${" + name + "}" for name in STEP_RANGE)
+    cli = f"rlpulse rollouts show --run {run} --worst {worst}"
     links = [
-        db.DashboardLink(
-            f"Worst rollouts of {run} (rlpulse rollouts show --run {run} --worst {worst})"
-        )
-        .url(f"{base}&worst={worst}")
-        .target_blank(True),
+        (
+            f"Worst rollouts of {run} up to this point",
+            f"since=${{__from}}&until=${{__value.time}}&worst={worst}",
+        ),
+        (
+            f"Worst rollouts of {run} in the steps shown, {low} to {high} "
+            f"({cli} --step-min {low} --step-max {high})",
+            f"step_min={low}&step_max={high}&worst={worst}",
+        ),
+        (f"Worst rollouts of {run} ({cli})", f"worst={worst}"),
     ]
-    return panel.data_links(links)  # type: ignore[attr-defined]
+    built = [
+        db.DashboardLink(title).url(f"{base}&{query}").target_blank(True) for title, query in links
+    ]
+    return panel.data_links(built)  # type: ignore[attr-defined]
+
+
+def phase_wall_share(sel: Selector, alive: str) -> list[Query]:
+    """Each phase's share of wall time (seconds spent in it per second, averaged over ranks)
+    and the untimed rest, while ``alive`` (a series of the run) exists: a loop that times one
+    phase and sleeps shows the sleep as untimed, not the phase as 100 %."""
+    timed = f"avg by (phase) ({sel.rate('rl_phase_duration_seconds', '_sum')})"
+    rest = f"clamp_min(1 - (sum({timed}) or on() vector(0)), 0) and on() count({alive})"
+    return [Query(timed, "{{phase}}"), Query(rest, "untimed")]
 
 
 def new_dashboard(uid: str, title: str, description: str, tags: Sequence[str]) -> db.Dashboard:

@@ -12,6 +12,7 @@ WORST_ROLLOUTS = 20  # how many rollouts a link asks the rollout API for
 TRAINING = "rlpulse · RL training"
 SYSTEM = "rlpulse · RL system"
 COMPARISON = "rlpulse · Run comparison"
+CLASSIC = "rlpulse · Classic RL"
 ARROW = " → "
 SEPARATOR = "; "
 
@@ -36,6 +37,18 @@ SAMPLES_RATE = "Samples and episodes / s"
 STEPS_RATE = "Optimizer steps / s"
 PHASE_SHARE = "Phase time share"
 LIVENESS = "Liveness: seconds since last log"
+
+# Classic RL
+LOGGED_STEP = "Logged step"
+EPISODES = "Episodes finished"
+EPISODE_RETURN = "Episode return"
+EPISODE_LENGTH = "Episode length"
+SUCCESS_RATE = "Success rate"
+EPISODE_RATES = "Episodes / s and env steps / s"
+CLASSIC_LOSSES = "Losses: policy, value / TD"
+EXPLORATION = "Exploration: epsilon and entropy"
+VALUES = "Q-values and explained variance"
+UPDATE_SIZE = "Update size: approx KL and clip fraction"
 
 # RL system
 GPU_UTILIZATION = "GPU utilization"

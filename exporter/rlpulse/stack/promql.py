@@ -14,12 +14,17 @@ from rlpulse.catalog import Metric
 _MATCHER = re.compile(r'^([a-zA-Z_][a-zA-Z0-9_]*)(=~|!~|!=|=)"((?:[^"\\]|\\.)*)"$')
 
 
-def sel(metric: Metric, *matchers: str, suffix: str = "", extra: str = "") -> str:
+def sel(metric: Metric, *matchers: str, suffix: str = "", extra: str = "", record: str = "") -> str:
     """A series selector for ``metric`` (``suffix``: ``_bucket``/``_sum``/``_count`` of a
     histogram), with label ``matchers`` like ``'split="eval"'`` checked against the metric's
-    labels, and ``extra`` matchers (the config's selector) appended verbatim."""
-    name = metric.name + suffix
-    if name not in catalog.series_names(metric):
+    labels, and ``extra`` matchers (the config's selector) appended verbatim.
+
+    ``record``: select that recording rule's series of ``metric`` (see :func:`record_name`)
+    instead; its matchers are checked against the metric's labels all the same."""
+    name = record or metric.name + suffix
+    if record and recorded_metric(record) != metric:
+        raise ValueError(f"{record} is not a recording of {metric.name}")
+    if not record and name not in catalog.series_names(metric):
         raise ValueError(f"{name} is not a series of {metric.name}")
     allowed = {*metric.labels, *catalog.IDENTITY_LABELS, "job", "instance"}
     if suffix == "_bucket":
@@ -37,6 +42,18 @@ def record_name(level: str, metric: Metric, operation: str) -> str:
     ``rl_samples_total`` is ``run:rl_samples:rate``)."""
     base = metric.name.removesuffix("_total") if metric.type == "counter" else metric.name
     return f"{level}:{base}:{operation}"
+
+
+def recorded_metric(record: str) -> Metric:
+    """The catalog metric a :func:`record_name` ``level:metric:operation`` records."""
+    parts = record.split(":")
+    if len(parts) != 3:
+        raise ValueError(f"{record!r} is not a recording name level:metric:operation")
+    base = parts[1]
+    found = catalog.BY_NAME.get(base) or catalog.BY_NAME.get(f"{base}_total")
+    if found is None:
+        raise ValueError(f"{record!r} records no catalog metric")
+    return found
 
 
 def regex_alternatives(values: tuple[str, ...] | list[str]) -> str:

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from rlpulse.rollouts import Recorder, SamplingConfig
-from rlpulse.rollouts.store import file_bytes
+from rlpulse.rollouts.store import Batch, Counters, Writer, file_bytes
 
 TEXT = "x" * 1500
 SIZE = 4 * 2**20
@@ -77,6 +77,55 @@ def test_a_store_larger_than_the_disk_leaves_the_trainer_its_reserve(small_disk:
     assert first.get("dropped:disk_full", 0) > 0
     assert later["recorded"] > first["recorded"]
     assert free >= RESERVE // 2
+
+
+def _write_together(writer: Writer, batches: list[Batch]) -> None:
+    """Have the writer thread take ``batches`` in one transaction, as it does under load: it
+    waits on its ``busy`` lock (with an empty batch) while they are queued."""
+    with writer.busy:
+        writer.submit(Batch([], [], []))
+        while writer.queue.qsize():
+            time.sleep(0.001)
+        for batch in batches:
+            assert writer.submit(batch)
+    assert writer.flush()
+
+
+def test_a_large_transaction_after_an_unchecked_wal_keeps_the_reserve(small_disk: Path) -> None:
+    """The WAL not yet copied into the file is space a checkpoint will still take: a large
+    transaction on top of it once filled the disk (1 run in 10 of the test above), and its
+    rows were counted both recorded and dropped."""
+    counters = Counters()
+    writer = Writer(
+        small_disk / "wal.sqlite",
+        run_id="wal",
+        session=1,
+        rank=0,
+        max_rows=10**6,
+        max_bytes=64 * 2**20,
+        queue_size=64,
+        queue_bytes=2**30,
+        timeout_s=2.0,
+        page_limit=None,
+        min_free_bytes=RESERVE,
+        redact=None,
+        counters=counters,
+    )
+    seq, lowest = 0, SIZE
+    for group in (20, 9, 12, 17, 1, 15, 8):  # a WAL of 1.5 MB, then 17 batches at once
+        batches = []
+        for _ in range(group):
+            rows = [{"rollout_id": str(seq + i), "step": 0, "response": TEXT} for i in range(16)]
+            batches.append(Batch(rows, list(range(seq, seq + 16)), []))
+            seq += 16
+        _write_together(writer, batches)
+        lowest = min(lowest, shutil.disk_usage(small_disk).free)
+    writer.close()
+    stats = counters.snapshot()
+    dropped = sum(v for k, v in stats.items() if k.startswith("dropped:"))
+    print(f"\nlowest free {lowest} bytes; {stats}")
+    assert lowest >= RESERVE
+    assert stats["recorded"] + dropped == seq  # each rollout stored or dropped, once
 
 
 def _fill(path: Path) -> int:

@@ -438,12 +438,12 @@ class Writer:
                 self.reserve.unlink()
 
     def _shrink(self, conn: sqlite3.Connection) -> None:
-        """Give freed pages back to the filesystem; truncate a WAL past its limit."""
+        """Give freed pages back to the filesystem; checkpoint and truncate a WAL past its
+        limit or holding much of the room left (so it is not counted against new batches)."""
         conn.executescript("PRAGMA incremental_vacuum;")  # execute() would free one page
-        with contextlib.suppress(OSError):
-            wal = os.path.getsize(f"{self.path}-wal")
-            if wal > self.wal_bytes or self._free_bytes() < self.min_free_bytes + wal:
-                conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+        wal = self._wal_bytes()
+        if wal > self.wal_bytes or self._free_bytes() - wal < self.min_free_bytes + 2 * wal:
+            conn.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     def _prepare(self, batch: Batch) -> list[tuple[Any, ...]]:
         params = []
@@ -503,10 +503,17 @@ class Writer:
                 self._reset()
         self._refresh_gauges()
 
+    def _wal_bytes(self) -> int:
+        try:
+            return os.path.getsize(f"{self.path}-wal")
+        except OSError:
+            return 0
+
     def _fitting(self, batches: list[Batch]) -> int:
         """How many of ``batches`` (in order) fit while ``min_free_bytes`` stay free: each
-        takes about three times its text (the rows, their WAL copy, pages)."""
-        room = self._free_bytes() - self.min_free_bytes - HEADROOM
+        takes about three times its text (the rows, their WAL copy, pages), and the WAL
+        not yet copied into the file counts as taken (a checkpoint still adds it)."""
+        room = self._free_bytes() - self._wal_bytes() - self.min_free_bytes - HEADROOM
         for i, batch in enumerate(batches):
             room -= 3 * batch.size
             if room < 0:
@@ -553,7 +560,10 @@ class Writer:
         self.counters.add("evicted:resampled", evicted)
         self.counters.add("evicted:rows", by_rows)
         self.counters.add("evicted:bytes", by_bytes)
-        self._shrink(conn)
+        try:  # the rows are stored: a failure here is not theirs to count
+            self._shrink(conn)
+        except sqlite3.Error as exc:
+            self._warn("shrink_failed", f"could not return space to the filesystem: {exc}")
 
     def _evict_seqs(self, conn: sqlite3.Connection, seqs: Iterable[int]) -> int:
         cur = conn.executemany(

@@ -21,7 +21,6 @@ import logging
 import math
 import os
 import re
-import reprlib
 import signal
 import socket
 import subprocess
@@ -33,7 +32,6 @@ import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import islice
-from operator import countOf
 from typing import Any
 
 import numpy as np
@@ -51,6 +49,17 @@ from prometheus_client.samples import Exemplar as PromExemplar
 
 from rlpulse import __version__, catalog, http, keys, notices, signals, webconfig
 from rlpulse.catalog import IDENTITY_LABELS, Metric
+from rlpulse.coerce import (
+    FLOAT_MAX,
+    PREVIEW_CHARS,
+    Dropped,
+    float_array,
+    int_float,
+    label_text,
+    plain,
+    plain_snapshot,
+    preview,
+)
 from rlpulse.collectors.base import CachedReader
 from rlpulse.collectors.gpu import GpuReader
 from rlpulse.collectors.host import HostReader, ProcessReader
@@ -94,118 +103,6 @@ SELF_PREFIX = "rlpulse_"  # the exporter's own metrics: never written through th
 MAX_BOUND_KEYS = 4096  # logged keys whose binding is remembered; later new keys resolve per call
 MAX_WARNED = 256  # (key, reason) pairs given their own warning; later drops are only counted
 MAX_CONFIG_DEPTH = 32  # nesting of config= kept as rl_hyperparameter{name}
-PREVIEW_CHARS = 200  # of a dropped value's repr, in the log and in strict errors
-_PREVIEW = reprlib.Repr()
-_PREVIEW.maxstring = _PREVIEW.maxother = _PREVIEW.maxlong = PREVIEW_CHARS
-
-
-def _preview(value: Any) -> str:
-    """A short repr of a user value: bounded, and never an exception."""
-    try:
-        return _PREVIEW.repr(value)[:PREVIEW_CHARS]
-    except Exception:
-        return f"<{type(value).__name__} whose repr raised>"
-
-
-class _Dropped:
-    """A logged value that is no number: why, and a preview of it (never the object itself)."""
-
-    __slots__ = ("preview", "reason")
-
-    def __init__(self, reason: str, value: Any) -> None:
-        self.reason = reason
-        self.preview = _preview(value)
-
-    def __repr__(self) -> str:
-        return self.preview
-
-
-def _int_float(value: int) -> float:
-    """An int as a float; one too large for a float is ±Inf (then counted non-finite)."""
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf if value > 0 else -math.inf
-
-
-def _plain(value: Any) -> float | _Dropped:
-    """A plain float taken from a logged value now, or why it is not a number.
-
-    Taking it at once keeps no reference to the user's object (a tensor with its autograd
-    graph, an array the trainer mutates) and reads the value it had at the call.
-    """
-    if type(value) is float or type(value) is _Dropped:
-        return value
-    if value is None:
-        return _Dropped("none", value)
-    if isinstance(value, bool | np.bool_):
-        return _Dropped("bool", value)
-    if isinstance(value, int):
-        return _int_float(value)
-    if isinstance(value, str | bytes | complex):
-        return _Dropped("non_numeric", value)
-    if isinstance(value, list | tuple):
-        return _Dropped("non_scalar", value)
-    try:
-        if getattr(value, "ndim", 0) != 0:
-            return _Dropped("non_scalar", value)
-        if hasattr(value, "item"):  # numpy and torch scalars; .item() ignores a graph quietly
-            value = value.item()
-        return _int_float(value) if isinstance(value, int) else float(value)
-    except Exception:
-        return _Dropped("non_numeric", value)
-
-
-_FLOAT_MAX = sys.float_info.max
-_PLAIN = frozenset({float, int})  # value types log() keeps as they are (immutable numbers)
-
-
-def _plain_key(key: Any) -> Any:
-    """A logged dict's key as a plain str, or a ``_Dropped`` standing for a non-string key."""
-    if isinstance(key, str):
-        return str.__str__(key)
-    return _Dropped("bad_key", key)
-
-
-def plain_snapshot(metrics: Mapping[Any, Any]) -> dict[Any, Any]:
-    """A logged dict as plain floats and ints (others: a ``_Dropped`` saying why), taken now so
-    that no reference to a user object is kept (``Exporter.log``, ``WorkerClient.log``)."""
-    snapshot = dict(metrics)
-    values = snapshot.values()  # all floats: the common case, checked at C speed
-    if countOf(map(type, values), float) == len(values) or _PLAIN.issuperset(map(type, values)):
-        return snapshot
-    return {
-        (k if type(k) is str else _plain_key(k)): (v if type(v) is float else _plain(v))
-        for k, v in snapshot.items()
-    }
-
-
-def _float_array(values: Any) -> np.ndarray:
-    """A flat float array of numbers, bools or number objects (huge ints: ±Inf, None: NaN);
-    ``TypeError`` for text, complex or anything else."""
-    arr = np.asarray(values)
-    kind = arr.dtype.kind
-    if kind in "biuf":
-        return arr.astype(float, copy=False).ravel()
-    if kind != "O":
-        raise TypeError(f"{arr.dtype} values are not numbers")
-    out = np.empty(arr.size, dtype=float)
-    for i, item in enumerate(arr.ravel().tolist()):
-        v = math.nan if item is None else _plain(item)
-        if isinstance(v, _Dropped):
-            raise TypeError(f"{v.preview} is not a number")
-        out[i] = v
-    return out
-
-
-def _label_text(value: Any) -> str:
-    """A label value as text; ``ValueError`` when its ``str()`` fails."""
-    try:
-        return str(value)
-    except Exception as exc:
-        raise ValueError(
-            f"label value of type {type(value).__name__}: str() failed: {exc!r}"
-        ) from None
 
 
 class _Binding:
@@ -593,15 +490,15 @@ class Exporter:
     def _drop(self, reason: str, key: str, value: Any) -> None:
         with self._drop_lock:
             self.dropped[reason] = self.dropped.get(reason, 0) + 1
-        name = key[:PREVIEW_CHARS] if type(key) is str else _preview(key)
+        name = key[:PREVIEW_CHARS] if type(key) is str else preview(key)
         if self.strict:
-            raise ValueError(f"rlpulse: {name!r}: {reason} ({_preview(value)})")
+            raise ValueError(f"rlpulse: {name!r}: {reason} ({preview(value)})")
         if (name, reason) in self._warned or len(self._warned) > MAX_WARNED:
             return
         self._warned.add((name, reason))
         log.warning(
             "rlpulse: dropped %s for %r: %s (logged once per key)",
-            _preview(value),
+            preview(value),
             name,
             reason,
             extra={notices.KIND: "dropped_metadata" if reason == "bad_metadata" else "dropped"},
@@ -617,8 +514,8 @@ class Exporter:
 
     def _coerce(self, key: str, value: Any) -> float | None:
         """A number from a logged value, or None after counting why it was dropped."""
-        v = _plain(value)
-        if isinstance(v, _Dropped):
+        v = plain(value)
+        if isinstance(v, Dropped):
             self._drop(v.reason, key, v)
             return None
         return v
@@ -642,7 +539,7 @@ class Exporter:
         try:
             snapshot = plain_snapshot(metrics)
             if step is not None and type(step) is not int:
-                step = _plain(step)
+                step = plain(step)
             self._pending.append((snapshot, step, self.clock()))
         except Exception as exc:
             if self.strict:
@@ -678,8 +575,8 @@ class Exporter:
                 i = slots.get(k)
                 t = type(v)
                 if i is not None and (t is float or t is int):
-                    if t is int and not -_FLOAT_MAX <= v <= _FLOAT_MAX:
-                        v = _int_float(v)  # past a float's range: ±Inf, counted below
+                    if t is int and not -FLOAT_MAX <= v <= FLOAT_MAX:
+                        v = int_float(v)  # past a float's range: ±Inf, counted below
                     values[i] = v
                     if v - v:  # NaN or ±Inf
                         self._count_nonfinite(self.store.by_slot[i])
@@ -813,7 +710,7 @@ class Exporter:
                 raise ValueError(f"{name} is a {metric.type}, not a {kind}")
             if metric.name.startswith(SELF_PREFIX):
                 raise ValueError(f"{name} is one of the exporter's own metrics, not writable")
-            texts = {k: _label_text(v) for k, v in labels.items()}
+            texts = {k: label_text(v) for k, v in labels.items()}
             return self.store.bind(metric, texts, capped=metric.labels)
         except Exception as exc:
             self._drop("bad_metric", name, exc)
@@ -867,7 +764,7 @@ class Exporter:
     def _array(self, key: str, values: Any) -> np.ndarray | None:
         """Numbers as a flat float array, or None after counting them ``non_numeric``."""
         try:
-            return _float_array(values)
+            return float_array(values)
         except Exception:
             self._drop("non_numeric", key, values)
             return None
@@ -1113,7 +1010,7 @@ class Exporter:
             return
         for key, value in items:
             try:
-                name = f"{prefix}{_label_text(key)}"
+                name = f"{prefix}{label_text(key)}"
             except ValueError as exc:
                 self._drop("bad_config", prefix or "config", exc)
                 continue

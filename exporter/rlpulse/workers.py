@@ -66,7 +66,8 @@ from typing import Any
 
 import rlpulse
 from rlpulse import catalog, tempdirs
-from rlpulse.exporter import Exporter, plain_snapshot
+from rlpulse.coerce import plain_snapshot
+from rlpulse.exporter import Exporter
 
 __all__ = ["ENV", "Address", "WorkerClient", "WorkerHub", "serve", "worker_client"]
 

@@ -27,7 +27,6 @@ import subprocess
 import sys
 import threading
 import time
-import uuid
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -47,7 +46,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.samples import Exemplar as PromExemplar
 
-from rlpulse import __version__, catalog, http, keys, notices, signals, webconfig
+from rlpulse import __version__, catalog, http, keys, notices, signals
 from rlpulse.catalog import IDENTITY_LABELS, Metric
 from rlpulse.coerce import (
     FLOAT_MAX,
@@ -65,23 +64,19 @@ from rlpulse.collectors.gpu import GpuReader
 from rlpulse.collectors.host import HostReader, ProcessReader
 from rlpulse.exposition import Renderer, format_le
 from rlpulse.http import PortInUseError
-from rlpulse.store import MAX_LABEL_CHARS, Series, Store
+from rlpulse.options import FINAL_WAIT_ENV, Options
+from rlpulse.store import Series, Store
 
 __all__ = ["Exporter", "PortInUseError"]
 
 log = logging.getLogger("rlpulse")
 
-DEFAULT_PORT = 9400
 # Labels whose values come from user data and are bounded by ``label_cap``.
 USER_LABELS = frozenset({"component", "benchmark", "tool", "phase", "name", "key", "split"})
 # rl_run_info's labels a trainer may set (rlpulse_version is always rlpulse's own)
 METADATA_KEYS = tuple(n for n in catalog.get("rl_run_info").labels if n != "rlpulse_version")
 FINISHED = catalog.get("rl_run_finished_timestamp_seconds")
 OUTCOME = catalog.get("rl_run_outcome")
-FINAL_WAIT = 60.0  # seconds the end of a run waits for a last scrape, by default
-FINAL_WAIT_ENV = "RLPULSE_FINAL_WAIT"
-EXPECT_SCRAPE_ENV = "RLPULSE_EXPECT_SCRAPE"
-PUSHGATEWAY_ENV = "RLPULSE_PUSHGATEWAY"
 PUSH_JOB = "rlpulse"  # the job label of a push: the generated scrape job's, so the rules match
 PUSH_TIMEOUT = 10.0
 MAX_REASON_CHARS = 120
@@ -116,35 +111,11 @@ class _Binding:
         self.counter = series.metric.type == "counter"
 
 
-def _env_int(name: str) -> int | None:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return None
-    try:
-        return int(raw)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
-
-
 def _from_scraper(request: http.Request) -> bool:
     """Whether a request comes from a scraper: Prometheus and the agents built on its scrape
     code send ``X-Prometheus-Scrape-Timeout-Seconds``."""
     headers = request.headers
     return SCRAPER_HEADER in headers or headers.get("User-Agent", "").startswith("Prometheus/")
-
-
-def _env_float(name: str, default: float = FINAL_WAIT) -> float:
-    raw = os.environ.get(name, "").strip()
-    if not raw:
-        return default
-    try:
-        return float(raw)
-    except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} is not a number") from None
-
-
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
 
 
 def _git_sha() -> str:
@@ -162,69 +133,24 @@ def _git_sha() -> str:
 
 
 class Exporter:
-    """One process's exporter. See ``rlpulse.start`` for the arguments."""
+    """One process's exporter; its arguments are those of ``rlpulse.options.Options.resolve``."""
 
-    def __init__(
-        self,
-        port: int | None = None,
-        *,
-        run_id: str | None = None,
-        rank: int | None = None,
-        local_rank: int | None = None,
-        node: str | None = None,
-        addr: str | None = None,
-        config: Mapping[str, Any] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        strict: bool = False,
-        gpu: bool | None = None,
-        host: bool | None = None,
-        process: bool = True,
-        certfile: str | None = None,
-        keyfile: str | None = None,
-        web_config: str | os.PathLike[str] | None = None,
-        label_cap: int = 64,
-        unmapped_cap: int = 256,
-        nvml: Any = None,
-        collector_timeout: float = 0.5,
-        collector_ttl: float = 1.0,
-        rollouts: Mapping[str, Any] | None = None,
-        key_map: Mapping[str, Any] | str | os.PathLike[str] | None = None,
-        final_wait: float | None = None,
-        expect_scrape: bool | None = None,
-        push_gateway: str | None = None,
-    ) -> None:
-        self.strict = strict
-        self.rank = rank if rank is not None else (_env_int("RANK") or 0)
-        self.local_rank = local_rank if local_rank is not None else (_env_int("LOCAL_RANK") or 0)
-        base = port if port is not None else (_env_int("RLPULSE_PORT") or DEFAULT_PORT)
-        self.port = base + self.local_rank if base else 0
-        self.addr = addr or os.environ.get("RLPULSE_ADDR") or "0.0.0.0"
-        self.run_id = run_id or os.environ.get("RLPULSE_RUN_ID") or f"run-{uuid.uuid4().hex[:8]}"
-        if len(self.run_id) > MAX_LABEL_CHARS:
-            raise ValueError(
-                f"rlpulse: run_id is {len(self.run_id)} characters long; at most "
-                f"{MAX_LABEL_CHARS} (it labels every series): {self.run_id[:40]!r}..."
-            )
-        self.certfile = certfile or os.environ.get("RLPULSE_CERTFILE") or None
-        self.keyfile = keyfile or os.environ.get("RLPULSE_KEYFILE") or None
-        web_path = web_config or os.environ.get(webconfig.ENV) or None
-        self.web_config = webconfig.load(web_path) if web_path else None
-        if self.certfile and self.web_config is not None and self.web_config.tls is not None:
-            raise ValueError(
-                f"rlpulse: both certfile ({self.certfile}) and tls_server_config in web config "
-                f"{self.web_config.path}: give the certificate in one place"
-            )
+    def __init__(self, port: int | None = None, **arguments: Any) -> None:
+        opts = self.options = Options.resolve(port, **arguments)
+        self.strict = opts.strict
+        self.rank, self.local_rank, self.node = opts.rank, opts.local_rank, opts.node
+        self.port, self.addr, self.run_id = opts.port, opts.addr, opts.run_id
+        self.certfile, self.keyfile, self.web_config = opts.certfile, opts.keyfile, opts.web_config
         self._routes: dict[str, http.Handler] = {}
         self._close_hooks: list[Callable[[], None]] = []
-        self.node = node or os.environ.get("RLPULSE_NODE") or socket.gethostname()
         self.identity = [self.run_id, str(self.rank), str(self.local_rank), self.node]
-        self.unmapped_cap = unmapped_cap
-        self.store = Store(label_cap=label_cap)
+        self.unmapped_cap = opts.unmapped_cap
+        self.store = Store(label_cap=opts.label_cap)
         self.dropped: dict[str, int] = {}
         self._drop_lock = threading.Lock()
         self._warned: set[tuple[str, str]] = set()
         self._framework: str | None = None
-        self._key_map = keys.user_map(key_map)  # the user's keys, searched before the tables
+        self._key_map = keys.user_map(opts.key_map)  # the user's keys, searched before the tables
         self._info: dict[str, str] = {}
         self._server: http.Server | None = None
         self._lock = threading.Lock()
@@ -233,29 +159,20 @@ class Exporter:
             deque(maxlen=EPISODE_WINDOW),
         )
         self._readers: list[CachedReader] = []
-        self._rollout_options = dict(rollouts or {})
-        self.final_wait = final_wait if final_wait is not None else _env_float(FINAL_WAIT_ENV)
-        self.expect_scrape = (
-            expect_scrape if expect_scrape is not None else _env_flag(EXPECT_SCRAPE_ENV)
-        )
-        self.push_gateway = push_gateway or os.environ.get(PUSHGATEWAY_ENV) or None
+        self.final_wait = opts.final_wait
+        self.expect_scrape = opts.expect_scrape
+        self.push_gateway = opts.push_gateway
         self.outcome: tuple[str, str] | None = None  # (outcome, reason) once the run has ended
         self.scraper_seen = False  # a Prometheus-style scraper has fetched /metrics
         self._recorder: Any = None  # a rollouts.Recorder, opened by the first record_rollouts()
         self._kept_ids: set[str] | None = None
-        node_reader = self.local_rank == 0  # node-level readings once per node, by local rank 0
-        if node_reader if gpu is None else gpu:
-            self._readers.append(
-                CachedReader("gpu", GpuReader(nvml), collector_ttl, collector_timeout)
-            )
-        if node_reader if host is None else host:
-            self._readers.append(
-                CachedReader("host", HostReader(), collector_ttl, collector_timeout)
-            )
-        if process:
-            self._readers.append(
-                CachedReader("process", ProcessReader(), collector_ttl, collector_timeout)
-            )
+        ttl, timeout = opts.collector_ttl, opts.collector_timeout
+        if opts.gpu:
+            self._readers.append(CachedReader("gpu", GpuReader(opts.nvml), ttl, timeout))
+        if opts.host:
+            self._readers.append(CachedReader("host", HostReader(), ttl, timeout))
+        if opts.process:
+            self._readers.append(CachedReader("process", ProcessReader(), ttl, timeout))
         # fast path: logged key -> value slot of a plain gauge; everything else in _bindings
         self._slots: dict[str, int] = {}
         self._bindings: dict[str, _Binding | object] = {}
@@ -272,8 +189,8 @@ class Exporter:
         self.detector = signals.Detector()
         self._watch: dict[int, tuple[str, tuple[str, ...]] | None] = {}
         self.clock: Callable[[], float] = time.time  # replay sets its simulated clock here
-        self._set_metadata(metadata or {})
-        self._set_config(config or {})
+        self._set_metadata(opts.metadata)
+        self._set_config(opts.config)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(_Collector(self))
 
@@ -288,9 +205,7 @@ class Exporter:
     @property
     def tls(self) -> bool:
         """Whether the endpoint serves HTTPS."""
-        return bool(self.certfile) or (
-            self.web_config is not None and self.web_config.tls is not None
-        )
+        return self.options.tls
 
     @property
     def serving(self) -> bool:
@@ -344,7 +259,7 @@ class Exporter:
                 from rlpulse.rollouts import Recorder
 
                 self._recorder = Recorder(
-                    self.run_id, rank=self.rank, strict=self.strict, **self._rollout_options
+                    self.run_id, rank=self.rank, strict=self.strict, **self.options.rollouts
                 )
             kept = self._recorder.record(**columns)
         except Exception as exc:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rlpulse import stackrun
-from rlpulse.exporter import DEFAULT_PORT
+from rlpulse.options import DEFAULT_PORT
 
 MISSING_BINARY = 3
 """Exit status of ``up`` when a binary is not installed (``scripts/demo`` then runs the trainer

@@ -13,8 +13,9 @@ from pathlib import Path
 from typing import Any
 
 from rlpulse import keys
-from rlpulse.exporter import DEFAULT_PORT, Exporter
+from rlpulse.exporter import Exporter
 from rlpulse.integrations.tensorboard import POLL_INTERVAL, TensorBoardTailer
+from rlpulse.options import DEFAULT_PORT
 
 
 def register(sub: Any) -> None:

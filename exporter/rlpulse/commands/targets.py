@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from rlpulse import targets
-from rlpulse.exporter import DEFAULT_PORT
+from rlpulse.options import DEFAULT_PORT
 
 
 def register(sub: Any) -> None:

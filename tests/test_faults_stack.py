@@ -26,12 +26,16 @@ STEPS = catalog.get("rl_env_steps_total").name
 # here like the rest of the fast preset. In production the page follows Alertmanager's return
 # within that minute plus group_wait.
 RESEND = "2s"
+# run metadata the page carries (looked up in rl_run_info by the rule's run_info annotation)
+METADATA = {"model": "tiny-policy", "git_sha": "abc1234", "framework": "trl", "owner": "alice"}
 
 
 @contextmanager
 def training(run_id: str) -> Iterator[Exporter]:
     """A started exporter counting env steps every 10 ms until the block ends."""
-    exp = Exporter(port=0, addr="127.0.0.1", run_id=run_id, gpu=False, host=False).start()
+    exp = Exporter(
+        port=0, addr="127.0.0.1", run_id=run_id, gpu=False, host=False, metadata=METADATA
+    ).start()
     stop = threading.Event()
 
     def loop() -> None:
@@ -94,7 +98,9 @@ def test_alertmanager_down_while_an_alert_fires(tmp_path: Path) -> None:
         stack.restart("alertmanager")
         (page,) = wait_for(lambda: stack.pages(ALERT), 60, "the page after Alertmanager returned")
         delay = page["received"] - back
-        assert page["payload"]["custom_details"]["run_id"] == run
+        details = page["payload"]["custom_details"]
+        assert details["run_id"] == run and details["team"] == "research"
+        assert details["run"] == " ".join(f"{k}={v}" for k, v in METADATA.items())
         assert page["payload"]["severity"] == "critical"
         errors = _notification_errors(stack)
     print(

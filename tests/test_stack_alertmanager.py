@@ -75,6 +75,13 @@ OWNED = {
 }
 
 
+# the task layer handed to the infrastructure team: its alerts page the infra service too
+TASK_TO_INFRA = {
+    **OWNED,
+    "routing": {"teams": {"rl": "research", "task": "platform", "system": "platform"}},
+}
+
+
 @pytest.mark.parametrize(
     ("cfg", "layer", "severity", "receiver"),
     [
@@ -83,13 +90,17 @@ OWNED = {
         (OWNED, "task", "critical", "pagerduty"),
         (OWNED, "system", "warning", "slack-infra"),
         (OWNED, "rl", "warning", "slack"),
+        (TASK_TO_INFRA, "task", "critical", "pagerduty-infra"),
+        (TASK_TO_INFRA, "rl", "critical", "pagerduty"),
         ({}, "system", "critical", "pagerduty"),  # one service pages every layer by default
     ],
 )
 def test_amtool_routes_by_ownership(
     tmp_path: Path, cfg: dict[str, Any], layer: str, severity: str, receiver: str
 ) -> None:
-    path = _write(tmp_path, config.from_dict(cfg))
+    """Routes follow the team label the rules put on each layer's alerts."""
+    parsed = config.from_dict(cfg)
+    path = _write(tmp_path, parsed)
     assert _amtool("check-config", str(path)).returncode == 0
     run = _amtool(
         "config",
@@ -98,6 +109,7 @@ def test_amtool_routes_by_ownership(
         f"--config.file={path}",
         f"severity={severity}",
         f"layer={layer}",
+        f"team={rules.owner_labels(layer, parsed)['team']}",
         "alertname=RLGPUIdle",
         "run_id=r1",
     )
@@ -213,11 +225,15 @@ def test_inhibit_rules_cover_severity_target_down_and_stall() -> None:
 # ---- a real Alertmanager ---------------------------------------------------------------------
 
 
+Stack = tuple[str, Sink, Sink, Sink]
+
+
 @pytest.fixture
-def stack(tmp_path: Path) -> Iterator[tuple[str, Sink, Sink]]:
-    """A real Alertmanager with the generated config; PagerDuty and Slack as local sinks."""
+def stack(tmp_path: Path) -> Iterator[Stack]:
+    """A real Alertmanager with the generated config; PagerDuty, Slack and the Watchdog's
+    heartbeat service as local sinks."""
     assert ALERTMANAGER, "prometheus-alertmanager (Debian package) is required"
-    pagerduty, slack = Sink(), Sink()
+    pagerduty, slack, heartbeat = Sink(), Sink(), Sink()
     (tmp_path / "pd_key").write_text("test-routing-key-0123456789abcdef\n")
     (tmp_path / "slack_url").write_text(slack.url)
     cfg = config.from_dict(
@@ -227,6 +243,7 @@ def stack(tmp_path: Path) -> Iterator[tuple[str, Sink, Sink]]:
                 "pagerduty": {"url": pagerduty.url, "routing_key_file": str(tmp_path / "pd_key")},
                 "slack": {"api_url_file": str(tmp_path / "slack_url")},
             },
+            "watchdog": {"heartbeat_url": heartbeat.url},
         }
     )
     path = _write(tmp_path, cfg)
@@ -241,10 +258,11 @@ def stack(tmp_path: Path) -> Iterator[tuple[str, Sink, Sink]]:
     ]
     try:
         with server(argv, f"{url}/-/ready"):
-            yield url, pagerduty, slack
+            yield url, pagerduty, slack, heartbeat
     finally:
         pagerduty.shutdown()
         slack.shutdown()
+        heartbeat.shutdown()
 
 
 def _alert(name: str, severity: str, **labels: str) -> dict[str, Any]:
@@ -256,21 +274,26 @@ def _alert(name: str, severity: str, **labels: str) -> dict[str, Any]:
             "runbook_url": f"https://example.test/docs/runbooks.md#{name.lower()}",
             "dashboard_url": f"http://grafana.test/d/x?var-run_id={labels.get('run_id')}",
             "rollouts_url": ROLLOUTS,
+            "run_info": RUN_INFO,
         },
     }
 
 
 ROLLOUTS = "http://127.0.0.1:9400/rollouts?run=r1&worst=20"
+RUN_INFO = "model=qwen2.5-0.5b git_sha=1a2b3c4 framework=trl owner=alice"
 
 
 TARGET = {"job": "rlpulse", "instance": "127.0.0.1:9400", "run_id": "r1", "rank": "0"}
 
 
 def test_critical_pages_pagerduty_with_the_key_from_its_file(
-    stack: tuple[str, Sink, Sink],
+    stack: Stack,
 ) -> None:
-    url, pagerduty, slack = stack
-    api(f"{url}/api/v2/alerts", [_alert("RLEntropyCollapse", "critical", **TARGET, node="n7")])
+    url, pagerduty, slack, _ = stack
+    api(
+        f"{url}/api/v2/alerts",
+        [_alert("RLEntropyCollapse", "critical", **TARGET, node="n7", team="research")],
+    )
     (event,) = pagerduty.wait(1)
     assert event["routing_key"] == "test-routing-key-0123456789abcdef"
     assert event["event_action"] == "trigger" and event["dedup_key"]
@@ -285,7 +308,8 @@ def test_critical_pages_pagerduty_with_the_key_from_its_file(
         "/#/silences/new?filter=%7B" in details["silence"]
         and "run_id%3D%22r1%22" in (details["silence"])
     )
-    assert details["run_id"] == "r1"
+    assert details["run_id"] == "r1" and details["run"] == RUN_INFO
+    assert details["team"] == "research"
     assert details["runbook"].endswith("#rlentropycollapse")
     assert details["dashboard"] == "http://grafana.test/d/x?var-run_id=r1"
     assert "RLEntropyCollapse of run r1" in details["description"]
@@ -293,22 +317,23 @@ def test_critical_pages_pagerduty_with_the_key_from_its_file(
     assert not slack.bodies, "a critical alert does not go to Slack"
 
 
-def test_warning_posts_to_slack(stack: tuple[str, Sink, Sink]) -> None:
-    url, pagerduty, slack = stack
+def test_warning_posts_to_slack(stack: Stack) -> None:
+    url, pagerduty, slack, _ = stack
     api(f"{url}/api/v2/alerts", [_alert("RLUpdateKLHigh", "warning", **TARGET)])
     (msg,) = slack.wait(1)
     attachment = msg["attachments"][0]
     assert attachment["title"] == "[FIRING:1] RLUpdateKLHigh - run r1"
     assert "RLUpdateKLHigh of run r1" in attachment["text"]
+    assert attachment["text"].startswith(f"Run: {RUN_INFO}\n")
     assert "#rlupdateklhigh" in attachment["text"]
     assert f"<{ROLLOUTS}|Worst rollouts>" in attachment["text"]
     assert "/#/silences/new?filter=%7B" in attachment["text"]
     assert not pagerduty.bodies
 
 
-def test_slack_messages_are_capped(stack: tuple[str, Sink, Sink]) -> None:
+def test_slack_messages_are_capped(stack: Stack) -> None:
     """Seven alerts of one group: five listed, each description cut, and a silence link."""
-    url, _, slack = stack
+    url, _, slack, _ = stack
     alerts = []
     for rank in range(7):
         alert = _alert("RLGPUIdle", "warning", **{**TARGET, "rank": str(rank)})
@@ -333,8 +358,8 @@ def _states(url: str) -> dict[tuple[str, str, str], str]:
     }
 
 
-def test_inhibitions(stack: tuple[str, Sink, Sink]) -> None:
-    url, _, _ = stack
+def test_inhibitions(stack: Stack) -> None:
+    url, _, _, _ = stack
     other = {**TARGET, "run_id": "r2", "instance": "127.0.0.1:9401"}
     run2 = {"job": "rlpulse", "run_id": "r2"}
     api(
@@ -371,8 +396,8 @@ def test_inhibitions(stack: tuple[str, Sink, Sink]) -> None:
     }
 
 
-def test_critical_does_not_silence_other_runs_warnings(stack: tuple[str, Sink, Sink]) -> None:
-    url, _, _ = stack
+def test_critical_does_not_silence_other_runs_warnings(stack: Stack) -> None:
+    url, _, _, _ = stack
     other = {**TARGET, "run_id": "r3"}
     api(
         f"{url}/api/v2/alerts",
@@ -384,10 +409,10 @@ def test_critical_does_not_silence_other_runs_warnings(stack: tuple[str, Sink, S
     assert _states(url)[("RLTruncationHigh", "warning", "r3")] == "active"
 
 
-def test_one_root_cause_opens_one_incident(stack: tuple[str, Sink, Sink]) -> None:
+def test_one_root_cause_opens_one_incident(stack: Stack) -> None:
     """Cause-based inhibition: NaN losses hold back every other training alert of the run,
     reward hacking the length and truncation alerts it drives; another run keeps its pages."""
-    url, _, _ = stack
+    url, _, _, _ = stack
     nan_run = {**TARGET, "run_id": "r5"}
     long_run = {**TARGET, "run_id": "r6"}
     other = {**TARGET, "run_id": "r7"}
@@ -413,6 +438,26 @@ def test_one_root_cause_opens_one_incident(stack: tuple[str, Sink, Sink]) -> Non
         ("RLTruncationHigh", "critical", "r6"): "suppressed",
         ("RLTruncationHigh", "critical", "r7"): "active",
     }
+
+
+def test_the_watchdog_pings_its_heartbeat_url(stack: Stack) -> None:
+    """The always-firing Watchdog is posted to the heartbeat service (which alerts when the
+    posts stop), every repeat_interval, and pages nobody."""
+    url, pagerduty, slack, heartbeat = stack
+    watchdog = _alert(meta.WATCHDOG, "info", layer="system", team="infra")
+    api(f"{url}/api/v2/alerts", [watchdog])
+    (ping,) = heartbeat.wait(1)
+    assert ping["status"] == "firing" and ping["receiver"] == alertmanager.WATCHDOG_RECEIVER
+    assert [a["labels"]["alertname"] for a in ping["alerts"]] == [meta.WATCHDOG]
+    route = alertmanager.config(config.Config())["route"]["routes"][0]
+    assert route["repeat_interval"] == "1m" and route["receiver"] == alertmanager.WATCHDOG_RECEIVER
+    assert not pagerduty.bodies and not slack.bodies
+    hook = next(
+        r
+        for r in alertmanager.config(config.Config())["receivers"]
+        if r["name"] == alertmanager.WATCHDOG_RECEIVER
+    )
+    assert "webhook_configs" not in hook, "no heartbeat URL configured: posts nowhere"
 
 
 def test_stack_up_is_loud_about_a_placeholder_pagerduty_key(tmp_path: Path) -> None:

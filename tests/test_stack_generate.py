@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from pathlib import Path
 
 import pytest
@@ -179,6 +180,22 @@ BAD = [
         "alerts:\n  nonfinite_loss:\n    metrics: []\n",
         "alerts.nonfinite_loss.metrics: empty (the critical NaN/Inf alert could never fire",
     ),
+    (
+        "routing:\n  teams: {rl: research, task: research}\n",
+        "routing.teams: expected one team for each layer (rl, task, system)",
+    ),
+    (
+        "routing:\n  teams: {rl: 'a\"b', task: t, system: s}\n",
+        "routing.teams.rl: 'a\"b' is not a name",
+    ),
+    (
+        "routing:\n  cluster: eu-1\nexternal_labels: {cluster: eu-2}\n",
+        "routing.cluster: external_labels sets cluster already",
+    ),
+    (
+        "watchdog:\n  heartbeat_url: hc-ping.com/abc\n",
+        "watchdog.heartbeat_url: 'hc-ping.com/abc' is not an http(s) URL",
+    ),
 ]
 
 
@@ -279,3 +296,11 @@ def test_promtool_and_amtool_read_what_generate_wrote(tmp_path: Path) -> None:
     assert errors[0].startswith("prometheus/prometheus.yml: refused by promtool")
     assert "rl.yml" in errors[0]
     assert errors[1].startswith("alertmanager/alertmanager.yml: refused by amtool")
+
+
+def test_the_yaml_examples_of_the_configuration_doc_load() -> None:
+    text = (REPO / "docs" / "configuration.md").read_text()
+    blocks = re.findall(r"```yaml\n(.*?)```", text, re.S)
+    assert len(blocks) >= 2
+    for block in blocks:
+        config.from_dict(yaml.safe_load(block), source="docs/configuration.md")

@@ -182,14 +182,33 @@ def test_alerts_follow_the_conventions() -> None:
         rule = alert.rule(area)
         assert re.fullmatch(r"RL[A-Z][A-Za-z0-9]+", alert.name)
         assert rule["labels"]["severity"] in ("critical", "warning", "info")
+        assert rule["labels"]["team"] == ("infra" if area == "system" else "research")
+        assert "cluster" not in rule["labels"]
         notes = rule["annotations"]
         links = {"runbook_url", "dashboard_url"} | ({"rollouts_url"} if area != "system" else set())
-        assert set(notes) == {"summary", "description"} | links
+        assert set(notes) == {"summary", "description", "run_info"} | links
         assert "{{" not in notes["summary"], "summary is static"
         assert "$labels.run_id" in notes["description"] and "$value" in notes["description"]
         assert notes["runbook_url"].endswith(f"docs/runbooks.md#{alert.name.lower()}")
         labels_seen.add((alert.name, alert.severity))
     assert len(labels_seen) == len(rules.all_alerts(DEFAULT)), "no duplicate (name, severity)"
+
+
+def test_owner_labels_come_from_the_config() -> None:
+    """Every alert, the alerting pipeline's own included, carries its layer's team and the
+    cluster; the run's metadata is looked up by the alert's job and run_id."""
+    teams = {"rl": "ml-policy", "task": "ml-evals", "system": "sre"}
+    cfg = config.from_dict({"routing": {"teams": teams, "cluster": "eu-1"}})
+    (meta_group,) = prometheus.meta_rules(cfg)["groups"]
+    generated = [a.rule(area) for area, a in rules.all_alerts(cfg)] + meta_group["rules"]
+    for rule in generated:
+        layer = rule["labels"]["layer"]
+        assert rule["labels"]["team"] == teams[layer] and rule["labels"]["cluster"] == "eu-1"
+    notes = rules.all_alerts(cfg)[0][1].annotations
+    assert (
+        'rl_run_info{job="%s",run_id="%s"})` $labels.job $labels.run_id | query'
+        in notes["run_info"]
+    )
 
 
 ISSUE_ALERTS = {

@@ -8,9 +8,11 @@ from dataclasses import dataclass, field
 from rlpulse.replay.promtool import Firing
 from rlpulse.replay.timeline import Timeline
 
-# labels every alert of a replayed run carries; the rest (network, bound, metric …) is shown
+# labels every alert of a replayed run carries (team and cluster: its owner, from the config);
+# the rest (network, bound, metric …) is shown
 COMMON_LABELS = frozenset(
-    {"alertname", "severity", "layer", "run_id", "rank", "local_rank", "node", "job", "instance"}
+    {"alertname", "severity", "layer", "team", "cluster", "run_id", "rank", "local_rank"}
+    | {"node", "job", "instance"}
 )
 SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 

@@ -2,17 +2,20 @@
 
 critical -> PagerDuty Events API v2 (the routing key read from ``routing_key_file``), warning ->
 Slack (``api_url_file``) or a generic webhook, info -> nobody by default. Routing follows
-ownership: with ``receivers.pagerduty.infra_routing_key_file`` (and ``receivers.slack.
-infra_channel``) set, layer=system alerts go to the infrastructure on-call, the rl and task
-layers to the research on-call (the default receivers); an alert no route
-matches goes to the warning receiver (the root is a catch-all, never a receiver that drops it).
+ownership, the ``team`` label every alert carries (``routing.teams``): with
+``receivers.pagerduty.infra_routing_key_file`` (and ``receivers.slack.infra_channel``) set, the
+alerts of the system layer's team go to the infrastructure on-call, the others to the research
+on-call (the default receivers); an alert no route matches goes to the warning receiver (the
+root is a catch-all, never a receiver that drops it). The always-firing Watchdog goes to its own
+receiver, which posts it to ``watchdog.heartbeat_url`` every minute when that is set.
 Alerts group by ``alertname, run_id``. Inhibitions: a critical alert silences the warning and
 info of the same alert and run, a warning its info; a down target silences the other alerts of
 that target (and the run-level alerts of its run); a stalled run silences its throughput and
 GPU-idle alerts; a paging cause its consequences (``_cause_rules``).
 
-PagerDuty events name the node (or cluster, instance, job) as ``source`` and carry the alert's
-description (value, baseline, step) as their summary; Slack messages list at most
+PagerDuty events name the node (or cluster, instance, job) as ``source``, carry the alert's
+description (value, baseline, step) as their summary and the run's metadata (model, git sha,
+framework, owner: the ``run_info`` annotation) in their details; Slack messages list at most
 ``SLACK_ALERTS`` alerts, each description cut at ``SLACK_DESCRIPTION_CHARS`` characters, with
 dashboard, runbook and rollout links and a link that opens a silence for the group.
 """
@@ -33,8 +36,7 @@ TEMPLATES = "alertmanager/templates/rlpulse.tmpl"
 NULL_RECEIVER = "null"
 PAGERDUTY = "pagerduty"
 WATCHDOG_RECEIVER = "watchdog"
-INFRA = "infra"  # the on-call that owns layer=system alerts, when configured
-INFRA_LAYER = 'layer="system"'
+INFRA = "infra"  # the receivers of the system layer's team, when configured
 STALL_SILENCES = (system.THROUGHPUT_DROP, gpu.IDLE)
 
 # Alerts listed in one Slack message, and the characters kept of each description.
@@ -60,7 +62,8 @@ TEMPLATE_HEADER{{ define "rlpulse.title" -}}
 {{- end }}
 
 {{ define "rlpulse.text" -}}
-{{ range $i, $a := .Alerts }}{{ if lt $i MAX_ALERTS }}\
+{{ with .CommonAnnotations.run_info }}Run: {{ . }}
+{{ end }}{{ range $i, $a := .Alerts }}{{ if lt $i MAX_ALERTS }}\
 {{ $d := $a.Annotations.description }}*{{ $a.Labels.severity }}* \
 {{ if gt (len $d) MAX_CHARS }}{{ reReplaceAll "(?s)^(.{0,MAX_CHARS}).*$" "$1" $d }}…\
 {{ else }}{{ $d }}{{ end }}
@@ -140,7 +143,9 @@ def _pagerduty(cfg: Config, key_file: str = "") -> dict[str, Any]:
                 "group": "{{ .CommonLabels.job }}",
                 "details": {
                     "run_id": "{{ .CommonLabels.run_id }}",
+                    "run": "{{ .CommonAnnotations.run_info }}",
                     "alertname": "{{ .CommonLabels.alertname }}",
+                    "team": "{{ .CommonLabels.team }}",
                     "cluster": "{{ .CommonLabels.cluster }}",
                     "node": "{{ .CommonLabels.node }}",
                     "summary": "{{ .CommonAnnotations.summary }}",
@@ -218,10 +223,11 @@ def _cause_rules(alerts: Sequence[tuple[str, Any]]) -> list[dict[str, Any]]:
 
 
 def _infra_routes(cfg: Config) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """Routes and receivers of the infrastructure on-call: layer=system alerts page its own
-    PagerDuty service (and post to its Slack channel) when the config names them; the RL and
-    task layers stay with the research on-call of the default receivers."""
+    """Routes and receivers of the infrastructure on-call: the alerts of the system layer's
+    team page its own PagerDuty service (and post to its Slack channel) when the config names
+    them; the other teams' alerts stay with the research on-call of the default receivers."""
     r = cfg.receivers
+    team = f'team="{dict(cfg.routing.teams)["system"]}"'
     routes, receivers = [], []
     if r.pagerduty.infra_routing_key_file:
         receivers.append(_pagerduty(cfg, r.pagerduty.infra_routing_key_file))
@@ -231,11 +237,19 @@ def _infra_routes(cfg: Config) -> tuple[list[dict[str, Any]], list[dict[str, Any
         routes.append({"severity": "warning", "receiver": f"slack-{INFRA}"})
     return [
         {
-            "matchers": [INFRA_LAYER, f'severity="{route["severity"]}"'],
+            "matchers": [team, f'severity="{route["severity"]}"'],
             "receiver": route["receiver"],
         }
         for route in routes
     ], receivers
+
+
+def _watchdog(cfg: Config) -> dict[str, Any]:
+    """The Watchdog's receiver: a webhook to the heartbeat URL (a ping a minute, never a
+    resolve), or no integration where none is configured."""
+    url = cfg.watchdog.heartbeat_url
+    hook = {"webhook_configs": [{"url": url, "send_resolved": False}]} if url else {}
+    return {"name": WATCHDOG_RECEIVER, **hook}
 
 
 def config(cfg: Config) -> dict[str, Any]:
@@ -244,7 +258,7 @@ def config(cfg: Config) -> dict[str, Any]:
     infra_routes, infra_receivers = _infra_routes(cfg)
     receivers = [
         {"name": NULL_RECEIVER},
-        {"name": WATCHDOG_RECEIVER},
+        _watchdog(cfg),
         _pagerduty(cfg),
         _warning_receiver(cfg, r.warning),
         *infra_receivers,
@@ -264,8 +278,7 @@ def config(cfg: Config) -> dict[str, Any]:
             "repeat_interval": routing.repeat_interval,
             "routes": [
                 {
-                    # always firing (stack.alerts.meta): attach a dead man's switch (a heartbeat
-                    # URL that alerts when these stop) to this receiver
+                    # always firing (stack.alerts.meta): the heartbeat of a dead man's switch
                     "matchers": [f'alertname="{meta.WATCHDOG}"'],
                     "receiver": WATCHDOG_RECEIVER,
                     "group_by": ["alertname"],

@@ -212,7 +212,7 @@ class Federation:
 
 @dataclass(frozen=True)
 class Routing:
-    """Alertmanager grouping and repeat timings."""
+    """Alertmanager grouping and repeat timings, and who owns the alerts."""
 
     group_wait: Duration = field(
         default=Duration("30s"), metadata=_doc("Wait before the first notification of a group.")
@@ -222,6 +222,35 @@ class Routing:
     )
     repeat_interval: Duration = field(
         default=Duration("4h"), metadata=_doc("Re-notify a still-firing alert after this.")
+    )
+    teams: Pairs = field(
+        default=(("rl", "research"), ("task", "research"), ("system", "infra")),
+        metadata=_doc(
+            "The team owning each layer's alerts, set as their team label. The system layer's "
+            "team is the infrastructure on-call: with receivers.pagerduty.infra_routing_key_file "
+            "(or receivers.slack.infra_channel) set, every alert of that team pages it."
+        ),
+    )
+    cluster: str = field(
+        default="",
+        metadata=_doc(
+            "cluster label set on every alert (empty: none). Leave it empty when "
+            "external_labels sets cluster: Prometheus adds that to every alert it sends."
+        ),
+    )
+
+
+@dataclass(frozen=True)
+class Watchdog:
+    """The always-firing RLWatchdog alert as a dead man's switch."""
+
+    heartbeat_url: str = field(
+        default="",
+        metadata=_doc(
+            "URL Alertmanager posts the Watchdog to every minute (healthchecks.io ping URL, "
+            "an Opsgenie or Better Stack heartbeat, a PagerDuty-side dead man's switch); that "
+            "service alerts when the posts stop. Empty: the watchdog receiver posts nowhere."
+        ),
     )
 
 
@@ -244,8 +273,9 @@ class PagerDuty:
     infra_routing_key_file: str = field(
         default="",
         metadata=_doc(
-            "File holding the routing key of the infrastructure on-call, paged for layer=system "
-            "alerts (GPUs, liveness, exporters); empty: one service pages for every layer."
+            "File holding the routing key of the infrastructure on-call, paged for the alerts of "
+            "routing.teams.system (GPUs, liveness, exporters); empty: one service pages for "
+            "every team."
         ),
     )
 
@@ -263,8 +293,8 @@ class Slack:
     infra_channel: str = field(
         default="",
         metadata=_doc(
-            "Channel of the infrastructure on-call for layer=system warnings (same webhook); "
-            "empty: every layer posts to channel."
+            "Channel of the infrastructure on-call for the warnings of routing.teams.system "
+            "(same webhook); empty: every team posts to channel."
         ),
     )
 
@@ -449,6 +479,9 @@ class Config:
     receivers: Receivers = field(
         default_factory=Receivers, metadata=_doc("Notification receivers.")
     )
+    watchdog: Watchdog = field(
+        default_factory=Watchdog, metadata=_doc("Dead man's switch of the alerting pipeline.")
+    )
     links: Links = field(default_factory=Links, metadata=_doc("Dashboard and runbook links."))
     selectors: Selectors = field(default_factory=Selectors, metadata=_doc("Series selection."))
     windows: Windows = field(default_factory=Windows, metadata=_doc("Shared PromQL windows."))
@@ -615,6 +648,7 @@ def _check(cfg: Config) -> None:
         if rw.name and names.count(rw.name) > 1:
             raise ConfigError(f"remote_write[{i}].name: {rw.name!r} is used twice")
     _check_plumbing(cfg)
+    _check_owners(cfg)
     fed = cfg.federation
     if seconds(fed.timeout) > seconds(fed.interval):
         raise ConfigError(
@@ -663,6 +697,7 @@ _URLS = (
     ("receivers.pagerduty.url", lambda c: c.receivers.pagerduty.url),
     ("receivers.webhook.url", lambda c: c.receivers.webhook.url),
 )
+_OPTIONAL_URLS = (("watchdog.heartbeat_url", lambda c: c.watchdog.heartbeat_url),)
 
 
 def _check_plumbing(cfg: Config) -> None:
@@ -680,7 +715,7 @@ def _check_plumbing(cfg: Config) -> None:
             f"selectors.metrics: {_shown(cfg.selectors.metrics)} is not a comma-separated list "
             'of label matchers like cluster="a", env=~"prod|staging"'
         )
-    for where, get in _URLS:
+    for where, get in (*_URLS, *((w, g) for w, g in _OPTIONAL_URLS if g(cfg))):
         if not _URL_RE.match(get(cfg)):
             raise ConfigError(
                 f"{where}: {_shown(get(cfg))} is not an http(s) URL without spaces or braces"
@@ -688,6 +723,28 @@ def _check_plumbing(cfg: Config) -> None:
     for where, get in _TEMPLATED:
         if "{{" in get(cfg) or "}}" in get(cfg):
             raise ConfigError(f"{where}: {_shown(get(cfg))}: template braces are not allowed")
+
+
+def _check_owners(cfg: Config) -> None:
+    """routing.teams names a team for each layer; the owner labels are plain label values."""
+    r = cfg.routing
+    layers = [layer for layer, _ in r.teams]
+    if sorted(layers) != sorted(alert_defs.DEFS):
+        raise ConfigError(
+            f"routing.teams: expected one team for each layer ({', '.join(alert_defs.DEFS)}), "
+            f"got {_shown(dict(r.teams))}"
+        )
+    named = [(f"routing.teams.{layer}", team) for layer, team in r.teams]
+    for where, value in named + ([("routing.cluster", r.cluster)] if r.cluster else []):
+        if not _JOB_RE.match(value):
+            raise ConfigError(
+                f"{where}: {_shown(value)} is not a name (letters, digits and _.:/- only)"
+            )
+    if r.cluster and "cluster" in dict(cfg.external_labels):
+        raise ConfigError(
+            "routing.cluster: external_labels sets cluster already (Prometheus adds it to every "
+            "alert); set one of the two"
+        )
 
 
 def _shown(value: Any) -> str:

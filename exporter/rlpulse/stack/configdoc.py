@@ -15,14 +15,14 @@ _INTRO = """\
 
 `rlpulse generate --config rlpulse.yaml` reads a YAML file whose keys override these defaults;
 every key is optional. An unknown key or a value of the wrong type is an error naming it, e.g.
-`rlpulse.yaml: alerts.entropy_collapse.ratio: expected a number, got 'abc'`.
+`rlpulse.yaml: alerts.entropy_collapse.critical: expected a number, got 'abc'`.
 `rlpulse generate --fast` divides every duration by {factor:g} (intervals stay at least 1s) so a
 test or demo sees alerts within seconds.
 
 ```yaml
 alerts:
   entropy_collapse:
-    ratio: 0.3        # fire below 30% of the run's early peak
+    critical: 0.15    # page below 15% of the run's own entropy peak
     for: 15m
   gpu_memory_full:
     enabled: false
@@ -30,6 +30,24 @@ receivers:
   warning: webhook
   webhook:
     url: http://127.0.0.1:9095/alerts
+```
+
+Pages go by ownership: every alert carries a `team` label (`routing.teams`, per layer) and,
+when set, `cluster`; the system layer's team is the infrastructure on-call, paged through
+`receivers.pagerduty.infra_routing_key_file` and `receivers.slack.infra_channel` when those are
+set. PagerDuty details and Slack messages show the run's metadata (model, git sha, framework,
+owner) that `rlpulse.start(metadata=...)` exported. `watchdog.heartbeat_url` turns the
+always-firing `RLWatchdog` into a dead man's switch:
+
+```yaml
+routing:
+  teams: {{rl: research, task: research, system: infra}}
+  cluster: eu-1
+receivers:
+  pagerduty:
+    infra_routing_key_file: /etc/alertmanager/secrets/pagerduty_infra_routing_key
+watchdog:
+  heartbeat_url: https://hc-ping.com/your-check-uuid
 ```
 
 Durations are Prometheus durations (`30s`, `5m`, `1h30m`). Windows: `recent` smooths a series'

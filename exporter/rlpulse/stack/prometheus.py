@@ -123,9 +123,17 @@ def _self_jobs(cfg: Config) -> list[dict[str, Any]]:
 
 
 def _meta_alerts(cfg: Config) -> list[Alert]:
-    """The alerts on the alerting pipeline (rlpulse.stack.alerts.meta), with runbook links."""
+    """The alerts on the alerting pipeline (rlpulse.stack.alerts.meta), with runbook links and
+    the system layer's owner labels (the infrastructure on-call runs the pipeline)."""
+    owner = rules.owner_labels("system", cfg)
     return [
-        Alert(**{**a.__dict__, "annotations": {"runbook_url": runbook_url(a.name, cfg)}})
+        Alert(
+            **{
+                **a.__dict__,
+                "annotations": {"runbook_url": runbook_url(a.name, cfg)},
+                "labels": owner,
+            }
+        )
         for a in meta.ALERTS
     ]
 

@@ -4,8 +4,10 @@ rules the dashboards read, for one Config.
 Three groups, one per area (``rl``, ``task``, ``system``), each written to
 ``prometheus/rules/<area>.yml``. Recording rules come first in a group so the alerts of the same
 evaluation see fresh values. Every alert gets ``severity`` and ``layer`` labels, a static
-``summary``, a templated ``description`` and, in one generic pass (``_annotate``), its
-``runbook_url`` (``docs/runbooks.md#<alertname lowercased>``) and ``dashboard_url``.
+``summary``, a templated ``description`` and, in one generic pass (``_annotate``), its owner
+labels (``team``, ``cluster``), its ``runbook_url`` (``docs/runbooks.md#<alertname lowercased>``),
+``dashboard_url`` and ``run_info`` (the run's model, git sha, framework and owner, looked up in
+``rl_run_info`` when the alert fires).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from rlpulse.stack.query import NODE_BY, RUN_BY, Query
 AREAS: tuple[Area, ...] = ("rl", "task", "system")
 
 M = catalog.get
+RUN_INFO = M("rl_run_info")
 LENGTH_HIST = M("rl_response_length_tokens")
 STEP = M("rl_step")
 GPU_UTIL = M("rl_gpu_utilization_ratio")
@@ -203,9 +206,27 @@ def anchor(name: str) -> str:
     return name.lower()
 
 
+# The run's metadata (rl_run_info, exported by rlpulse.start(metadata=...)) as the alert fires;
+# owner is a free-form metadata key (``user`` where a trainer logs that instead).
+RUN_METADATA = (
+    "{{ with printf `max by (model, git_sha, framework, owner, user) "
+    f'({RUN_INFO.name}{{job="%s",run_id="%s"}})` $labels.job $labels.run_id | query }}}}'
+    "{{ with first . }}model={{ .Labels.model }} git_sha={{ .Labels.git_sha }} "
+    "framework={{ .Labels.framework }} owner={{ or .Labels.owner .Labels.user }}{{ end }}{{ end }}"
+)
+
+
+def owner_labels(area: Area, cfg: Config) -> dict[str, str]:
+    """The labels that route an alert of ``area`` to its owner: its team, and the cluster."""
+    r = cfg.routing
+    return {"team": dict(r.teams)[area], **({"cluster": r.cluster} if r.cluster else {})}
+
+
 def _annotate(alert: Alert, area: Area, cfg: Config) -> Alert:
-    """The generic pass: runbook, dashboard and (for training alerts) rollout links."""
-    return Alert(**{**alert.__dict__, "annotations": links(alert.name, area, cfg)})
+    """The generic pass: owner labels; runbook, dashboard and (for training alerts) rollout
+    links; the run's metadata."""
+    notes = {**links(alert.name, area, cfg), "run_info": RUN_METADATA}
+    return Alert(**{**alert.__dict__, "annotations": notes, "labels": owner_labels(area, cfg)})
 
 
 def links(name: str, area: Area, cfg: Config) -> dict[str, str]:

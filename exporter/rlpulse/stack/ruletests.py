@@ -105,7 +105,9 @@ _PRINTERS = {G3: go_g3, HUMANIZE: go_humanize, PERCENT: go_percentage, AGO: go_d
 
 
 def fill(template: str, labels: dict[str, str], value: float) -> str:
-    """An annotation template with the labels and value filled in."""
+    """An annotation template with the labels and value filled in (and the run's metadata
+    left out: a scenario that exports rl_run_info expects it in ``Expect.annotations``)."""
+    template = template.replace(rules.RUN_METADATA, "")
     for placeholder, printer in _PRINTERS.items():
         template = template.replace(placeholder, printer(value))
     template = _WITH_LABEL.sub(
@@ -116,7 +118,7 @@ def fill(template: str, labels: dict[str, str], value: float) -> str:
 
 
 def _expected(alert: Alert, area: str, exp: Expect) -> dict[str, Any]:
-    labels = {**exp.labels, "severity": exp.severity, "layer": area}
+    labels = {**exp.labels, "severity": exp.severity, "layer": area, **alert.labels}
     notes = {"summary": alert.summary, "description": alert.description, **alert.annotations}
     filled = {k: fill(v, exp.labels, exp.value) for k, v in notes.items()}
     return {"exp_labels": labels, "exp_annotations": {**filled, **(exp.annotations or {})}}

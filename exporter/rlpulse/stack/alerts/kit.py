@@ -54,6 +54,7 @@ class Alert:
     enabled: bool = True
     annotations: dict[str, str] = field(default_factory=dict)
     keep_firing_for: str = ""
+    labels: dict[str, str] = field(default_factory=dict)  # beyond severity and layer (owner)
 
     @classmethod
     def of(
@@ -99,7 +100,7 @@ class Alert:
             out["for"] = self.for_
         if self.keep_firing_for and seconds(self.keep_firing_for) > 0:
             out["keep_firing_for"] = self.keep_firing_for
-        out["labels"] = {"severity": self.severity, "layer": area}
+        out["labels"] = {"severity": self.severity, "layer": area, **self.labels}
         out["annotations"] = {
             "summary": self.summary,
             "description": self.description,

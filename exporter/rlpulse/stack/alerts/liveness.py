@@ -142,20 +142,23 @@ def _run_crashed(q: Query, k: RunCrashedKnobs) -> Iterator[Alert]:
 def _run_crashed_scenarios(k: RunCrashedKnobs) -> Iterator[Scenario]:
     crashed = {**TARGET, "outcome": "crashed", "reason": "ValueError"}
     end = 29 * 60 - 10
+    meta = {"model": "qwen2.5-0.5b", "git_sha": "1a2b3c4", "framework": "trl", "owner": "alice"}
+    run_info = {"run_info": " ".join(f"{k}={v}" for k, v in meta.items())}
     yield Scenario(
         "Crashed run: an uncaught ValueError at 28m50s; the last scrape (29m) carries the end "
         "mark and the outcome, then the exporter stops (up 0). RLRunCrashed fires at once "
-        "naming the reason and the seconds since the end (70 s at 30m); RLTargetDown stays "
-        "quiet (the crash is the page).",
+        "naming the reason and the seconds since the end (70 s at 30m), with the run's "
+        "metadata while its last rl_run_info sample is fresh; RLTargetDown stays quiet (the "
+        "crash is the page).",
         (
             (raw("up", UP), f"{const(1, 30)} {const(0, 30)}"),
-            _SERVING,
+            (series(RUN_INFO, {**TARGET, **meta}), const(1, 30)),
             (series(FINISHED), f"_x29 {end}"),
             (series(OUTCOME, crashed), "_x29 1"),
         ),
         (
             Check(RUN_CRASHED, "28m"),
-            Check(RUN_CRASHED, "30m", (Expect("critical", crashed, 30 * 60 - end),)),
+            Check(RUN_CRASHED, "30m", (Expect("critical", crashed, 30 * 60 - end, run_info),)),
             Check(RUN_CRASHED, "50m", (Expect("critical", crashed, 50 * 60 - end),)),
             Check(TARGET_DOWN, "50m"),
         ),

@@ -69,11 +69,16 @@ ALERTS: tuple[Alert, ...] = (
 _PIPELINE = "Alertmanager's UI (Status, Alerts) and its log; Prometheus' Alerts and Targets pages."
 RUNBOOKS: dict[str, Runbook] = {
     WATCHDOG: Runbook(
-        "Always firing, on purpose. Route it to a dead man's switch (a heartbeat URL that "
-        "alerts when notifications stop): silence from the Watchdog means Prometheus stopped "
-        "evaluating rules or Alertmanager stopped delivering.",
+        "Always firing, on purpose: Alertmanager posts it every minute to "
+        "watchdog.heartbeat_url, a dead man's switch (a healthchecks.io check, an Opsgenie or "
+        "Better Stack heartbeat) that alerts when the posts stop. Silence from the Watchdog "
+        "means Prometheus stopped evaluating rules or Alertmanager stopped delivering.",
         _PIPELINE,
-        ("Never silence it; if its heartbeats stop, check Prometheus and Alertmanager first.",),
+        (
+            "Set watchdog.heartbeat_url to the service's ping URL, with a grace period of a "
+            "few minutes there (a post comes every minute).",
+            "Never silence it; if its heartbeats stop, check Prometheus and Alertmanager first.",
+        ),
     ),
     NOTIFICATIONS_FAILING: Runbook(
         "Alertmanager's notifications to an integration (PagerDuty, Slack, webhook) fail: the "

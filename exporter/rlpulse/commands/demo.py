@@ -51,6 +51,13 @@ def register(sub: Any) -> None:
         help="do not store sampled rollouts for `rlpulse rollouts`",
     )
     p.add_argument("--data-dir", default=None, help="rollout store directory")
+    p.add_argument(
+        "--checkpoints",
+        default=None,
+        help="folder for checkpoint-<step>.npy: every --save-every steps and when an alert asks "
+        "(RLPULSE_ON_ALERT with RLPULSE_ALERTMANAGER_URL: docs/quickstart.md)",
+    )
+    p.add_argument("--save-every", type=int, default=0, help="save a checkpoint every N steps")
     p.set_defaults(func=_run)
 
 
@@ -68,5 +75,7 @@ def _run(args: argparse.Namespace) -> int:
             progress_every=args.progress_every,
             record=args.record,
             data_dir=args.data_dir,
+            checkpoints=args.checkpoints,
+            save_every=args.save_every,
         )
     )

@@ -7,9 +7,13 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TextIO
 
+import numpy as np
+
 import rlpulse
+from rlpulse import control
 from rlpulse.demo import scenarios
 from rlpulse.demo.grpo import StepStats, Trainer
 from rlpulse.demo.publish import METADATA, publish_config, publish_step
@@ -30,11 +34,13 @@ class DemoOptions:
     progress_every: int = 50
     record: bool = True  # offer each step's rollouts to the trace store
     data_dir: str | None = None
+    checkpoints: str | None = None  # folder of checkpoint-<step>.npy (policy weights)
+    save_every: int = 0  # steps between checkpoints (0: only when an alert asks)
 
     def check(self) -> None:
         """A clear error naming the bad option."""
         scenarios.get(self.scenario)
-        for name in ("steps", "onset", "progress_every", "seed"):
+        for name in ("steps", "onset", "progress_every", "seed", "save_every"):
             if getattr(self, name) < 0:
                 raise ValueError(
                     f"--{name.replace('_', '-')} must be >= 0, not {getattr(self, name)}"
@@ -93,8 +99,10 @@ def run_demo(
         out.flush()
         trainer = scenario.trainer(opts.seed, opts.onset, phase=rlpulse.phase)
         threading.Thread(target=_release_on, args=(stop, trainer), daemon=True).start()
-        _train(opts, scenario, trainer, out, stop)
-        if not stop.is_set():  # every step trained: the run ends on purpose, nothing to page
+        stopped = _train(opts, scenario, trainer, out, stop)
+        if stopped:  # an alert of the run asked it to stop: ended, saying where to resume
+            print(f"rlpulse demo: {stopped}", file=out, flush=True)
+        elif not stop.is_set():  # every step trained: the run ends on purpose, nothing to page
             rlpulse.finish()
             print("rlpulse demo: finished (a last scrape carried the finish mark)", file=out)
     except KeyboardInterrupt:
@@ -117,7 +125,8 @@ def _train(
     trainer: Trainer,
     out: TextIO,
     stop: threading.Event,
-) -> None:
+) -> str:
+    """Train; the line ``rlpulse.stopped`` printed if an alert stopped the run, else ""."""
     published = None
     t0 = time.perf_counter()
     last, printed = None, 0
@@ -127,6 +136,11 @@ def _train(
             publish_config(published)
         publish_step(stats, record=opts.record)
         last = stats
+        periodic = opts.save_every and stats.step % opts.save_every == 0
+        if opts.checkpoints and (periodic or control.should_save()):
+            control.checkpoint_saved(stats.step, _save(trainer, opts.checkpoints, stats.step))
+        if control.should_stop():
+            return control.stopped(stats.step)
         if opts.progress_every and (stats.step == 1 or stats.step % opts.progress_every == 0):
             ms = 1000 * (time.perf_counter() - t0) / stats.step
             print(progress_line(stats, trainer.last_eval, ms), file=out, flush=True)
@@ -146,3 +160,12 @@ def _train(
             ms = 1000 * (time.perf_counter() - t0) / last.step
             print(progress_line(last, trainer.last_eval, ms), file=out)
         print(f"rlpulse demo: finished {last.step} steps", file=out, flush=True)
+    return ""
+
+
+def _save(trainer: Trainer, folder: str, step: int) -> str:
+    """The policy's weights as ``folder/checkpoint-<step>.npy``; its path."""
+    path = Path(folder) / f"checkpoint-{step}.npy"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    np.save(path, trainer.policy.W)
+    return str(path)

@@ -265,10 +265,13 @@ def train_cleanrl_ppo(
     iterations: int = 60,
     inject_at: int = 40,
     num_steps: int = 512,
+    all_charts: bool = False,
 ) -> Run:
     """CleanRL's ppo.py reduced to its core (4 envs, GAE, clipped objective), writing
     ``charts/*`` and ``losses/*`` with ``SummaryWriter``; ``lr-spike`` sets Adam's lr to 0.5
-    from iteration ``inject_at`` (a bad resume). Steps are global env steps, as in CleanRL."""
+    from iteration ``inject_at`` (a bad resume). Steps are global env steps, as in CleanRL.
+    ``all_charts`` also writes ppo.py's ``charts/episodic_length``, ``charts/SPS`` and
+    ``losses/explained_variance`` (the alert matrix runs without them)."""
     from torch.utils.tensorboard import SummaryWriter
 
     torch.manual_seed(seed)
@@ -289,6 +292,7 @@ def train_cleanrl_ppo(
     obs_np, _ = envs.reset(seed=seed)
     obs = torch.tensor(obs_np, dtype=torch.float32)
     global_step = 0
+    started = time.monotonic()
     for _ in range(iterations):
         if run.inject_at is not None and global_step >= run.inject_at:
             opt.param_groups[0]["lr"] = 0.5
@@ -297,6 +301,14 @@ def train_cleanrl_ppo(
         global_step += steps_per_iter
         for r in returns:
             writer.add_scalar("charts/episodic_return", r, global_step)
+        if all_charts:
+            lengths = list(envs.length_queue)[-len(returns) :] if returns else []
+            for n in lengths:  # the episodes just finished, as their returns above
+                writer.add_scalar("charts/episodic_length", n, global_step)
+            sps = int(global_step / (time.monotonic() - started))
+            writer.add_scalar("charts/SPS", sps, global_step)
+            residual = torch.var(batch["ret"] - batch["val"]) / torch.var(batch["ret"])
+            writer.add_scalar("losses/explained_variance", 1 - residual.item(), global_step)
         stats = _cleanrl_update(agent, opt, batch, clip)
         writer.add_scalar("charts/learning_rate", opt.param_groups[0]["lr"], global_step)
         for key, value in stats.items():

@@ -22,7 +22,8 @@ import yaml
 from rlpulse import catalog
 from rlpulse.stack import alerts, compose, config, dashboards, panels, rules, runbooks
 from rlpulse.stack.config import Config
-from rlpulse.stack.grafana_common import ALERTS, HEATMAP_COLOR_STEPS, Selector, ref_id
+from rlpulse.stack.grafana_common import ALERTS, HEATMAP_COLOR_STEPS, Recorded, Selector, ref_id
+from rlpulse.stack.promql import sel
 from tests import stackutil
 
 REPO = Path(__file__).resolve().parents[1]
@@ -442,6 +443,22 @@ def test_selector_refuses_names_outside_the_catalog() -> None:
     with pytest.raises(ValueError, match="bad label matcher"):
         Selector(("gpu",))("rl_reward_mean")
     assert sel("rl_eval_score", split="eval") == 'rl_eval_score{run_id=~"$run_id",split="eval"}'
+
+
+def test_recorded_selectors_go_through_the_one_builder() -> None:
+    """Recorded series get the catalog metric's label-name check, like every other selector."""
+    rec = Recorded(("job", "run_id"))
+    assert rec(rules.PHASE_MEAN, phase="update") == (
+        'run_phase:rl_phase_duration_seconds:mean{job=~"$job",run_id=~"$run_id",phase="update"}'
+    )
+    with pytest.raises(ValueError, match="bad label matcher"):
+        rec(rules.PHASE_MEAN, phaze="update")
+    with pytest.raises(ValueError, match="bad label matcher"):
+        Recorded(("gpu",))(rules.rate_name(rules.SAMPLES))
+    with pytest.raises(ValueError, match="not a recording rule"):
+        rec("run:rl_bogus:rate")
+    with pytest.raises(ValueError, match="not a recording of rl_entropy"):
+        sel(catalog.get("rl_entropy"), record=rules.rate_name(rules.SAMPLES))
 
 
 @by_dashboard

@@ -14,7 +14,7 @@ import bisect
 import functools
 import math
 import threading
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -125,24 +125,16 @@ def find(
     started: float,
 ) -> LastGood:
     """The last good step of the alert with ``labels`` (begun at Unix time ``started``)."""
-    span = _onset(detector, labels, level) if level is not None else None
-    if span is None:
+    span = None
+    if level is not None and labels.get("signal", level.signal) == level.signal:
+        span = detector.onset(level.signal, labels.get("series", ""), level.bad)
+    if level is None or span is None:
         name = labels.get("alertname", "the alert")
         return LastGood(None, None, name, checkpoints.before_time(started))
     good, onset = span
-    assert level is not None
     last = None if math.isnan(good) else good
-    point = checkpoints.at_or_before(good if last is not None else onset - 1)
+    point = checkpoints.at_or_before(onset - 1 if last is None else last)
     return LastGood(last, onset, level.crossed(), point)
-
-
-def _onset(
-    detector: Detector, labels: Mapping[str, str], level: Level
-) -> tuple[float, float] | None:
-    if labels.get("signal", level.signal) != level.signal:
-        return None
-    bad: Callable[[float], bool] = level.bad
-    return detector.onset(level.signal, labels.get("series", ""), bad)
 
 
 def level_of(table: Mapping[tuple[str, str], Level], labels: Mapping[str, Any]) -> Level | None:

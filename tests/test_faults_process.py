@@ -23,8 +23,10 @@ PRELUDE = """\
 import logging, os, signal, sys, time
 logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
 from rlpulse.exporter import Exporter
-def started():
+def started(first=None, step=None):
     exp = Exporter(port=0, addr="127.0.0.1", run_id="proc", gpu=False, host=False).start()
+    if first:
+        exp.log(first, step=step)  # before the port is printed, so the first scrape finds it
     print(exp.port, flush=True)
     return exp
 """
@@ -68,7 +70,8 @@ def port_is_free(port: int) -> bool:
 
 def test_sigterm_with_the_default_action_closes_then_dies_of_sigterm() -> None:
     with script(
-        "exp = started()\nwhile True:\n    exp.log({'rl_entropy': 1.0}); time.sleep(0.01)\n"
+        "exp = started({'rl_entropy': 1.0})\n"
+        "while True:\n    exp.log({'rl_entropy': 1.0}); time.sleep(0.01)\n"
     ) as (
         proc,
         port,
@@ -142,8 +145,7 @@ def test_an_ignored_sigterm_stays_ignored() -> None:
 
 def test_interpreter_exit_closes_the_endpoint() -> None:
     body = """
-    exp = started()
-    exp.log({"rl_entropy": 1.0}, step=3)
+    exp = started({"rl_entropy": 1.0}, step=3)
     sys.stdin.readline()  # the test scrapes, then lets the script end without close()
     """
     env = {**os.environ, "PYTHONPATH": str(ROOT)}

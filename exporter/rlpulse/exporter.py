@@ -3,38 +3,26 @@
 ``log()`` and the batch calls only write plain numbers into a ``Store``; ``_Collector`` turns the
 store (plus GPU/host readings) into Prometheus families when Prometheus scrapes.
 
-Process lifecycle (see docs/reliability.md, docs/quickstart.md#how-a-run-ends): at interpreter
-exit every serving exporter ends its run (``end``: finished, or crashed / interrupted as the
-chained ``sys.excepthook``, ``threading.excepthook`` and ``sys.exit`` saw it), waiting a bounded
-time for a last scrape; on a SIGTERM left at its default action it only closes (the signal is
-then re-delivered, so the process still dies of it, and Prometheus pages the vanished target); a
-user's own SIGTERM handler is called instead and decides. A child forked after ``start()`` lets
-go of the inherited sockets and never serves; its recording calls stay harmless.
+How a run ends with its process (exit, SIGTERM, fork) is ``rlpulse.lifecycle``.
 """
 
 from __future__ import annotations
 
-import atexit
-import contextlib
 import dataclasses
 import logging
 import math
-import os
 import re
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
 import numpy as np
-from prometheus_client import CollectorRegistry, push_to_gateway
+from prometheus_client import CollectorRegistry
 from prometheus_client.metrics_core import (
     CounterMetricFamily,
     GaugeMetricFamily,
@@ -46,7 +34,7 @@ from prometheus_client.metrics_core import (
 )
 from prometheus_client.samples import Exemplar as PromExemplar
 
-from rlpulse import __version__, catalog, http, keys, notices, signals
+from rlpulse import __version__, catalog, http, keys, lifecycle, notices, signals
 from rlpulse.catalog import IDENTITY_LABELS, Metric
 from rlpulse.coerce import (
     FLOAT_MAX,
@@ -64,24 +52,22 @@ from rlpulse.collectors.gpu import GpuReader
 from rlpulse.collectors.host import HostReader, ProcessReader
 from rlpulse.exposition import Renderer, format_le
 from rlpulse.http import PortInUseError
-from rlpulse.options import FINAL_WAIT_ENV, Options
+from rlpulse.options import Options
 from rlpulse.store import Series, Store
 
 __all__ = ["Exporter", "PortInUseError"]
 
 log = logging.getLogger("rlpulse")
 
+_LOOPBACK = ("127.0.0.1", "::1", "localhost")
 # Labels whose values come from user data and are bounded by ``label_cap``.
 USER_LABELS = frozenset({"component", "benchmark", "tool", "phase", "name", "key", "split"})
 # rl_run_info's labels a trainer may set (rlpulse_version is always rlpulse's own)
 METADATA_KEYS = tuple(n for n in catalog.get("rl_run_info").labels if n != "rlpulse_version")
 FINISHED = catalog.get("rl_run_finished_timestamp_seconds")
 OUTCOME = catalog.get("rl_run_outcome")
-PUSH_JOB = "rlpulse"  # the job label of a push: the generated scrape job's, so the rules match
-PUSH_TIMEOUT = 10.0
 MAX_REASON_CHARS = 120
 SCRAPER_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
-METRICS_PATH = "/metrics"
 METADATA_ALIASES = {"grader": "grader_version", "version": "framework_version", "sha": "git_sha"}
 RUN_INFO = catalog.get("rl_run_info")
 MAX_EXTRA_METADATA = 16  # free-form metadata keys kept as rl_run_info labels
@@ -221,13 +207,11 @@ class Exporter:
             if self.certfile:  # (a web config with TLS too was refused in __init__)
                 options["tls"] = http.tls_context(self.certfile, self.keyfile)
             metrics = self._noting_scrapers(http.metrics_handler(Renderer(self)))
-            routes = {METRICS_PATH: metrics, **self._routes}
+            routes = {lifecycle.METRICS_PATH: metrics, **self._routes}
             server = http.Server(self.addr, self.port, routes, **options)
             self._server = server.start()
             self.port = server.port
-            _live.add(self)
-            _install_sigterm()
-            _install_exit_hooks()
+            lifecycle.serving(self)
             log.info("rlpulse: serving %s (run_id=%s rank=%s)", self.url, self.run_id, self.rank)
         return self
 
@@ -293,9 +277,9 @@ class Exporter:
             self.outcome = (outcome, reason[:MAX_REASON_CHARS])
         self.set(FINISHED.name, time.time())
         self.set(OUTCOME.name, 1.0, outcome=outcome, reason=self.outcome[1])
-        seen = self._await_final_scrape(self.final_wait if wait is None else wait)
+        seen = lifecycle.await_final_scrape(self, self.final_wait if wait is None else wait)
         self.close()  # before the push, so it carries no host/GPU readings that would go stale
-        pushed = self._push()
+        pushed = lifecycle.push(self)
         return seen or pushed
 
     def _noting_scrapers(self, handler: http.Handler) -> http.Handler:
@@ -307,53 +291,6 @@ class Exporter:
             return handler(request)
 
         return serve
-
-    def _await_final_scrape(self, wait: float) -> bool:
-        """Wait for a scrape that began after now, if one is expected: a scraper (Prometheus,
-        or anything sending its scrape headers) fetched this endpoint before, or
-        ``expect_scrape`` says one will come. Whether one came."""
-        server = self._server
-        if server is None or wait <= 0 or not (self.scraper_seen or self.expect_scrape):
-            return False
-        scrapes = server.arrived(METRICS_PATH)
-        notices.warn(
-            "final_scrape",
-            "rlpulse: run %s ended; waiting up to %.3g s for Prometheus to scrape %s once more "
-            "(%s=0 skips the wait)",
-            self.run_id,
-            wait,
-            self.url,
-            FINAL_WAIT_ENV,
-        )
-        if server.wait_answered(METRICS_PATH, scrapes, wait):
-            return True
-        notices.warn(
-            "final_scrape_missed",
-            "rlpulse: no scrape of %s within %.3g s after the run ended: its last values are "
-            "lost to Prometheus, which may report the target down",
-            self.url,
-            wait,
-        )
-        return False
-
-    def _push(self) -> bool:
-        """Push the run's final state to the Pushgateway, grouped by job, run_id and rank."""
-        if not self.push_gateway:
-            return False
-        group = {"run_id": self.run_id, "rank": str(self.rank)}
-        try:
-            push_to_gateway(self.push_gateway, PUSH_JOB, self.registry, group, timeout=PUSH_TIMEOUT)
-        except Exception as exc:
-            notices.warn(
-                "push_failed",
-                "rlpulse: could not push run %s to the Pushgateway %s: %s",
-                self.run_id,
-                self.push_gateway,
-                exc,
-            )
-            return False
-        log.info("rlpulse: pushed run %s to %s", self.run_id, self.push_gateway)
-        return True
 
     def close(self) -> None:
         """Stop serving and free the port. Recording calls stay harmless afterwards."""
@@ -383,7 +320,7 @@ class Exporter:
         self._readers = []  # closed readers read nothing more
         if self._recorder is not None:
             self._recorder.close()
-        _live.discard(self)
+        lifecycle.closed(self)
 
     def _after_fork_in_child(self) -> None:
         """Let go of what the parent still uses; fresh locks (a parent thread may have held one
@@ -969,130 +906,6 @@ class Exporter:
             for name, labels, value in self._recorder.metric_samples():
                 metric = catalog.get(name)
                 yield metric, tuple(labels[n] for n in metric.labels), value
-
-
-# ---- process lifecycle: exit, SIGTERM, fork ---------------------------------------------------
-
-_LOOPBACK = ("127.0.0.1", "::1", "localhost")
-_live: weakref.WeakSet[Exporter] = weakref.WeakSet()  # exporters now serving
-_sigterm_lock = threading.Lock()
-_sigterm_previous: Any = None
-_sigterm_installed = False
-
-
-def _close_all() -> None:
-    """Close every serving exporter; one whose lock is held (by the very frame a signal
-    interrupted) is left to the kernel, which frees its port when the process ends."""
-    for exp in list(_live):
-        if exp._lock.acquire(timeout=1.0):
-            try:
-                with contextlib.suppress(Exception):
-                    exp._close()
-            finally:
-                exp._lock.release()
-
-
-def _on_sigterm(signum: int, frame: Any) -> None:
-    previous = _sigterm_previous
-    if callable(previous):
-        previous(signum, frame)  # the user's handler decides (it may keep training)
-        return
-    _close_all()
-    signal.signal(signum, signal.SIG_DFL)
-    os.kill(os.getpid(), signum)  # die of SIGTERM, as without rlpulse
-
-
-def _install_sigterm() -> None:
-    """Chain a SIGTERM handler once per process, from the main thread, unless SIGTERM is
-    ignored; a handler installed later replaces it (interpreter exit still closes)."""
-    global _sigterm_previous, _sigterm_installed
-    with _sigterm_lock:
-        if _sigterm_installed or threading.current_thread() is not threading.main_thread():
-            return
-        previous = signal.getsignal(signal.SIGTERM)
-        if previous is not signal.SIG_DFL and not callable(previous):
-            return  # ignored, or a handler set outside Python that cannot be chained
-        _sigterm_previous = previous
-        signal.signal(signal.SIGTERM, _on_sigterm)
-        _sigterm_installed = True
-
-
-def _after_fork_in_child() -> None:
-    global _sigterm_lock
-    _sigterm_lock = threading.Lock()
-    for exp in list(_live):
-        exp._after_fork_in_child()
-    _live.clear()
-
-
-def _end_all() -> None:
-    """At interpreter exit: end every serving exporter with the outcome the exit hooks saw. The
-    waits for a last scrape share one deadline, so several exporters cost one wait."""
-    outcome, reason = _exit_outcome or ("finished", "")
-    exporters = list(_live)
-    deadline = time.monotonic() + max((exp.final_wait for exp in exporters), default=0.0)
-    for exp in exporters:
-        with contextlib.suppress(Exception):
-            exp.end(outcome, reason, wait=min(exp.final_wait, deadline - time.monotonic()))
-
-
-_exit_outcome: tuple[str, str] | None = None  # set by the hooks below; a crash is never replaced
-_exit_hooks_installed = False
-
-
-def _note_outcome(outcome: str, reason: str) -> None:
-    global _exit_outcome
-    if _exit_outcome is None or _exit_outcome[0] != "crashed":
-        _exit_outcome = (outcome, reason)
-
-
-def _note_exception(exc_type: type[BaseException], where: str = "") -> None:
-    if issubclass(exc_type, KeyboardInterrupt):
-        _note_outcome("interrupted", "KeyboardInterrupt")
-    elif not issubclass(exc_type, SystemExit):
-        _note_outcome("crashed", f"{where}{exc_type.__name__}")
-
-
-def _note_exit_status(status: object) -> None:
-    if threading.current_thread() is not threading.main_thread():
-        return  # sys.exit in another thread ends only that thread
-    if status is None or status == 0:
-        _note_outcome("finished", "")
-    else:
-        _note_outcome("crashed", f"exit status {status!r}")
-
-
-def _install_exit_hooks() -> None:
-    """Chain (once) ``sys.excepthook``, ``threading.excepthook`` and ``sys.exit`` so that
-    interpreter exit knows how the run ended; the previous hooks are still called."""
-    global _exit_hooks_installed
-    with _sigterm_lock:
-        if _exit_hooks_installed:
-            return
-        _exit_hooks_installed = True
-    previous_excepthook = sys.excepthook
-    previous_thread_hook = threading.excepthook
-    previous_exit = sys.exit
-
-    def excepthook(exc_type: type[BaseException], exc: BaseException, tb: Any) -> None:
-        _note_exception(exc_type)
-        previous_excepthook(exc_type, exc, tb)
-
-    def thread_excepthook(args: Any) -> None:
-        _note_exception(args.exc_type, "thread: ")
-        previous_thread_hook(args)
-
-    def exit(status: Any = None) -> Any:
-        _note_exit_status(status)
-        return previous_exit(status)
-
-    sys.excepthook = excepthook
-    threading.excepthook = thread_excepthook
-    sys.exit = exit
-
-
-atexit.register(_end_all)
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 class _Phase:

@@ -18,6 +18,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlencode
@@ -102,7 +103,8 @@ def tutorial_run(prom: str, port: int, workdir: Path) -> None:
 
 @pytest.fixture(scope="module")
 def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, dict[str, Any]]]:
-    """Every kind of run once under one Prometheus; yields its URL and each run's time range."""
+    """Every kind of run once, all at once, under one Prometheus; yields its URL and each
+    run's time range."""
     tmp = tmp_path_factory.mktemp("coverage")
     ports = {kind: free_port() for kind in KINDS}
     rule_files = []
@@ -125,23 +127,26 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, di
             prom,
             ports["q-learning"],
             "q-learning",
-            lambda exp: train_q_learning("healthy", 0, tmp, episodes=8000, every=50, exporter=exp),
+            lambda exp: train_q_learning("healthy", 0, tmp, episodes=6000, every=50, exporter=exp),
         ),
         "sb3-ppo": lambda prom: exporter_run(
             prom,
             ports["sb3-ppo"],
             "sb3-ppo",
-            lambda exp: train_sb3("healthy", 0, tmp, timesteps=4096, inject_at=0, exporter=exp),
+            lambda exp: train_sb3("healthy", 0, tmp, timesteps=2048, inject_at=0, exporter=exp),
         ),
         "cleanrl-ppo": lambda prom: tailed_run(prom, ports["cleanrl-ppo"], tmp),
         "tutorial": lambda prom: tutorial_run(prom, ports["tutorial"], tmp),
     }
-    with prometheus(tmp, prom_config) as prom:
-        ranges = {}
-        for kind, train in trainings.items():
-            start = time.time()
-            train(prom)
-            ranges[kind] = (start - 2, time.time() + 2)
+
+    def timed(train: Callable[[str], None], prom: str) -> tuple[float, float]:
+        start = time.time()
+        train(prom)
+        return start - 2, time.time() + 2
+
+    with prometheus(tmp, prom_config) as prom, ThreadPoolExecutor(len(KINDS)) as pool:
+        running = {kind: pool.submit(timed, train, prom) for kind, train in trainings.items()}
+        ranges = {kind: future.result() for kind, future in running.items()}
         time.sleep(2)  # the recording rules' last evaluation over the ended runs
         yield prom, ranges
 

@@ -130,12 +130,12 @@ two, keeping the time range and the run. The row *What the alerts test* plots ea
 an alert thresholds (`rl_step_signal{signal=…}`) with the alert's warning and critical levels as
 dashed lines, taken from the same config as the rules, so a page leads to the curve that caused
 it; the runbooks (docs/runbooks.md) name panels by their titles here. Rows a kind of run cannot
-fill (grader and tools) are collapsed. A Gymnasium, SB3 or CleanRL run has a dashboard of its own,
-*Classic RL*: episode return, length and success rate, episodes and env steps per second,
+fill (grader and tools) are collapsed. A Gymnasium, SB3 or CleanRL run has a dashboard of its
+own, *Classic RL*: episode return, length and success rate, episodes and env steps per second,
 exploration (epsilon or entropy), losses, Q-values, and each phase's share of wall time with the
-untimed rest shown. The comparison dashboard also plots
-the runs against the training step (*trend* panels, x = `rl_step`), so runs that did not run at
-the same time overlay.
+untimed rest shown (so does the training dashboard); policy-gradient details are collapsed. The
+comparison dashboard also plots the runs against the training step (*trend* panels, x =
+`rl_step`), so runs that did not run at the same time overlay.
 
 From a curve to the rollouts behind it: the alert-signal, gradient-norm and response panels have
 data links to the worst rollouts of the run in the rollout API (docs/rollouts.md; the *Rollout

@@ -1,7 +1,7 @@
 """The in-process exporter: run identity, the hot-path API, and the HTTP endpoint.
 
-``log()`` and the batch calls only write plain numbers into a ``Store``; ``_Collector`` turns the
-store (plus GPU/host readings) into Prometheus families when Prometheus scrapes.
+``log()`` and the batch calls only write plain numbers into a ``Store``; ``rlpulse.scrape``
+turns the store (plus GPU/host readings) into Prometheus families when Prometheus scrapes.
 
 How a run ends with its process (exit, SIGTERM, fork) is ``rlpulse.lifecycle``.
 """
@@ -23,18 +23,8 @@ from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry
-from prometheus_client.metrics_core import (
-    CounterMetricFamily,
-    GaugeMetricFamily,
-    HistogramMetricFamily,
-    InfoMetricFamily,
-)
-from prometheus_client.metrics_core import (
-    Metric as Family,
-)
-from prometheus_client.samples import Exemplar as PromExemplar
 
-from rlpulse import __version__, catalog, http, keys, lifecycle, notices, signals
+from rlpulse import __version__, catalog, http, keys, lifecycle, notices, scrape, signals
 from rlpulse.catalog import IDENTITY_LABELS, Metric
 from rlpulse.coerce import (
     FLOAT_MAX,
@@ -50,7 +40,7 @@ from rlpulse.coerce import (
 from rlpulse.collectors.base import CachedReader
 from rlpulse.collectors.gpu import GpuReader
 from rlpulse.collectors.host import HostReader, ProcessReader
-from rlpulse.exposition import Renderer, format_le
+from rlpulse.exposition import Renderer
 from rlpulse.http import PortInUseError
 from rlpulse.options import Options
 from rlpulse.store import Series, Store
@@ -67,7 +57,6 @@ METADATA_KEYS = tuple(n for n in catalog.get("rl_run_info").labels if n != "rlpu
 FINISHED = catalog.get("rl_run_finished_timestamp_seconds")
 OUTCOME = catalog.get("rl_run_outcome")
 MAX_REASON_CHARS = 120
-SCRAPER_HEADER = "X-Prometheus-Scrape-Timeout-Seconds"
 METADATA_ALIASES = {"grader": "grader_version", "version": "framework_version", "sha": "git_sha"}
 RUN_INFO = catalog.get("rl_run_info")
 MAX_EXTRA_METADATA = 16  # free-form metadata keys kept as rl_run_info labels
@@ -95,13 +84,6 @@ class _Binding:
         self.series = series
         self.scale = scale
         self.counter = series.metric.type == "counter"
-
-
-def _from_scraper(request: http.Request) -> bool:
-    """Whether a request comes from a scraper: Prometheus and the agents built on its scrape
-    code send ``X-Prometheus-Scrape-Timeout-Seconds``."""
-    headers = request.headers
-    return SCRAPER_HEADER in headers or headers.get("User-Agent", "").startswith("Prometheus/")
 
 
 def _git_sha() -> str:
@@ -178,7 +160,7 @@ class Exporter:
         self._set_metadata(opts.metadata)
         self._set_config(opts.config)
         self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(_Collector(self))
+        self.registry.register(scrape.Collector(self))
 
     # ---- lifecycle ------------------------------------------------------------------------
     @property
@@ -206,7 +188,7 @@ class Exporter:
             options = self.web_config.server_options() if self.web_config is not None else {}
             if self.certfile:  # (a web config with TLS too was refused in __init__)
                 options["tls"] = http.tls_context(self.certfile, self.keyfile)
-            metrics = self._noting_scrapers(http.metrics_handler(Renderer(self)))
+            metrics = scrape.noting_scrapers(self, http.metrics_handler(Renderer(self)))
             routes = {lifecycle.METRICS_PATH: metrics, **self._routes}
             server = http.Server(self.addr, self.port, routes, **options)
             self._server = server.start()
@@ -281,16 +263,6 @@ class Exporter:
         self.close()  # before the push, so it carries no host/GPU readings that would go stale
         pushed = lifecycle.push(self)
         return seen or pushed
-
-    def _noting_scrapers(self, handler: http.Handler) -> http.Handler:
-        """``handler``, noting when a scraper (not a person with curl) fetched it."""
-
-        def serve(request: http.Request) -> http.Response:
-            if not self.scraper_seen and _from_scraper(request):
-                self.scraper_seen = True
-            return handler(request)
-
-        return serve
 
     def close(self) -> None:
         """Stop serving and free the port. Recording calls stay harmless afterwards."""
@@ -880,32 +852,8 @@ class Exporter:
         return iter(self._readers)
 
     def scrape_samples(self) -> Iterator[tuple[Metric, tuple[str, ...], float]]:
-        """What a scrape adds to the store: (metric, its own label values, value).
-
-        Run info comes first, then the self-metrics and the GPU/host readings (taken now).
-        """
-        yield self._info_metric, self._info_values, 1.0
-        for reason, n in sorted(self.dropped.items()):
-            yield catalog.get("rlpulse_dropped_values_total"), (reason,), n
-        for label, n in sorted(self.store.overflowed.items()):
-            yield catalog.get("rlpulse_label_overflow_total"), (label,), n
-        for reader in self.readings():
-            reading = reader.get()
-            st = reader.state
-            yield catalog.get("rlpulse_collector_enabled"), (st.name,), float(st.enabled)
-            if not st.enabled:
-                continue
-            yield catalog.get("rlpulse_collector_up"), (st.name,), float(st.up)
-            yield catalog.get("rlpulse_collector_duration_seconds"), (st.name,), st.duration
-            yield catalog.get("rlpulse_collector_errors_total"), (st.name,), st.errors
-            for name, labels, value in reading:
-                metric = catalog.get(name)
-                yield metric, tuple(labels[n] for n in metric.labels), value
-        yield from self.detector.samples()
-        if self._recorder is not None:
-            for name, labels, value in self._recorder.metric_samples():
-                metric = catalog.get(name)
-                yield metric, tuple(labels[n] for n in metric.labels), value
+        """What a scrape adds to the store (``rlpulse.scrape.samples``)."""
+        return scrape.samples(self)
 
 
 class _Phase:
@@ -925,60 +873,3 @@ class _Phase:
         series = self._exp._series("rl_phase_duration_seconds", "histogram", {"phase": self._name})
         if series is not None and series.hist is not None:
             series.hist.observe_one(elapsed)
-
-
-def _family(metric: Metric, labelnames: list[str]) -> Any:
-    doc = metric.help
-    if metric.type == "gauge":
-        return GaugeMetricFamily(metric.name, doc, labels=labelnames)
-    if metric.type == "counter":
-        return CounterMetricFamily(metric.family, doc, labels=labelnames)
-    if metric.type == "histogram":
-        return HistogramMetricFamily(metric.name, doc, labels=labelnames)
-    return InfoMetricFamily(metric.family, doc, labels=labelnames)
-
-
-class _Collector:
-    """The exporter as prometheus_client families, for ``exp.registry`` (push gateways, tests).
-
-    The HTTP endpoint renders the same content with ``rlpulse.exposition.Renderer``.
-    """
-
-    def __init__(self, exp: Exporter) -> None:
-        self._exp = exp
-
-    def collect(self) -> Iterator[Family]:
-        exp = self._exp
-        exp.flush()
-        ident = exp.identity
-        names = list(IDENTITY_LABELS)
-        families: dict[str, Any] = {}
-
-        def family(metric: Metric) -> Any:
-            fam = families.get(metric.name)
-            if fam is None:
-                fam = families[metric.name] = _family(metric, names + list(metric.labels))
-            return fam
-
-        extra = list(exp.scrape_samples())  # run info first, then self-metrics and readings
-        info, info_labels, _ = extra.pop(0)
-        family(info).add_metric(ident, dict(zip(info.labels, info_labels, strict=True)))
-        values = exp.store.values
-        for series in list(exp.store.series):
-            metric = series.metric
-            labels = ident + list(series.labels)
-            if series.hist is not None:
-                cumulative, total, exemplars = series.hist.snapshot()
-                bounds = [*(format_le(b) for b in metric.buckets), "+Inf"]
-                buckets = [
-                    (le, c, PromExemplar({"rollout_id": e.rollout_id}, e.value, e.timestamp))
-                    if e is not None
-                    else (le, c)
-                    for le, c, e in zip(bounds, cumulative, exemplars, strict=True)
-                ]
-                family(metric).add_metric(labels, buckets, total)
-                continue
-            family(metric).add_metric(labels, values[series.slot])
-        for metric, own, value in extra:
-            family(metric).add_metric(ident + list(own), value)
-        yield from families.values()

@@ -11,10 +11,9 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-__version__ = "0.1.0"
-
 from rlpulse import notices
 from rlpulse.exporter import Exporter, PortInUseError
+from rlpulse.version import __version__ as __version__
 
 __all__ = [
     "Exporter",

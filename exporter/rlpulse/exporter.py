@@ -8,12 +8,8 @@ How a run ends with its process (exit, SIGTERM, fork) is ``rlpulse.lifecycle``.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
-import re
-import socket
-import subprocess
 import threading
 import time
 from collections import deque
@@ -24,8 +20,8 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from rlpulse import __version__, catalog, http, keys, lifecycle, notices, scrape, signals
-from rlpulse.catalog import IDENTITY_LABELS, Metric
+from rlpulse import catalog, http, keys, lifecycle, notices, runinfo, scrape, signals
+from rlpulse.catalog import Metric
 from rlpulse.coerce import (
     FLOAT_MAX,
     PREVIEW_CHARS,
@@ -52,19 +48,9 @@ log = logging.getLogger("rlpulse")
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 # Labels whose values come from user data and are bounded by ``label_cap``.
 USER_LABELS = frozenset({"component", "benchmark", "tool", "phase", "name", "key", "split"})
-# rl_run_info's labels a trainer may set (rlpulse_version is always rlpulse's own)
-METADATA_KEYS = tuple(n for n in catalog.get("rl_run_info").labels if n != "rlpulse_version")
 FINISHED = catalog.get("rl_run_finished_timestamp_seconds")
 OUTCOME = catalog.get("rl_run_outcome")
 MAX_REASON_CHARS = 120
-METADATA_ALIASES = {"grader": "grader_version", "version": "framework_version", "sha": "git_sha"}
-RUN_INFO = catalog.get("rl_run_info")
-MAX_EXTRA_METADATA = 16  # free-form metadata keys kept as rl_run_info labels
-MAX_METADATA_KEY_CHARS = 64
-MAX_METADATA_VALUE_CHARS = 256
-# label names a free-form key may not take: Prometheus' own and the ones it would rename
-RESERVED_LABELS = frozenset({*IDENTITY_LABELS, *RUN_INFO.labels, "job", "instance", "le"})
-_LABEL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 EPISODE_WINDOW = 100
 MAX_PENDING = 4096  # log() snapshots held for the scrape thread before the trainer applies them
 
@@ -72,7 +58,6 @@ _OVERFLOW = object()  # a key past the unmapped-key cap
 SELF_PREFIX = "rlpulse_"  # the exporter's own metrics: never written through the recording API
 MAX_BOUND_KEYS = 4096  # logged keys whose binding is remembered; later new keys resolve per call
 MAX_WARNED = 256  # (key, reason) pairs given their own warning; later drops are only counted
-MAX_CONFIG_DEPTH = 32  # nesting of config= kept as rl_hyperparameter{name}
 
 
 class _Binding:
@@ -84,20 +69,6 @@ class _Binding:
         self.series = series
         self.scale = scale
         self.counter = series.metric.type == "counter"
-
-
-def _git_sha() -> str:
-    try:
-        out = subprocess.run(
-            ["git", "rev-parse", "--short=12", "HEAD"],
-            capture_output=True,
-            text=True,
-            timeout=2,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return ""
-    return out.stdout.strip() if out.returncode == 0 else ""
 
 
 class Exporter:
@@ -117,9 +88,7 @@ class Exporter:
         self.dropped: dict[str, int] = {}
         self._drop_lock = threading.Lock()
         self._warned: set[tuple[str, str]] = set()
-        self._framework: str | None = None
         self._key_map = keys.user_map(opts.key_map)  # the user's keys, searched before the tables
-        self._info: dict[str, str] = {}
         self._server: http.Server | None = None
         self._lock = threading.Lock()
         self._episodes: tuple[deque[float], deque[float]] = (
@@ -157,8 +126,11 @@ class Exporter:
         self.detector = signals.Detector()
         self._watch: dict[int, tuple[str, tuple[str, ...]] | None] = {}
         self.clock: Callable[[], float] = time.time  # replay sets its simulated clock here
-        self._set_metadata(opts.metadata)
-        self._set_config(opts.config)
+        self.run_info = runinfo.run_info(opts.metadata, self._drop)
+        self._framework = self.run_info.framework
+        self._guess_framework = self._framework is None
+        for name, value in runinfo.hyperparameters(opts.config, self._drop):
+            self.set("rl_hyperparameter", value, name=name)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(scrape.Collector(self))
 
@@ -775,76 +747,6 @@ class Exporter:
             if self.strict:
                 raise
             self._drop("bad_call", "observe_episodes", exc)
-
-    # ---- metadata -----------------------------------------------------------------------------
-    def _set_metadata(self, metadata: Mapping[str, Any]) -> None:
-        if not isinstance(metadata, Mapping):
-            self._drop("bad_metadata", "metadata", metadata)
-            metadata = {}
-        info = dict.fromkeys(METADATA_KEYS, "")
-        info["host"] = socket.gethostname()
-        extra: dict[str, str] = {}
-        for raw_key, value in metadata.items():
-            key = METADATA_ALIASES.get(raw_key, raw_key)
-            text = "" if value is None else str(value)[:MAX_METADATA_VALUE_CHARS]
-            if key in info:
-                info[key] = text
-            elif self._free_form_key(key, extra):
-                extra[key] = text
-            else:
-                self._drop("bad_metadata", str(raw_key), value)
-        if not info["git_sha"]:
-            info["git_sha"] = _git_sha()
-        info["rlpulse_version"] = __version__
-        self._framework = info["framework"].lower() or None
-        self._guess_framework = self._framework is None
-        self._info = info
-        # free-form keys (env, algo …) become extra labels of this run's rl_run_info
-        self._info_metric = dataclasses.replace(RUN_INFO, labels=(*RUN_INFO.labels, *extra))
-        self._info_values = (*(info[k] for k in RUN_INFO.labels), *extra.values())
-
-    @staticmethod
-    def _free_form_key(key: Any, kept: Mapping[str, str]) -> bool:
-        """Whether a metadata key outside the catalog's can be one more rl_run_info label: a
-        label name (not reserved, not ``__``-prefixed, bounded length) while there is room."""
-        return (
-            isinstance(key, str)
-            and len(key) <= MAX_METADATA_KEY_CHARS
-            and _LABEL_NAME.fullmatch(key) is not None
-            and not key.startswith("__")
-            and key not in RESERVED_LABELS
-            and len(kept) < MAX_EXTRA_METADATA
-        )
-
-    def _set_config(
-        self, config: Mapping[str, Any], prefix: str = "", within: tuple[int, ...] = ()
-    ) -> None:
-        """Numeric settings as rl_hyperparameter{name}; a cycle, nesting past
-        ``MAX_CONFIG_DEPTH`` or a mapping that fails to iterate is counted ``bad_config``."""
-        if not isinstance(config, Mapping) or id(config) in within:
-            self._drop("bad_config", prefix or "config", "not a mapping, or a cycle")
-            return
-        if len(within) >= MAX_CONFIG_DEPTH:
-            self._drop("bad_config", prefix, f"nested deeper than {MAX_CONFIG_DEPTH}")
-            return
-        try:
-            items = list(config.items())
-        except Exception as exc:
-            self._drop("bad_config", prefix or "config", exc)
-            return
-        for key, value in items:
-            try:
-                name = f"{prefix}{label_text(key)}"
-            except ValueError as exc:
-                self._drop("bad_config", prefix or "config", exc)
-                continue
-            if isinstance(value, Mapping):
-                self._set_config(value, f"{name}.", (*within, id(config)))
-            elif isinstance(value, bool | np.bool_):
-                self.set("rl_hyperparameter", float(value), name=name)
-            elif isinstance(value, int | float | np.number):
-                self.set("rl_hyperparameter", value, name=name)
-            # strings, lists and None are settings, not numbers: left to rl_run_info/the config
 
     # ---- scrape side ----------------------------------------------------------------------------
     def readings(self) -> Iterator[CachedReader]:

@@ -52,7 +52,7 @@ def samples(exp: Exporter) -> Iterator[tuple[Metric, tuple[str, ...], float]]:
 
     Run info comes first, then the self-metrics and the GPU/host readings (taken now).
     """
-    yield exp._info_metric, exp._info_values, 1.0
+    yield exp.run_info.metric, exp.run_info.values, 1.0
     for reason, n in sorted(exp.dropped.items()):
         yield catalog.get("rlpulse_dropped_values_total"), (reason,), n
     for label, n in sorted(exp.store.overflowed.items()):

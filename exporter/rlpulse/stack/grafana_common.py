@@ -544,7 +544,7 @@ _FIRST_NUMBER = r"/\} (-?[0-9]+)/"  # query_result's text: {labels} VALUE TIMEST
 
 
 def step_range_variables(step: str) -> list[db.QueryVariable]:
-    """Hidden variables ``step_min``/``step_max``: the first and last value of the step series
+    """Hidden variables ``step_min``/``step_max``: the lowest and highest value of the step series
     ``step`` in the visible time range, recomputed when it changes; the rollout links carry
     them."""
     return [

@@ -14,6 +14,7 @@ import itertools
 import json
 import math
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -130,7 +131,9 @@ def visible_step(run: Run, start: int) -> int | None:
     if run.scenario == "stall":
         return _slow_step(times, start)
     means = {s: sum(v) / len(v) for s, v in sorted(rewards.items())}
-    before = [m for s, m in means.items() if s < start and math.isfinite(m)]
+    finite = [(s, m) for s, m in means.items() if math.isfinite(m)]
+    # a failure from the first step: measured against the first reading (the starting level)
+    before = [m for s, m in finite if s < start] or [m for _, m in finite[:1]]
     if not before:
         return None
     best = max(before)
@@ -180,9 +183,14 @@ def judge_fast(run: Run, verdict: Verdict) -> ReplayResult:
 
 def replay(run: Run, *, fast: bool = False) -> ReplayResult:
     """``rlpulse replay`` of the run's own log: shipped rules, or the fast preset the live stack
-    runs (``fast``; a log without times then takes a second per record, not a minute)."""
-    cfg, step = (config.fast(), FAST_STEP_SECONDS) if fast else (None, DEFAULT_STEP_SECONDS)
-    (result,) = replay_runs(run.log, fmt=run.format, cfg=cfg, step_seconds=step, run_id=run.run_id)
+    runs (``fast``; a log without times then takes a second per record, not a minute, or the
+    ``pace`` it was trained at live)."""
+    cfg, step = (None, DEFAULT_STEP_SECONDS)
+    if fast:
+        cfg, step = config.fast(), run.pace or FAST_STEP_SECONDS
+    (result,) = replay_runs(
+        run.log, fmt=run.format, cfg=cfg, step_seconds=step, run_id=run.run_id, key_map=run.key_map
+    )
     return result
 
 
@@ -197,19 +205,24 @@ class LiveStack:
     prometheus: str
     pagerduty: Sink
 
-    def exporter(self, run_id: str) -> Exporter:
-        """An exporter for one run, registered as a file_sd target of the stack."""
+    def exporter(self, run_id: str, key_map: dict[str, str] | None = None) -> Exporter:
+        """An exporter for one run (with the user's ``key_map``), registered as a file_sd target
+        of the stack."""
         exp = Exporter(
-            free_port(), addr="127.0.0.1", run_id=run_id, gpu=False, final_wait=5
+            free_port(), addr="127.0.0.1", run_id=run_id, gpu=False, final_wait=5, key_map=key_map
         ).start()
+        self.watch(run_id, f"127.0.0.1:{exp.port}")
+        return exp
+
+    def watch(self, run_id: str, instance: str) -> None:
+        """Register ``instance`` (host:port) as a target; wait for its first scrape."""
         target = self.dir / "prometheus" / "targets" / f"{run_id}.json"
-        target.write_text(json.dumps([{"targets": [f"127.0.0.1:{exp.port}"]}]))
+        target.write_text(json.dumps([{"targets": [instance]}]))
         wait_for(
-            lambda: results(self.prometheus, f'up{{instance="127.0.0.1:{exp.port}"}} == 1'),
+            lambda: results(self.prometheus, f'up{{instance="{instance}"}} == 1'),
             30,
             f"the first scrape of {run_id}",
         )
-        return exp
 
     def seen(self, run_id: str, since: float) -> dict[str, Any]:
         """The alerts Prometheus fired for ``run_id`` since ``since`` and the PagerDuty incidents
@@ -233,10 +246,37 @@ class LiveStack:
             "incidents": len({b["dedup_key"] for b in triggers}),
         }
 
+    @contextlib.contextmanager
+    def tailer(self, run_id: str, logdir: Path) -> Iterator[None]:
+        """``rlpulse tail-tensorboard`` following ``logdir`` (made by the trainer) as a target
+        of the stack; stopped with Ctrl-C (SIGINT) afterwards, which finishes its run."""
+        port = free_port()
+        proc = subprocess.Popen(
+            [_binary(), "tail-tensorboard", "--wait", "--interval", "0.2", "--addr", "127.0.0.1",
+             "--port", str(port), "--run-id", run_id, "--framework", "cleanrl", str(logdir)],
+            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            self.watch(run_id, f"127.0.0.1:{port}")
+            yield
+            time.sleep(1)  # the tailer's last poll
+        finally:
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+
+def _binary() -> str:
+    return str(Path(sys.executable).with_name("rlpulse"))
+
 
 def _rlpulse(*args: str) -> subprocess.CompletedProcess[str]:
-    binary = str(Path(sys.executable).with_name("rlpulse"))
-    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120, check=False)
+    return subprocess.run(
+        [_binary(), *args], capture_output=True, text=True, timeout=120, check=False
+    )
 
 
 @contextlib.contextmanager

@@ -26,15 +26,20 @@ from typing import Any
 
 from benchmarks import alert_matrix as am
 from benchmarks import trainings as tr
+from benchmarks import trl_grpo
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = REPO / "benchmarks" / "results" / "alert-matrix.json"
 DOC = REPO / "docs" / "alert-quality-trainings.md"
 COMMAND = ".venv/bin/python -m benchmarks.bench_alert_matrix"
 SEEDS = (0, 1, 2)
+FRAMEWORKS = {**tr.FAILURES, "trl-grpo": trl_grpo.FAILURES}
+LIVE_CALLBACK = ("sb3-ppo", "sb3-a2c", "sb3-dqn", "trl-grpo")  # report through their callback
+LIVE = (*LIVE_CALLBACK, "cleanrl-ppo")  # and CleanRL's events, followed by the tailer
 SB3 = {"timesteps": 24_000, "inject_at": 16_000}
 SB3_STALL = {"timesteps": 16_000 + 3 * 256, "inject_at": 16_000}
 SB3_FLIP = {"timesteps": 40_000, "inject_at": 16_000}  # relearning a flipped reward takes long
+SB3_FLIP_OFFPOLICY = {"timesteps": 32_000, "inject_at": 16_000}  # A2C, DQN: shorter runs
 # How each induced failure reaches (or does not reach) the logged numbers: the mechanism, which
 # does not change from run to run; the figures are in the tables.
 NOTES = {
@@ -57,10 +62,42 @@ NOTES = {
     ("sb3-ppo", "stall"): "Each env step takes 40 ms from the failure on: an update takes ~10 s "
     "instead of ~0.3 s. The shipped rules need 5 min without a step (`min_wait`), so a replay "
     "of this short run cannot fire; the live stack runs the fast preset (5 s).",
+    ("sb3-a2c", "lr-spike"): "As PPO's: RMSprop steps of 0.5 at the next update.",
+    ("sb3-a2c", "neg-entropy"): "As PPO's: `ent_coef` -0.5 from the next update.",
+    ("sb3-a2c", "nan-reward"): "As PPO's: the NaN enters the next update (every 16 env steps) "
+    "and the run crashes in `collect_rollouts`; A2C dumps its log every 25 updates.",
+    ("sb3-a2c", "sign-flip"): "As PPO's.",
+    ("sb3-a2c", "stall"): "As PPO's.",
+    ("sb3-dqn", "lr-spike"): "Adam steps of 0.5 on the Q-network at the next `train()` (every "
+    "256 env steps, 64 gradient steps): the greedy policy is wrecked at once.",
+    ("sb3-dqn", "nan-reward"): "The NaN reward lands in the replay buffer; the next sampled "
+    "batch makes the TD target and the loss NaN (`train/loss` is logged), and the Q-values NaN "
+    "(argmax of NaN picks action 0: the run goes on, failing).",
+    ("sb3-dqn", "sign-flip"): "The agent learns from -r out of a buffer still full of +r "
+    "transitions: the return falls only as the buffer turns over.",
+    ("sb3-dqn", "stall"): "As PPO's; DQN logs every 4 episodes.",
     ("q-learning", "schedule-reset"): "epsilon and alpha back to 1: every action random, every "
     "update overwrites the Q-value with one sample; success falls at the next logged batch.",
     ("cleanrl-ppo", "lr-spike"): "Adam's lr set to 0.5 after a bad resume; gradients are "
     "clipped at 0.5, so the damage comes through the step size, not the gradient norm.",
+    ("trl-grpo", "length"): "The reward pays only length (the correctness grader kept at weight "
+    "0): completions grow to `max_completion_length` and are cut; the held-out correctness "
+    "(TRL's evaluation, the run's true objective) falls as the answers turn to padding.",
+    ("trl-grpo", "format"): "The reward pays only `\\d+;`: it rises to 1 quickly while held-out "
+    "correctness drifts down (nothing holds the sums up): reward hacking against the objective.",
+    ("trl-grpo", "cold"): "A temperature schedule multiplies `temperature` by 0.6 each step (the "
+    "sampling and the scoring LM head, as a new GRPOConfig value does): the logged entropy falls "
+    "to ~0 within a few steps, a group's completions become the same, their advantages 0. "
+    "Greedy answers are *more* often right, so neither the reward nor the objective drops: "
+    "entropy is the only symptom.",
+    ("trl-grpo", "kl-blowup"): "The learning rate jumps to 0.03 with `beta` 1e-3 (with `beta` 0 "
+    "TRL loads no reference model and logs no `kl`): KL to the reference goes from ~0.2 to "
+    "10^2-10^4 nats, the completions turn to garbage, reward and objective fall to 0.",
+    ("trl-grpo", "grader-down"): "The correctness grader raises from the failure on; the reward "
+    "function counts `rl_grader_errors_total` and returns None (TRL's way for an unscorable "
+    "sample): TRL's reward keeps only the format part, `rewards/correct/mean` and the held-out "
+    "score turn NaN (logged as null). Grader errors are counted live only: TRL logs none, so a "
+    "replay sees the NaN objective and the reward drop.",
 }
 
 
@@ -69,38 +106,50 @@ def plan(quick: bool) -> list[tuple[str, str, int]]:
     seeds = SEEDS[:1] if quick else SEEDS
     return [
         (fw, sc, seed)
-        for fw, failures in tr.FAILURES.items()
+        for fw, failures in FRAMEWORKS.items()
         for sc, seed in [*(("healthy", s) for s in seeds), *((f, 0) for f in failures)]
     ]
 
 
 def train(fw: str, scenario: str, seed: int, work: Path, exporter: Any = None) -> tr.Run:
     """One training of the matrix."""
-    if fw == "sb3-ppo":
-        sizes = {"stall": SB3_STALL, "sign-flip": SB3_FLIP}.get(scenario, SB3)
-        return tr.train_sb3(scenario, seed, work, exporter=exporter, **sizes)
+    if fw.startswith("sb3-"):
+        algo = fw.removeprefix("sb3-")
+        flip = SB3_FLIP if algo == "ppo" else SB3_FLIP_OFFPOLICY
+        sizes = {"stall": SB3_STALL, "sign-flip": flip}.get(scenario, SB3)
+        return tr.train_sb3(scenario, seed, work, algo=algo, exporter=exporter, **sizes)
+    if fw == "trl-grpo":
+        return trl_grpo.train_grpo(scenario, seed, work, exporter=exporter)
     if fw == "q-learning":
         return tr.train_q_learning(scenario, seed, work)
     return tr.train_cleanrl_ppo(scenario, seed, work)
 
 
 def run_matrix(work: Path, *, quick: bool, live: bool, say: Callable[[str], None]) -> list[dict]:
-    """Every run of ``plan``: trained (SB3 live when ``live``), replayed, judged."""
+    """Every run of ``plan``: trained (live when ``live``: SB3 and TRL through their callbacks,
+    CleanRL through ``rlpulse tail-tensorboard``), replayed, judged."""
     rows = []
-    with am.live_stack(work) if live else contextlib.nullcontext() as live_stack:
+    with am.live_stack(work) if live else contextlib.nullcontext() as stack:
         for fw, scenario, seed in plan(quick):
             t0 = time.time()
+            run_id = f"{fw}-{scenario}-s{seed}"
             exp = None
-            if live_stack is not None and fw == "sb3-ppo":
-                exp = live_stack.exporter(f"{fw}-{scenario}-s{seed}")
-            run = train(fw, scenario, seed, work, exp)
+            follow: contextlib.AbstractContextManager[None] = contextlib.nullcontext()
+            if fw == "trl-grpo":  # the supervised warm-up, once, before any exporter starts
+                trl_grpo.base_model(work)
+            if stack is not None and fw in LIVE_CALLBACK:
+                exp = stack.exporter(run_id, trl_grpo.KEY_MAP if fw == "trl-grpo" else None)
+            elif stack is not None and fw == "cleanrl-ppo":
+                follow = stack.tailer(run_id, work / run_id)
+            with follow:
+                run = train(fw, scenario, seed, work, exp)
             if exp is not None:
                 am.end_live(exp, run)
             verdict = am.judge(run, am.replay(run))
             fast = am.judge_fast(run, verdict)
-            if live_stack is not None and exp is not None:
+            if stack is not None and fw in LIVE:
                 verdict.live = {
-                    **live_stack.seen(run.run_id, t0),
+                    **stack.seen(run.run_id, t0),
                     "replay_fast": sorted({f"{a.alert} ({a.severity})" for a in fast.alerts}),
                     "replay_fast_incidents": am.incidents(fast),
                 }

@@ -6,7 +6,8 @@ events, JSONL) and, given an ``Exporter``, reports to it live as a user's traine
 failure starts at a fixed environment step (``inject_at``); ``Run.inject_step`` is the first
 logged step at or after it.
 
-* SB3 PPO on CartPole: ``lr-spike`` (a callback swaps the learning-rate schedule for 0.5),
+* SB3 PPO, A2C and DQN on CartPole (DQN has no entropy term, so no ``neg-entropy``):
+  ``lr-spike`` (a callback swaps the learning-rate schedule for 0.5),
   ``neg-entropy`` (a callback sets ``ent_coef`` to -0.5), ``nan-reward`` (an env wrapper returns
   NaN: the Monitor sees it, the next update's loss is NaN and the run crashes), ``sign-flip``
   (a wrapper negates the reward the agent learns from; Monitor logs the task's return),
@@ -35,6 +36,8 @@ from rlpulse.exporter import Exporter
 
 FAILURES = {
     "sb3-ppo": ("lr-spike", "neg-entropy", "nan-reward", "sign-flip", "stall"),
+    "sb3-a2c": ("lr-spike", "neg-entropy", "nan-reward", "sign-flip", "stall"),
+    "sb3-dqn": ("lr-spike", "nan-reward", "sign-flip", "stall"),  # no entropy term
     "q-learning": ("schedule-reset",),
     "cleanrl-ppo": ("lr-spike",),
 }
@@ -54,6 +57,8 @@ class Run:
     inject_at: int | None  # env steps (episodes for Q-learning); None: healthy
     inject_step: int | None = None  # the first logged step at or after inject_at
     crashed: str | None = None  # the exception that ended the run
+    key_map: dict[str, str] | None = None  # the user's keys (the true objective), live and replay
+    pace: float | None = None  # seconds a logged step took live, for a log without times
 
     @property
     def run_id(self) -> str:
@@ -126,6 +131,20 @@ def _sb3_injection(scenario: str, inject_at: int) -> Any:
     return Inject()
 
 
+# Each algorithm tuned to learn CartPole within ~20k steps on one env (rl-zoo settings, smaller)
+SB3_ALGOS: dict[str, dict[str, Any]] = {
+    "ppo": {"n_steps": 256, "batch_size": 64, "n_epochs": 10, "learning_rate": 1e-3,
+            "gamma": 0.98, "gae_lambda": 0.8},
+    "a2c": {"n_steps": 16, "learning_rate": 7e-4, "gamma": 0.99, "gae_lambda": 0.95,
+            "ent_coef": 0.0},
+    "dqn": {"learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 50_000,
+            "learning_starts": 1000, "gamma": 0.99, "target_update_interval": 10,
+            "train_freq": 256, "gradient_steps": 64, "exploration_fraction": 0.16,
+            "exploration_final_eps": 0.04, "policy_kwargs": {"net_arch": [64, 64]}},
+}  # fmt: skip
+SB3_LOG_INTERVAL = {"ppo": 1, "a2c": 25, "dqn": 4}  # iterations (PPO, A2C) or episodes (DQN)
+
+
 def train_sb3(
     scenario: str,
     seed: int,
@@ -133,30 +152,31 @@ def train_sb3(
     *,
     timesteps: int,
     inject_at: int,
+    algo: str = "ppo",
     exporter: Exporter | None = None,
 ) -> Run:
-    """PPO on CartPole-v1 (tuned to learn within ~20k steps on one env); ``healthy`` or one of
-    ``FAILURES["sb3-ppo"]`` from env step ``inject_at``."""
-    from stable_baselines3 import PPO
+    """SB3 ``algo`` (``SB3_ALGOS``) on CartPole-v1; ``healthy`` or one of
+    ``FAILURES["sb3-<algo>"]`` from env step ``inject_at``."""
+    import stable_baselines3
     from stable_baselines3.common.logger import configure
 
     from rlpulse.integrations.sb3 import RlpulseCallback
 
     torch.set_num_threads(1)
-    out = workdir / f"sb3-ppo-{scenario}-s{seed}"
-    run = Run("sb3-ppo", scenario, seed, out, "sb3-csv", "rollout/ep_rew_mean", None)
+    fw = f"sb3-{algo}"
+    out = workdir / f"{fw}-{scenario}-s{seed}"
+    run = Run(fw, scenario, seed, out, "sb3-csv", "rollout/ep_rew_mean", None)
     if scenario != "healthy":
         run.inject_at = inject_at
-    model = PPO(
-        "MlpPolicy", _sb3_env(scenario, inject_at, seed), n_steps=256, batch_size=64,
-        n_epochs=10, learning_rate=1e-3, gamma=0.98, gae_lambda=0.8, seed=seed, device="cpu",
-    )  # fmt: skip
+    cls = getattr(stable_baselines3, algo.upper())
+    env = _sb3_env(scenario, inject_at, seed)
+    model = cls("MlpPolicy", env, seed=seed, device="cpu", **SB3_ALGOS[algo])
     model.set_logger(configure(str(out), ["csv"]))
     callbacks = [_sb3_injection(scenario, inject_at)]
     if exporter is not None:
         callbacks.append(RlpulseCallback(exporter))
     try:
-        model.learn(timesteps, callback=callbacks)
+        model.learn(timesteps, callback=callbacks, log_interval=SB3_LOG_INTERVAL[algo])
     except ValueError as exc:  # NaN parameters: the policy's distribution refuses them
         run.crashed = f"{type(exc).__name__}: {str(exc).splitlines()[0][:120]}"
     model.logger.close()
@@ -172,7 +192,7 @@ def _first_step_at(run: Run) -> int | None:
     with open(run.log, newline="") as f:
         for row in csv.DictReader(f):
             if float(row["time/total_timesteps"]) >= run.inject_at:
-                return int(float(row["train/n_updates"] or 0))
+                return int(float(row.get("train/n_updates") or 0))
     return None
 
 
@@ -283,7 +303,7 @@ def train_cleanrl_ppo(
     agent = _agent(4, 2)
     opt = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5)
     out = workdir / f"cleanrl-ppo-{scenario}-s{seed}"
-    writer = SummaryWriter(str(out))
+    writer = SummaryWriter(str(out), flush_secs=1)  # a tailer follows the file as it grows
     run = Run("cleanrl-ppo", scenario, seed, out, "tensorboard", "charts/episodic_return", None)
     steps_per_iter = num_steps * n_envs
     if scenario != "healthy":

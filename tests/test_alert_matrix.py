@@ -2,8 +2,10 @@
 a short SB3 PPO run on CartPole healthy and with a learning-rate spike, reporting live to the
 fast local stack (real Prometheus, Alertmanager, PagerDuty stand-in on 127.0.0.1) and replayed
 from its own progress.csv; tabular Q-learning on FrozenLake with a schedule bug, replayed from
-its JSONL. The induced failures are caught, the healthy run pages nothing, and the live stack
-and the replay of the same log with the same rules raise the same alerts."""
+its JSONL; TRL GRPO on a tiny local model, healthy and with its sampling temperature driven
+toward 0, replayed from its trainer_state.json. The induced failures are caught, the healthy
+runs page nothing, and the live stack and the replay of the same log with the same rules raise
+the same alerts."""
 
 from __future__ import annotations
 
@@ -60,4 +62,16 @@ def test_q_learning_schedule_bug_is_caught_and_healthy_is_quiet(tmp_path: Path) 
     verdict = am.judge(broken, am.replay(broken))
     assert verdict.caught, verdict
     healthy = tr.train_q_learning("healthy", 0, tmp_path, episodes=3000, inject_at=2000)
+    assert not am.judge(healthy, am.replay(healthy)).critical
+
+
+def test_trl_grpo_entropy_collapse_is_caught_and_healthy_is_quiet(tmp_path: Path) -> None:
+    pytest.importorskip("trl")
+    from benchmarks import trl_grpo
+
+    cold = trl_grpo.train_grpo("cold", 0, tmp_path, steps=80, inject_at=40)
+    verdict = am.judge(cold, am.replay(cold))
+    assert "RLEntropyCollapse" in am.names(verdict.alerts), verdict
+    assert verdict.caught, verdict
+    healthy = trl_grpo.train_grpo("healthy", 0, tmp_path, steps=80, inject_at=40)
     assert not am.judge(healthy, am.replay(healthy)).critical

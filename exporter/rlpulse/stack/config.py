@@ -249,7 +249,8 @@ class Watchdog:
         metadata=_doc(
             "URL Alertmanager posts the Watchdog to every minute (healthchecks.io ping URL, "
             "an Opsgenie or Better Stack heartbeat, a PagerDuty-side dead man's switch); that "
-            "service alerts when the posts stop. Empty: the watchdog receiver posts nowhere."
+            "service alerts when the posts stop. Empty: the watchdog receiver posts nowhere. "
+            "The URL (its token) is written into alertmanager.yml (docs/security.md)."
         ),
     )
 

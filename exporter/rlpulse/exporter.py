@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from rlpulse import catalog, http, keys, lifecycle, notices, runinfo, scrape, signals
+from rlpulse import batches, catalog, http, keys, lifecycle, notices, runinfo, scrape, signals
 from rlpulse.catalog import Metric
 from rlpulse.coerce import (
     FLOAT_MAX,
@@ -51,7 +51,7 @@ USER_LABELS = frozenset({"component", "benchmark", "tool", "phase", "name", "key
 FINISHED = catalog.get("rl_run_finished_timestamp_seconds")
 OUTCOME = catalog.get("rl_run_outcome")
 MAX_REASON_CHARS = 120
-EPISODE_WINDOW = 100
+_NO_LABELS: Mapping[str, str] = {}
 MAX_PENDING = 4096  # log() snapshots held for the scrape thread before the trainer applies them
 
 _OVERFLOW = object()  # a key past the unmapped-key cap
@@ -91,10 +91,7 @@ class Exporter:
         self._key_map = keys.user_map(opts.key_map)  # the user's keys, searched before the tables
         self._server: http.Server | None = None
         self._lock = threading.Lock()
-        self._episodes: tuple[deque[float], deque[float]] = (
-            deque(maxlen=EPISODE_WINDOW),
-            deque(maxlen=EPISODE_WINDOW),
-        )
+        self._episodes = batches.Episodes()
         self._readers: list[CachedReader] = []
         self.final_wait = opts.final_wait
         self.expect_scrape = opts.expect_scrape
@@ -229,8 +226,8 @@ class Exporter:
             if self.outcome is not None:
                 return False
             self.outcome = (outcome, reason[:MAX_REASON_CHARS])
-        self.set(FINISHED.name, time.time())
-        self.set(OUTCOME.name, 1.0, outcome=outcome, reason=self.outcome[1])
+        self._put(FINISHED.name, time.time())
+        self._put(OUTCOME.name, 1.0, {"outcome": outcome, "reason": self.outcome[1]})
         seen = lifecycle.await_final_scrape(self, self.final_wait if wait is None else wait)
         self.close()  # before the push, so it carries no host/GPU readings that would go stale
         pushed = lifecycle.push(self)
@@ -639,6 +636,7 @@ class Exporter:
         group_size: int | None,
         ids: Sequence[Any] | None,
     ) -> None:
+        comps = {label_text(k): v for k, v in components.items()}
         arrays: dict[str, np.ndarray] = {}
         named = {
             "latency_seconds": latency,
@@ -648,7 +646,7 @@ class Exporter:
             "truncated": truncated,
             "format_ok": format_ok,
             "success": success,
-        } | {f"components[{k}]": v for k, v in components.items()}
+        } | {f"components[{k}]": v for k, v in comps.items()}
         for key, raw in named.items():
             if raw is not None:
                 arr = self._array(key, raw)
@@ -663,64 +661,16 @@ class Exporter:
         n = next(iter(sizes.values()), 0)
         if n == 0:
             return
-        self.count("rl_samples_total", n)
+        for name, amount in batches.rollout_counts(arrays, n):
+            self._add(name, amount)
         get = self.store.get
         if "latency_seconds" in arrays:
             self._observe(get("rl_rollout_duration_seconds"), arrays["latency_seconds"], ids)
         if "response_tokens" in arrays:
-            t = arrays["response_tokens"]
-            self._observe(get("rl_response_length_tokens"), t, ids)
-            self._stats(
-                t,
-                mean="rl_response_length_mean_tokens",
-                max_="rl_response_length_max_tokens",
-                min_="rl_response_length_min_tokens",
-            )
-            self.count("rl_completion_tokens_total", float(np.nansum(t)))
-        if "prompt_tokens" in arrays:
-            self.count("rl_prompt_tokens_total", float(np.nansum(arrays["prompt_tokens"])))
-        if "rewards" in arrays:
-            r = arrays["rewards"]
-            self._stats(
-                r,
-                mean="rl_reward_mean",
-                std="rl_reward_std",
-                max_="rl_reward_max",
-                min_="rl_reward_min",
-            )
-            if group_size and group_size > 1 and r.size % group_size == 0:
-                groups = r.reshape(-1, group_size)
-                zero = np.ptp(groups, axis=1) == 0
-                self.set("rl_zero_std_groups_ratio", float(zero.mean()))
-        for name in components:
-            arr = arrays.get(f"components[{name}]")
-            if arr is not None:
-                self.set("rl_reward_component_mean", float(arr.mean()), component=name)
-                self.set("rl_reward_component_std", float(arr.std()), component=name)
-        for key, metric in (
-            ("truncated", "rl_truncation_ratio"),
-            ("format_ok", "rl_format_compliance_ratio"),
-            ("success", "rl_success_ratio"),
-        ):
-            if key in arrays:
-                self.set(metric, float(arrays[key].mean()))
-
-    def _stats(
-        self,
-        arr: np.ndarray,
-        *,
-        mean: str,
-        max_: str,
-        min_: str,
-        std: str | None = None,
-    ) -> None:
-        if arr.size == 0:
-            return
-        self.set(mean, float(arr.mean()))
-        self.set(max_, float(arr.max()))
-        self.set(min_, float(arr.min()))
-        if std is not None:
-            self.set(std, float(arr.std()))
+            self._observe(get("rl_response_length_tokens"), arrays["response_tokens"], ids)
+        comp_arrays = {k: arrays[f"components[{k}]"] for k in comps if f"components[{k}]" in arrays}
+        for name, labels, value in batches.rollout_gauges(arrays, comp_arrays, group_size):
+            self._put(name, value, labels)
 
     def observe_episodes(self, returns: Any, lengths: Any, success: Any = None) -> None:
         """Record finished episodes (classic RL); gauges show the mean of the last 100."""
@@ -732,21 +682,37 @@ class Exporter:
             if r.size != n_steps.size:
                 self._drop("shape_mismatch", "observe_episodes", (r.size, n_steps.size))
                 return
-            rets, lens = self._episodes
-            rets.extend(r.tolist())
-            lens.extend(n_steps.tolist())
-            self.count("rl_episodes_total", r.size)
-            if rets:
-                self.set("rl_episode_return", sum(rets) / len(rets))
-                self.set("rl_episode_length_steps", sum(lens) / len(lens))
+            self._add("rl_episodes_total", float(r.size))
+            for name, labels, value in self._episodes.add(r, n_steps):
+                self._put(name, value, labels)
             if success is not None:
                 s = self._array("success", success)
                 if s is not None and s.size:
-                    self.set("rl_success_ratio", float(s.mean()))
+                    self._put("rl_success_ratio", float(s.mean()))
         except Exception as exc:
             if self.strict:
                 raise
             self._drop("bad_call", "observe_episodes", exc)
+
+    # ---- the exporter's own writes: plain floats it computed, no user-input checks ----------
+    def _put(self, name: str, value: float, labels: Mapping[str, str] = _NO_LABELS) -> None:
+        """Set a catalog gauge to a value the exporter derived (batch statistics, run end)."""
+        metric = catalog.get(name)
+        series = self.store.bind(metric, dict(labels), capped=metric.labels)
+        self.store.values[series.slot] = value
+        if not math.isfinite(value):
+            self._count_nonfinite(series)
+        self._signal(series.slot, value)
+
+    def _add(self, name: str, amount: float) -> None:
+        """Add a derived amount to a catalog counter; one that is negative or not finite (user
+        data such as negative token counts) is dropped as ``negative_increment``."""
+        if not (amount >= 0 and math.isfinite(amount)):
+            self._drop("negative_increment", name, amount)
+            return
+        series = self.store.get(name)
+        with self.store.lock:
+            self.store.values[series.slot] += amount
 
     # ---- scrape side ----------------------------------------------------------------------------
     def readings(self) -> Iterator[CachedReader]:

@@ -186,13 +186,14 @@ def train_sb3(
 
 
 def _first_step_at(run: Run) -> int | None:
-    """The logged step (``train/n_updates``) of the first row at or past ``inject_at``."""
+    """The logged step (``train/n_updates``) of the first row with one at or past ``inject_at``."""
     if run.inject_at is None:
         return None
     with open(run.log, newline="") as f:
         for row in csv.DictReader(f):
-            if float(row["time/total_timesteps"]) >= run.inject_at:
-                return int(float(row.get("train/n_updates") or 0))
+            # DQN dumps rows between its updates with no train/* values: skip those
+            if float(row["time/total_timesteps"]) >= run.inject_at and row.get("train/n_updates"):
+                return int(float(row["train/n_updates"]))
     return None
 
 

@@ -297,6 +297,10 @@ def markdown(rows: list[Row]) -> str:
         "steps from then to the first TP (negative: ahead of it). **Incidents**: critical alerts "
         "left paging after Alertmanager's cause-based inhibition.",
         "",
+        "Real trainings run here (SB3 PPO/A2C/DQN, TRL GRPO, CleanRL-style PPO, tabular "
+        "Q-learning) with failures induced the way they happen: "
+        "[alert-quality-trainings.md](alert-quality-trainings.md).",
+        "",
         "## Per run",
         "",
         "| run | kind | judgement | fired (severity @ step) | visible | first TP | delay | "

@@ -117,13 +117,19 @@ def _index(steps: list[int], step: int) -> int:
 
 
 def visible_step(run: Run, start: int) -> int | None:
-    """The first logged step at or after ``start`` where the reward is non-finite or below
-    ``DROP`` of its best (per-step mean) before ``start``; for a stall, the first step that took
+    """The first logged step at or after ``start`` where the reward is non-finite (or missing
+    from a record like those that carried it) or below ``DROP`` of its best (per-step mean)
+    before ``start``; for a stall, the first step that took
     ``SLOW`` times the median step time before it. None: never visible."""
     rewards: dict[int, list[float]] = {}
     times: dict[int, float] = {}
+    shape: set[str] = set()  # the keys logged beside the reward key
     for rec in read_log(run.log, run.format):
         value = rec.values.get(run.reward_key)
+        if value is None and len(shape & rec.values.keys()) > len(shape) // 2:
+            value = math.nan  # no longer logged where it was: TRL logs a NaN metric as null
+        elif value is not None and not shape:
+            shape = set(rec.values)
         if isinstance(value, int | float):
             rewards.setdefault(rec.step, []).append(float(value))
         if rec.timestamp is not None:

@@ -334,11 +334,11 @@ persists to the end. Healthy runs: 3 seeds per framework.
 Each run's own log (SB3 `progress.csv`, TRL `trainer_state.json`, JSONL, TensorBoard events) is
 replayed with the shipped rules (`rlpulse replay`; a TRL step, logged without a time, counts as a
 minute). *Damage visible*: the first logged step at or after the failure began where the logged
-reward (TRL: the held-out correctness; the batch reward for the grader failure, which blanks it)
-is non-finite or below {am.DROP:g} of its best before (of its first reading, for a failure from
-the first step; stall: a step that took {am.SLOW:g}x the median step time). *First relevant
-alert*: the first alert with its onset at or after the failure began. *Lead*: logged steps from
-the damage to that alert (negative: ahead of it). *Incidents*: critical alerts left after
+reward (TRL: the held-out correctness) is non-finite (or no longer logged where it was: TRL
+logs a NaN metric as null) or below {am.DROP:g} of its best before (of its first reading, for a
+failure from the first step; stall: a step that took {am.SLOW:g}x the median step time). *First
+relevant alert*: the first alert with its onset at or after the failure began. *Lead*: logged
+steps from the damage to that alert (negative: ahead of it). *Incidents*: critical alerts left after
 cause-based inhibition.
 
 ## Totals

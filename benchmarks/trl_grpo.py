@@ -195,9 +195,7 @@ def train_grpo(
     torch.set_num_threads(1)
     base = base_model(workdir)
     out = workdir / f"trl-grpo-{scenario}-s{seed}"
-    # the grader's failure blanks the objective (TRL logs None): its damage shows in the reward
-    key = "reward" if scenario == "grader-down" else OBJECTIVE
-    run = Run("trl-grpo", scenario, seed, out / "trainer_state.json", "trl", key, None,
+    run = Run("trl-grpo", scenario, seed, out / "trainer_state.json", "trl", OBJECTIVE, None,
               key_map=KEY_MAP, pace=LIVE_PACE if exporter is not None else None)  # fmt: skip
     if scenario in ("length", "format"):
         run.inject_at = run.inject_step = 1

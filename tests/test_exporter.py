@@ -195,7 +195,7 @@ def test_tls_passthrough(tmp_path: Path) -> None:
 def test_known_keys_take_the_fast_path_after_first_sight(exporter: Exporter) -> None:
     exporter.log({"rl_entropy": 1.0, "rl_approx_kl": 0.01})
     exporter.flush()
-    assert {"rl_entropy", "rl_approx_kl"} <= set(exporter._slots)
+    assert {"rl_entropy", "rl_approx_kl"} <= set(exporter.ingest.slots)
     before = len(exporter.store.series)
     for step in range(100):
         exporter.log({"rl_entropy": 1.0 - step / 1000, "rl_approx_kl": 0.01}, step=step)
@@ -209,7 +209,7 @@ def test_pending_snapshots_are_bounded_without_a_scraper() -> None:
 
     for step in range(MAX_PENDING * 3):
         exp.log({"rl_entropy": float(step)}, step=step)
-    assert len(exp._pending) <= MAX_PENDING
+    assert len(exp.ingest.pending) <= MAX_PENDING
     exp.flush()
     assert exp.store.values[exp.store.get("rl_entropy").slot] == MAX_PENDING * 3 - 1
 

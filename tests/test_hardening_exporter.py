@@ -14,8 +14,9 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rlpulse import exporter as exporter_module
-from rlpulse.exporter import MAX_WARNED, Exporter
+from rlpulse import ingest
+from rlpulse.drops import MAX_WARNED
+from rlpulse.exporter import Exporter
 from rlpulse.http import accepts_gzip
 from rlpulse.store import MAX_LABEL_CHARS
 from tests.conftest import samples, scrape, value
@@ -196,13 +197,13 @@ def test_the_documented_256_unmapped_keys_are_kept_and_the_rest_counted(exp: Exp
 def test_one_new_key_per_step_stays_bounded(
     exp: Exporter, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
 ) -> None:
-    monkeypatch.setattr(exporter_module, "MAX_BOUND_KEYS", 300)
+    monkeypatch.setattr(ingest, "MAX_BOUND_KEYS", 300)
     with caplog.at_level(logging.WARNING, logger="rlpulse"):
         for step in range(5000):
             exp.log({f"debug/new_key_{step}": 1.0}, step=step)
         text = scrape(exp.url)
-    assert len(exp._bindings) + len(exp._slots) <= 300
-    assert len(exp._warned) <= MAX_WARNED + 1
+    assert len(exp.ingest.bindings) + len(exp.ingest.slots) <= 300
+    assert len(exp.drops.warned) <= MAX_WARNED + 1
     assert len(caplog.records) <= MAX_WARNED + 2
     assert _dropped(text, "unmapped_key_cap") == 5000 - 256
 

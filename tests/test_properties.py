@@ -62,8 +62,8 @@ def test_log_never_raises_and_never_loses_silently(metrics: dict[str, Any], step
     _EXP.flush()
     recorded_or_counted = sum(_EXP.dropped.values()) - dropped_before
     for key, v in metrics.items():
-        binding = _EXP._slots.get(key)
-        if binding is not None or key in _EXP._bindings:
+        binding = _EXP.ingest.slots.get(key)
+        if binding is not None or key in _EXP.ingest.bindings:
             continue  # bound: the value was stored (or counted above)
         assert recorded_or_counted > 0, (key, v)
 

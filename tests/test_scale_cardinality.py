@@ -17,7 +17,8 @@ import pytest
 from benchmarks import bench_scale
 from rlpulse import catalog, keys
 from rlpulse.catalog import OVERFLOW_VALUE
-from rlpulse.exporter import USER_LABELS, Exporter
+from rlpulse.exporter import Exporter
+from rlpulse.ingest import USER_LABELS
 from tests.conftest import samples, scrape
 
 GPUS = 8

@@ -9,66 +9,41 @@ How a run ends with its process (exit, SIGTERM, fork) is ``rlpulse.lifecycle``.
 from __future__ import annotations
 
 import logging
-import math
 import threading
 import time
-from collections import deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from itertools import islice
 from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from rlpulse import batches, catalog, http, keys, lifecycle, notices, runinfo, scrape, signals
+from rlpulse import batches, catalog, http, keys, lifecycle, runinfo, scrape, signals
 from rlpulse.catalog import Metric
 from rlpulse.coerce import (
-    FLOAT_MAX,
-    PREVIEW_CHARS,
-    Dropped,
-    float_array,
-    int_float,
     label_text,
     plain,
     plain_snapshot,
-    preview,
 )
 from rlpulse.collectors.base import CachedReader
 from rlpulse.collectors.gpu import GpuReader
 from rlpulse.collectors.host import HostReader, ProcessReader
+from rlpulse.drops import Drops
 from rlpulse.exposition import Renderer
 from rlpulse.http import PortInUseError
+from rlpulse.ingest import Ingest, Phase
 from rlpulse.options import Options
-from rlpulse.store import Series, Store
+from rlpulse.store import Store
+from rlpulse.writes import Writes
 
 __all__ = ["Exporter", "PortInUseError"]
 
 log = logging.getLogger("rlpulse")
 
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
-# Labels whose values come from user data and are bounded by ``label_cap``.
-USER_LABELS = frozenset({"component", "benchmark", "tool", "phase", "name", "key", "split"})
 FINISHED = catalog.get("rl_run_finished_timestamp_seconds")
 OUTCOME = catalog.get("rl_run_outcome")
 MAX_REASON_CHARS = 120
-_NO_LABELS: Mapping[str, str] = {}
 MAX_PENDING = 4096  # log() snapshots held for the scrape thread before the trainer applies them
-
-_OVERFLOW = object()  # a key past the unmapped-key cap
-SELF_PREFIX = "rlpulse_"  # the exporter's own metrics: never written through the recording API
-MAX_BOUND_KEYS = 4096  # logged keys whose binding is remembered; later new keys resolve per call
-MAX_WARNED = 256  # (key, reason) pairs given their own warning; later drops are only counted
-
-
-class _Binding:
-    """How a logged key that is not a plain gauge write is applied."""
-
-    __slots__ = ("counter", "scale", "series")
-
-    def __init__(self, series: Series, scale: float) -> None:
-        self.series = series
-        self.scale = scale
-        self.counter = series.metric.type == "counter"
 
 
 class Exporter:
@@ -83,12 +58,20 @@ class Exporter:
         self._routes: dict[str, http.Handler] = {}
         self._close_hooks: list[Callable[[], None]] = []
         self.identity = [self.run_id, str(self.rank), str(self.local_rank), self.node]
-        self.unmapped_cap = opts.unmapped_cap
         self.store = Store(label_cap=opts.label_cap)
-        self.dropped: dict[str, int] = {}
-        self._drop_lock = threading.Lock()
-        self._warned: set[tuple[str, str]] = set()
-        self._key_map = keys.user_map(opts.key_map)  # the user's keys, searched before the tables
+        self.drops = Drops(opts.strict)
+        self.detector = signals.Detector()  # step-indexed detection of RL failure signals
+        self.writes = Writes(self.store, self.detector, self.drops)
+        self.run_info = runinfo.run_info(opts.metadata, self.drops)
+        self.ingest = Ingest(
+            self.store,
+            self.writes,
+            self.drops,
+            key_map=keys.user_map(opts.key_map),
+            framework=self.run_info.framework,
+            unmapped_cap=opts.unmapped_cap,
+        )
+        self._pending = self.ingest.pending  # log() appends here without a call into the ingest
         self._server: http.Server | None = None
         self._lock = threading.Lock()
         self._episodes = batches.Episodes()
@@ -107,26 +90,11 @@ class Exporter:
             self._readers.append(CachedReader("host", HostReader(), ttl, timeout))
         if opts.process:
             self._readers.append(CachedReader("process", ProcessReader(), ttl, timeout))
-        # fast path: logged key -> value slot of a plain gauge; everything else in _bindings
-        self._slots: dict[str, int] = {}
-        self._bindings: dict[str, _Binding | object] = {}
-        self._unmapped = 0
-        self._pending: deque[tuple[dict[str, Any], Any, float]] = deque()
-        self._apply_lock = threading.RLock()
-        self._step = self.store.get("rl_step")
-        self._train_steps = self.store.get("rl_train_steps_total")
-        self._last_ts = self.store.get("rl_last_step_timestamp_seconds")
-        self.store.values[self._last_ts.slot] = time.time()  # a run that never logs looks stalled
-        self.store.values[self.store.get("rl_exporter_start_timestamp_seconds").slot] = time.time()
-        self._logged = self.store.get("rl_logged_steps_total")
-        # step-indexed detection: slot -> (metric, labels) of a watched series, None if not watched
-        self.detector = signals.Detector()
-        self._watch: dict[int, tuple[str, tuple[str, ...]] | None] = {}
+        now = time.time()  # a run that never logs looks stalled
+        self.store.values[self.ingest.last_ts.slot] = now
+        self.store.values[self.store.get("rl_exporter_start_timestamp_seconds").slot] = now
         self.clock: Callable[[], float] = time.time  # replay sets its simulated clock here
-        self.run_info = runinfo.run_info(opts.metadata, self._drop)
-        self._framework = self.run_info.framework
-        self._guess_framework = self._framework is None
-        for name, value in runinfo.hyperparameters(opts.config, self._drop):
+        for name, value in runinfo.hyperparameters(opts.config, self.drops):
             self.set("rl_hyperparameter", value, name=name)
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(scrape.Collector(self))
@@ -143,6 +111,11 @@ class Exporter:
     def tls(self) -> bool:
         """Whether the endpoint serves HTTPS."""
         return self.options.tls
+
+    @property
+    def dropped(self) -> dict[str, int]:
+        """Dropped values by reason (``rlpulse_dropped_values_total``)."""
+        return self.drops.counts
 
     @property
     def serving(self) -> bool:
@@ -200,11 +173,11 @@ class Exporter:
         except Exception as exc:
             if self.strict:
                 raise
-            self._drop("bad_call", "record_rollouts", exc)
+            self.drops("bad_call", "record_rollouts", exc)
             return []
         ids = columns.get("rollout_ids")
         if ids is not None:
-            self._kept_ids = {str(ids[i]) for i in kept}
+            self.ingest.kept_ids = {str(ids[i]) for i in kept}
         return kept
 
     def finish(self, wait: float | None = None) -> bool:
@@ -226,8 +199,8 @@ class Exporter:
             if self.outcome is not None:
                 return False
             self.outcome = (outcome, reason[:MAX_REASON_CHARS])
-        self._put(FINISHED.name, time.time())
-        self._put(OUTCOME.name, 1.0, {"outcome": outcome, "reason": self.outcome[1]})
+        self.writes.put(FINISHED.name, time.time())
+        self.writes.put(OUTCOME.name, 1.0, {"outcome": outcome, "reason": self.outcome[1]})
         seen = lifecycle.await_final_scrape(self, self.final_wait if wait is None else wait)
         self.close()  # before the push, so it carries no host/GPU readings that would go stale
         pushed = lifecycle.push(self)
@@ -267,8 +240,8 @@ class Exporter:
         """Let go of what the parent still uses; fresh locks (a parent thread may have held one
         at the fork, and it will never release it here)."""
         self._lock = threading.Lock()
-        self._drop_lock = threading.Lock()
-        self._apply_lock = threading.RLock()
+        self.drops.after_fork_in_child()
+        self.ingest.after_fork_in_child()
         self.store.lock = threading.Lock()
         for series in self.store.series:
             if series.hist is not None:
@@ -278,47 +251,6 @@ class Exporter:
         if self._server is not None:
             self._server.abandon()
             self._server = None
-
-    # ---- bad input ------------------------------------------------------------------------
-    def _drop(self, reason: str, key: str, value: Any) -> None:
-        with self._drop_lock:
-            self.dropped[reason] = self.dropped.get(reason, 0) + 1
-        name = key[:PREVIEW_CHARS] if type(key) is str else preview(key)
-        if self.strict:
-            raise ValueError(f"rlpulse: {name!r}: {reason} ({preview(value)})")
-        if (name, reason) in self._warned or len(self._warned) > MAX_WARNED:
-            return
-        self._warned.add((name, reason))
-        log.warning(
-            "rlpulse: dropped %s for %r: %s (logged once per key)",
-            preview(value),
-            name,
-            reason,
-            extra={notices.KIND: "dropped_metadata" if reason == "bad_metadata" else "dropped"},
-        )
-        if len(self._warned) > MAX_WARNED:
-            log.warning("rlpulse: drops for %d keys logged; later ones only counted", MAX_WARNED)
-
-    def _refuse_call(self, name: Any, exc: Exception) -> None:
-        """A recording call that failed: raised when strict, else counted as ``bad_call``."""
-        if self.strict:
-            raise exc
-        self._drop("bad_call", name, exc)
-
-    def _coerce(self, key: str, value: Any) -> float | None:
-        """A number from a logged value, or None after counting why it was dropped."""
-        v = plain(value)
-        if isinstance(v, Dropped):
-            self._drop(v.reason, key, v)
-            return None
-        return v
-
-    def _count_nonfinite(self, series: Series, n: int = 1) -> None:
-        nf = self.store.get("rl_nonfinite_values_total", metric=series.metric.name)
-        with self.store.lock:
-            self.store.values[nf.slot] += n
-        if self.strict:
-            raise ValueError(f"rlpulse: {series.metric.name}: non-finite value")
 
     # ---- log(): the hot path ----------------------------------------------------------------
     def log(self, metrics: Mapping[str, Any], step: Any = None) -> None:
@@ -333,260 +265,36 @@ class Exporter:
             snapshot = plain_snapshot(metrics)
             if step is not None and type(step) is not int:
                 step = plain(step)
-            self._pending.append((snapshot, step, self.clock()))
+            self._pending.append((snapshot, step, self.clock()))  # the ingest's queue
         except Exception as exc:
             if self.strict:
                 raise
-            self._drop("bad_call", "log", exc)
+            self.drops("bad_call", "log", exc)
             return
         if self.strict or len(self._pending) > MAX_PENDING:
             self.flush()
 
     def flush(self, pause: Callable[[], None] | None = None) -> None:
-        """Apply the pending ``log()`` snapshots to the store, in order.
-
-        A scrape passes ``pause`` (called after each snapshot) to hand the GIL back to the
-        training thread between slices; it then applies only what was pending when it began.
-        """
-        pending = self._pending
-        with self._apply_lock:
-            if pause is None:
-                while pending:
-                    self._apply(*pending.popleft())
-                return
-            for _ in range(len(pending)):
-                self._apply(*pending.popleft())
-                pause()
-
-    def _apply(self, metrics: dict[str, Any], step: Any, stamp: float) -> None:
-        slots = self._slots
-        values = self.store.values
-        if self._guess_framework and metrics:
-            self._infer_framework(metrics)
-        try:
-            for k, v in metrics.items():
-                i = slots.get(k)
-                t = type(v)
-                if i is not None and (t is float or t is int):
-                    if t is int and not -FLOAT_MAX <= v <= FLOAT_MAX:
-                        v = int_float(v)  # past a float's range: ±Inf, counted below
-                    values[i] = v
-                    if v - v:  # NaN or ±Inf
-                        self._count_nonfinite(self.store.by_slot[i])
-                    self._signal(i, v)
-                else:
-                    self._log_slow(k, v)
-            if step is not None:
-                self._log_step(step, stamp)
-            values[self._last_ts.slot] = stamp
-            values[self._logged.slot] += 1
-        except Exception as exc:
-            if self.strict:
-                raise
-            self._drop("bad_call", "log", exc)
-
-    def _infer_framework(self, metrics: dict[str, Any]) -> None:
-        """No framework given: the first logged keys say whose meanings to search first
-        (``episode`` and ``reward`` in a classic-RL loop are an episode and its return)."""
-        self._guess_framework = False
-        self._framework = keys.likely_framework(k for k in metrics if isinstance(k, str))
-
-    def _signal(self, slot: int, value: float) -> None:
-        """Hand a value written to a watched series to the step-indexed detector."""
-        watch = self._watch
-        if slot not in watch:
-            s = self.store.by_slot[slot]
-            watch[slot] = (s.metric.name, s.labels) if s.metric.name in signals.OBSERVED else None
-        entry = watch[slot]
-        if entry is not None:
-            self.detector.observe(entry[0], entry[1], float(value))
-
-    def _log_step(self, step: Any, stamp: float) -> None:
-        value = self._coerce("step", step)
-        if value is None or not math.isfinite(value):
-            if value is not None:
-                self._drop("non_finite_step", "step", step)
-            return
-        self.detector.step(value, stamp)
-        values = self.store.values
-        values[self._step.slot] = value
-        if value > values[self._train_steps.slot]:
-            values[self._train_steps.slot] = value
-
-    def _log_slow(self, key: Any, value: Any) -> None:
-        if not isinstance(key, str):
-            self._drop("bad_key", repr(key), value)
-            return
-        binding = self._bindings.get(key)
-        if binding is _OVERFLOW:
-            self._overflow(key, value)
-            return
-        v = self._coerce(key, value)
-        if v is None:
-            return
-        if binding is None:
-            if key.startswith(SELF_PREFIX):
-                self._drop("self_metric", key, value)
-                return
-            slot = self._slots.get(key)
-            binding = (
-                _Binding(self.store.by_slot[slot], 1.0) if slot is not None else self._bind_key(key)
-            )
-            if binding is _OVERFLOW:
-                self._overflow(key, value)
-                return
-        assert isinstance(binding, _Binding)
-        series = binding.series
-        v *= binding.scale
-        if not math.isfinite(v):
-            if binding.counter:
-                self._drop("non_finite_counter", key, value)
-                return
-            self.store.values[series.slot] = v
-            self._count_nonfinite(series)
-            return
-        if binding.counter:
-            current = self.store.values[series.slot]
-            if v < current:
-                self._drop("negative_increment", key, value)
-                return
-        self.store.values[series.slot] = v
-        self._signal(series.slot, v)
-
-    def _overflow(self, key: str, value: Any) -> None:
-        self.store.overflowed["key"] = self.store.overflowed.get("key", 0) + 1
-        self._drop("unmapped_key_cap", key, value)
-
-    def _bind_key(self, key: str) -> _Binding | object:
-        """Resolve a key on first sight; plain gauges go to the fast-path table."""
-        remember = len(self._slots) + len(self._bindings) < MAX_BOUND_KEYS
-        target = self._resolve(key)
-        if target is None:
-            if self._unmapped >= self.unmapped_cap:
-                if remember:
-                    self._bindings[key] = _OVERFLOW
-                return _OVERFLOW
-            self._unmapped += 1  # unmapped_cap bounds these keys, not label_cap
-            metric, labels, scale = catalog.get("rl_unmapped_metric"), {"key": key}, 1.0
-            capped: frozenset[str] = frozenset()
-        else:
-            metric, labels, scale = target
-            capped = USER_LABELS
-        if metric.type not in ("gauge", "counter"):
-            raise ValueError(f"key {key!r} maps to {metric.name}, a {metric.type}")
-        series = self.store.bind(metric, labels, capped=capped)
-        binding = _Binding(series, scale)
-        if not remember:
-            return binding
-        if metric.type == "gauge" and scale == 1.0:
-            self._slots[key] = series.slot  # later float/int writes take the fast path
-        else:
-            self._bindings[key] = binding
-        return binding
-
-    def _resolve(self, key: str) -> tuple[Metric, dict[str, str], float] | None:
-        entry = catalog.BY_NAME.get(key)
-        if entry is not None and not entry.labels and entry.type in ("gauge", "counter"):
-            return entry, {}, 1.0
-        user = self._key_map
-        target = user[key] if key in user else keys.resolve(key, self._framework)
-        if target is None:
-            return None
-        return catalog.get(target.metric), dict(target.labels), target.scale
-
-    # ---- direct catalog access --------------------------------------------------------------
-    def _series(self, name: str, kind: str, labels: Mapping[str, Any]) -> Series | None:
-        """The series a direct call writes; every label value given is user data, capped."""
-        try:
-            metric = catalog.get(name)
-            if metric.type != kind:
-                raise ValueError(f"{name} is a {metric.type}, not a {kind}")
-            if metric.name.startswith(SELF_PREFIX):
-                raise ValueError(f"{name} is one of the exporter's own metrics, not writable")
-            texts = {k: label_text(v) for k, v in labels.items()}
-            return self.store.bind(metric, texts, capped=metric.labels)
-        except Exception as exc:
-            self._drop("bad_metric", name, exc)
-            return None
+        """Apply the pending ``log()`` snapshots to the store (``Ingest.flush``)."""
+        self.ingest.flush(pause)
 
     def count(self, name: str, amount: float = 1.0, /, **labels: Any) -> None:
         """Add ``amount`` (≥ 0) to a catalog counter."""
-        try:
-            series = self._series(name, "counter", labels)
-            if series is None:
-                return
-            v = self._coerce(name, amount)
-            if v is None:
-                return
-            if not (v >= 0 and math.isfinite(v)):
-                self._drop("negative_increment", name, amount)
-                return
-            with self.store.lock:
-                self.store.values[series.slot] += v
-        except Exception as exc:
-            self._refuse_call(name, exc)
+        self.ingest.count(name, amount, **labels)
 
     def set(self, name: str, value: Any, /, **labels: Any) -> None:
         """Set a catalog gauge."""
-        try:
-            series = self._series(name, "gauge", labels)
-            if series is None:
-                return
-            v = self._coerce(name, value)
-            if v is None:
-                return
-            self.store.values[series.slot] = v
-            if not math.isfinite(v):
-                self._count_nonfinite(series)
-            self._signal(series.slot, v)
-        except Exception as exc:
-            self._refuse_call(name, exc)
+        self.ingest.set(name, value, **labels)
 
     def observe(
         self, name: str, values: Any, /, *, exemplars: Sequence[Any] | None = None, **labels: Any
     ) -> None:
         """Add a batch of values (or one value) to a catalog histogram."""
-        try:
-            series = self._series(name, "histogram", labels)
-            if series is not None:
-                with np.errstate(all="ignore"):
-                    self._observe(series, values, exemplars)
-        except Exception as exc:
-            self._refuse_call(name, exc)
+        self.ingest.observe(name, values, exemplars=exemplars, **labels)
 
-    def _array(self, key: str, values: Any) -> np.ndarray | None:
-        """Numbers as a flat float array, or None after counting them ``non_numeric``."""
-        try:
-            return float_array(values)
-        except Exception:
-            self._drop("non_numeric", key, values)
-            return None
-
-    def _observe(self, series: Series, values: Any, ids: Sequence[Any] | None) -> None:
-        arr = self._array(series.metric.name, values)
-        if arr is None:
-            return
-        if ids is not None:  # any iterable (a generator too), read once, no further than needed
-            ids = list(islice(ids, arr.size + 1))
-        finite = np.isfinite(arr)
-        if not finite.all():
-            bad = int(arr.size - finite.sum())
-            arr = arr[finite]
-            if ids is not None:
-                ids = [i for i, ok in zip(ids, finite.tolist(), strict=False) if ok]
-            self._count_nonfinite(series, bad)
-        if ids is not None and len(ids) != arr.size:
-            self._drop("shape_mismatch", f"{series.metric.name} exemplars", len(ids))
-            ids = None
-        kept = self._kept_ids
-        if ids is not None and kept is not None:  # exemplars only for rollouts that were stored
-            ids = [i if str(i) in kept else None for i in ids]
-        assert series.hist is not None
-        series.hist.observe_many(arr, ids)
-
-    def phase(self, name: str) -> _Phase:
+    def phase(self, name: str) -> Phase:
         """A context manager timing one phase into rl_phase_duration_seconds{phase}."""
-        return _Phase(self, name)
+        return Phase(self.ingest, name)
 
     # ---- batch APIs -------------------------------------------------------------------------
     def observe_rollouts(
@@ -621,7 +329,7 @@ class Exporter:
         except Exception as exc:
             if self.strict:
                 raise
-            self._drop("bad_call", "observe_rollouts", exc)
+            self.drops("bad_call", "observe_rollouts", exc)
 
     def _observe_rollouts(
         self,
@@ -636,6 +344,7 @@ class Exporter:
         group_size: int | None,
         ids: Sequence[Any] | None,
     ) -> None:
+        array, observe = self.ingest.array, self.ingest.observe_series
         comps = {label_text(k): v for k, v in components.items()}
         arrays: dict[str, np.ndarray] = {}
         named = {
@@ -649,70 +358,50 @@ class Exporter:
         } | {f"components[{k}]": v for k, v in comps.items()}
         for key, raw in named.items():
             if raw is not None:
-                arr = self._array(key, raw)
+                arr = array(key, raw)
                 if arr is not None:
                     arrays[key] = arr
         sizes = {k: a.size for k, a in arrays.items()}
         if ids is not None:
             sizes["rollout_ids"] = len(ids)
         if len(set(sizes.values())) > 1:
-            self._drop("shape_mismatch", "observe_rollouts", sizes)
+            self.drops("shape_mismatch", "observe_rollouts", sizes)
             return
         n = next(iter(sizes.values()), 0)
         if n == 0:
             return
+        get, writes = self.store.get, self.writes
         for name, amount in batches.rollout_counts(arrays, n):
-            self._add(name, amount)
-        get = self.store.get
+            writes.add(get(name), amount, name)
         if "latency_seconds" in arrays:
-            self._observe(get("rl_rollout_duration_seconds"), arrays["latency_seconds"], ids)
+            observe(get("rl_rollout_duration_seconds"), arrays["latency_seconds"], ids)
         if "response_tokens" in arrays:
-            self._observe(get("rl_response_length_tokens"), arrays["response_tokens"], ids)
+            observe(get("rl_response_length_tokens"), arrays["response_tokens"], ids)
         comp_arrays = {k: arrays[f"components[{k}]"] for k in comps if f"components[{k}]" in arrays}
         for name, labels, value in batches.rollout_gauges(arrays, comp_arrays, group_size):
-            self._put(name, value, labels)
+            writes.put(name, value, labels)
 
     def observe_episodes(self, returns: Any, lengths: Any, success: Any = None) -> None:
         """Record finished episodes (classic RL); gauges show the mean of the last 100."""
         try:
-            r = self._array("returns", returns)
-            n_steps = self._array("lengths", lengths)
+            r = self.ingest.array("returns", returns)
+            n_steps = self.ingest.array("lengths", lengths)
             if r is None or n_steps is None:
                 return
             if r.size != n_steps.size:
-                self._drop("shape_mismatch", "observe_episodes", (r.size, n_steps.size))
+                self.drops("shape_mismatch", "observe_episodes", (r.size, n_steps.size))
                 return
-            self._add("rl_episodes_total", float(r.size))
+            self.writes.add(self.store.get("rl_episodes_total"), float(r.size), "rl_episodes_total")
             for name, labels, value in self._episodes.add(r, n_steps):
-                self._put(name, value, labels)
+                self.writes.put(name, value, labels)
             if success is not None:
-                s = self._array("success", success)
+                s = self.ingest.array("success", success)
                 if s is not None and s.size:
-                    self._put("rl_success_ratio", float(s.mean()))
+                    self.writes.put("rl_success_ratio", float(s.mean()))
         except Exception as exc:
             if self.strict:
                 raise
-            self._drop("bad_call", "observe_episodes", exc)
-
-    # ---- the exporter's own writes: plain floats it computed, no user-input checks ----------
-    def _put(self, name: str, value: float, labels: Mapping[str, str] = _NO_LABELS) -> None:
-        """Set a catalog gauge to a value the exporter derived (batch statistics, run end)."""
-        metric = catalog.get(name)
-        series = self.store.bind(metric, dict(labels), capped=metric.labels)
-        self.store.values[series.slot] = value
-        if not math.isfinite(value):
-            self._count_nonfinite(series)
-        self._signal(series.slot, value)
-
-    def _add(self, name: str, amount: float) -> None:
-        """Add a derived amount to a catalog counter; one that is negative or not finite (user
-        data such as negative token counts) is dropped as ``negative_increment``."""
-        if not (amount >= 0 and math.isfinite(amount)):
-            self._drop("negative_increment", name, amount)
-            return
-        series = self.store.get(name)
-        with self.store.lock:
-            self.store.values[series.slot] += amount
+            self.drops("bad_call", "observe_episodes", exc)
 
     # ---- scrape side ----------------------------------------------------------------------------
     def readings(self) -> Iterator[CachedReader]:
@@ -722,22 +411,3 @@ class Exporter:
     def scrape_samples(self) -> Iterator[tuple[Metric, tuple[str, ...], float]]:
         """What a scrape adds to the store (``rlpulse.scrape.samples``)."""
         return scrape.samples(self)
-
-
-class _Phase:
-    __slots__ = ("_exp", "_name", "_t0")
-
-    def __init__(self, exp: Exporter, name: str) -> None:
-        self._exp = exp
-        self._name = name
-        self._t0 = 0.0
-
-    def __enter__(self) -> _Phase:
-        self._t0 = time.perf_counter()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        elapsed = time.perf_counter() - self._t0
-        series = self._exp._series("rl_phase_duration_seconds", "histogram", {"phase": self._name})
-        if series is not None and series.hist is not None:
-            series.hist.observe_one(elapsed)

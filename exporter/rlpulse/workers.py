@@ -302,13 +302,11 @@ class WorkerHub:
     def _log(self, metrics: Mapping[str, Any]) -> None:
         """Map a worker's dict like ``Exporter.log`` without touching the trainer's step and
         last-log time (the worker's activity is not the training loop's)."""
-        exp = self.exporter
-        with exp._apply_lock:
-            exp._apply(dict(metrics), None, exp.store.values[exp._last_ts.slot])
+        self.exporter.ingest.apply_unstamped(metrics)
 
     def _drop(self, key: str, value: Any) -> None:
         try:
-            self.exporter._drop("bad_worker_call", key, value)
+            self.exporter.drops("bad_worker_call", key, value)
         except ValueError as exc:  # strict exporters raise; the hub thread must not die
             log.error("%s", exc)
 

@@ -1,0 +1,344 @@
+"""Ingest: the trainer's recording calls applied to the store.
+
+Logged dicts (snapshots of plain numbers taken by ``log()``, see ``rlpulse.coerce``) are mapped
+key by key onto catalog series: a plain gauge through the fast-path slot table, anything else
+through a binding made on first sight (framework key maps, the user's key map, a counter's
+scale; unknown keys as ``rl_unmapped_metric{key}`` up to ``unmapped_cap``). ``count``, ``set``
+and ``observe`` write a named catalog metric. Every value that is no number, every wrong call,
+and every write to an ``rlpulse_*`` self-metric is dropped and counted (``rlpulse.drops``);
+what passes is written through ``rlpulse.writes``.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from itertools import islice
+from typing import Any
+
+import numpy as np
+
+from rlpulse import catalog, keys
+from rlpulse.catalog import Metric
+from rlpulse.coerce import FLOAT_MAX, float_array, int_float, label_text
+from rlpulse.drops import Drops
+from rlpulse.store import Series, Store
+from rlpulse.writes import Writes
+
+# Labels whose values come from user data and are bounded by ``label_cap``.
+USER_LABELS = frozenset({"component", "benchmark", "tool", "phase", "name", "key", "split"})
+SELF_PREFIX = "rlpulse_"  # the exporter's own metrics: never written through the recording API
+MAX_BOUND_KEYS = 4096  # logged keys whose binding is remembered; later new keys resolve per call
+_OVERFLOW = object()  # a key past the unmapped-key cap
+Snapshot = tuple[dict[str, Any], Any, float]  # a log() call: (plain dict, step, time)
+
+
+class _Binding:
+    """How a logged key that is not a plain gauge write is applied."""
+
+    __slots__ = ("counter", "scale", "series")
+
+    def __init__(self, series: Series, scale: float) -> None:
+        self.series = series
+        self.scale = scale
+        self.counter = series.metric.type == "counter"
+
+
+class Ingest:
+    """Applies one exporter's recording calls to its ``store``."""
+
+    def __init__(
+        self,
+        store: Store,
+        writes: Writes,
+        drops: Drops,
+        *,
+        key_map: Mapping[str, keys.Target | None],
+        framework: str | None,
+        unmapped_cap: int,
+    ) -> None:
+        self.store = store
+        self.writes = writes
+        self.drops = drops
+        self.key_map = key_map  # the user's keys, searched before the framework tables
+        self.framework = framework
+        self.guess_framework = framework is None
+        self.unmapped_cap = unmapped_cap
+        self.unmapped = 0
+        # fast path: logged key -> value slot of a plain gauge; everything else in bindings
+        self.slots: dict[str, int] = {}
+        self.bindings: dict[str, _Binding | object] = {}
+        self.pending: deque[Snapshot] = deque()  # log() snapshots not applied yet
+        self.apply_lock = threading.RLock()
+        self.kept_ids: set[str] | None = None  # rollout ids stored (exemplars link only to them)
+        self._step = store.get("rl_step")
+        self._train_steps = store.get("rl_train_steps_total")
+        self.last_ts = store.get("rl_last_step_timestamp_seconds")
+        self._logged = store.get("rl_logged_steps_total")
+
+    def after_fork_in_child(self) -> None:
+        """A fresh lock: a parent thread may have held this one at the fork."""
+        self.apply_lock = threading.RLock()
+
+    def apply_unstamped(self, metrics: Mapping[str, Any]) -> None:
+        """Map a dict like ``log()`` without moving the trainer's step and last-log time (a
+        worker's activity is not the training loop's)."""
+        with self.apply_lock:
+            self.apply(dict(metrics), None, self.store.values[self.last_ts.slot])
+
+    def flush(self, pause: Callable[[], None] | None = None) -> None:
+        """Apply the pending ``log()`` snapshots to the store, in order.
+
+        A scrape passes ``pause`` (called after each snapshot) to hand the GIL back to the
+        training thread between slices; it then applies only what was pending when it began.
+        """
+        pending = self.pending
+        with self.apply_lock:
+            if pause is None:
+                while pending:
+                    self.apply(*pending.popleft())
+                return
+            for _ in range(len(pending)):
+                self.apply(*pending.popleft())
+                pause()
+
+    def apply(self, metrics: dict[str, Any], step: Any, stamp: float) -> None:
+        slots = self.slots
+        values = self.store.values
+        if self.guess_framework and metrics:
+            self._infer_framework(metrics)
+        try:
+            for k, v in metrics.items():
+                i = slots.get(k)
+                t = type(v)
+                if i is not None and (t is float or t is int):
+                    if t is int and not -FLOAT_MAX <= v <= FLOAT_MAX:
+                        v = int_float(v)  # past a float's range: ±Inf, counted below
+                    values[i] = v
+                    if v - v:  # NaN or ±Inf
+                        self.writes.nonfinite(self.store.by_slot[i])
+                    self.writes.signal(i, v)
+                else:
+                    self._log_slow(k, v)
+            if step is not None:
+                self._log_step(step, stamp)
+            values[self.last_ts.slot] = stamp
+            values[self._logged.slot] += 1
+        except Exception as exc:
+            if self.drops.strict:
+                raise
+            self.drops("bad_call", "log", exc)
+
+    def _infer_framework(self, metrics: dict[str, Any]) -> None:
+        """No framework given: the first logged keys say whose meanings to search first
+        (``episode`` and ``reward`` in a classic-RL loop are an episode and its return)."""
+        self.guess_framework = False
+        self.framework = keys.likely_framework(k for k in metrics if isinstance(k, str))
+
+    def _log_step(self, step: Any, stamp: float) -> None:
+        value = self.drops.number("step", step)
+        if value is None or not math.isfinite(value):
+            if value is not None:
+                self.drops("non_finite_step", "step", step)
+            return
+        self.writes.detector.step(value, stamp)
+        values = self.store.values
+        values[self._step.slot] = value
+        if value > values[self._train_steps.slot]:
+            values[self._train_steps.slot] = value
+
+    def _log_slow(self, key: Any, value: Any) -> None:
+        if not isinstance(key, str):
+            self.drops("bad_key", repr(key), value)
+            return
+        binding = self.bindings.get(key)
+        if binding is _OVERFLOW:
+            self._overflow(key, value)
+            return
+        v = self.drops.number(key, value)
+        if v is None:
+            return
+        if binding is None:
+            if key.startswith(SELF_PREFIX):
+                self.drops("self_metric", key, value)
+                return
+            slot = self.slots.get(key)
+            binding = (
+                _Binding(self.store.by_slot[slot], 1.0) if slot is not None else self._bind_key(key)
+            )
+            if binding is _OVERFLOW:
+                self._overflow(key, value)
+                return
+        assert isinstance(binding, _Binding)
+        series = binding.series
+        v *= binding.scale
+        if not math.isfinite(v):
+            if binding.counter:
+                self.drops("non_finite_counter", key, value)
+                return
+            self.store.values[series.slot] = v
+            self.writes.nonfinite(series)
+            return
+        if binding.counter:
+            current = self.store.values[series.slot]
+            if v < current:
+                self.drops("negative_increment", key, value)
+                return
+        self.store.values[series.slot] = v
+        self.writes.signal(series.slot, v)
+
+    def _overflow(self, key: str, value: Any) -> None:
+        self.store.overflowed["key"] = self.store.overflowed.get("key", 0) + 1
+        self.drops("unmapped_key_cap", key, value)
+
+    def _bind_key(self, key: str) -> _Binding | object:
+        """Resolve a key on first sight; plain gauges go to the fast-path table."""
+        remember = len(self.slots) + len(self.bindings) < MAX_BOUND_KEYS
+        target = self._resolve(key)
+        if target is None:
+            if self.unmapped >= self.unmapped_cap:
+                if remember:
+                    self.bindings[key] = _OVERFLOW
+                return _OVERFLOW
+            self.unmapped += 1  # unmapped_cap bounds these keys, not label_cap
+            metric, labels, scale = catalog.get("rl_unmapped_metric"), {"key": key}, 1.0
+            capped: frozenset[str] = frozenset()
+        else:
+            metric, labels, scale = target
+            capped = USER_LABELS
+        if metric.type not in ("gauge", "counter"):
+            raise ValueError(f"key {key!r} maps to {metric.name}, a {metric.type}")
+        series = self.store.bind(metric, labels, capped=capped)
+        binding = _Binding(series, scale)
+        if not remember:
+            return binding
+        if metric.type == "gauge" and scale == 1.0:
+            self.slots[key] = series.slot  # later float/int writes take the fast path
+        else:
+            self.bindings[key] = binding
+        return binding
+
+    def _resolve(self, key: str) -> tuple[Metric, dict[str, str], float] | None:
+        entry = catalog.BY_NAME.get(key)
+        if entry is not None and not entry.labels and entry.type in ("gauge", "counter"):
+            return entry, {}, 1.0
+        user = self.key_map
+        target = user[key] if key in user else keys.resolve(key, self.framework)
+        if target is None:
+            return None
+        return catalog.get(target.metric), dict(target.labels), target.scale
+
+    # ---- direct catalog access --------------------------------------------------------------
+    def series(self, name: str, kind: str, labels: Mapping[str, Any]) -> Series | None:
+        """The series a direct call writes; every label value given is user data, capped."""
+        try:
+            metric = catalog.get(name)
+            if metric.type != kind:
+                raise ValueError(f"{name} is a {metric.type}, not a {kind}")
+            if metric.name.startswith(SELF_PREFIX):
+                raise ValueError(f"{name} is one of the exporter's own metrics, not writable")
+            texts = {k: label_text(v) for k, v in labels.items()}
+            return self.store.bind(metric, texts, capped=metric.labels)
+        except Exception as exc:
+            self.drops("bad_metric", name, exc)
+            return None
+
+    def count(self, name: str, amount: float = 1.0, /, **labels: Any) -> None:
+        """Add ``amount`` (≥ 0) to a catalog counter."""
+        try:
+            series = self.series(name, "counter", labels)
+            if series is None:
+                return
+            v = self.drops.number(name, amount)
+            if v is None:
+                return
+            if not (v >= 0 and math.isfinite(v)):
+                self.drops("negative_increment", name, amount)
+                return
+            with self.store.lock:
+                self.store.values[series.slot] += v
+        except Exception as exc:
+            self.drops.refuse(name, exc)
+
+    def set(self, name: str, value: Any, /, **labels: Any) -> None:
+        """Set a catalog gauge."""
+        try:
+            series = self.series(name, "gauge", labels)
+            if series is None:
+                return
+            v = self.drops.number(name, value)
+            if v is None:
+                return
+            self.store.values[series.slot] = v
+            if not math.isfinite(v):
+                self.writes.nonfinite(series)
+            self.writes.signal(series.slot, v)
+        except Exception as exc:
+            self.drops.refuse(name, exc)
+
+    def observe(
+        self, name: str, values: Any, /, *, exemplars: Sequence[Any] | None = None, **labels: Any
+    ) -> None:
+        """Add a batch of values (or one value) to a catalog histogram."""
+        try:
+            series = self.series(name, "histogram", labels)
+            if series is not None:
+                with np.errstate(all="ignore"):
+                    self.observe_series(series, values, exemplars)
+        except Exception as exc:
+            self.drops.refuse(name, exc)
+
+    def array(self, key: str, values: Any) -> np.ndarray | None:
+        """Numbers as a flat float array, or None after counting them ``non_numeric``."""
+        try:
+            return float_array(values)
+        except Exception:
+            self.drops("non_numeric", key, values)
+            return None
+
+    def observe_series(self, series: Series, values: Any, ids: Sequence[Any] | None) -> None:
+        arr = self.array(series.metric.name, values)
+        if arr is None:
+            return
+        if ids is not None:  # any iterable (a generator too), read once, no further than needed
+            ids = list(islice(ids, arr.size + 1))
+        finite = np.isfinite(arr)
+        if not finite.all():
+            bad = int(arr.size - finite.sum())
+            arr = arr[finite]
+            if ids is not None:
+                ids = [i for i, ok in zip(ids, finite.tolist(), strict=False) if ok]
+            self.writes.nonfinite(series, bad)
+        if ids is not None and len(ids) != arr.size:
+            self.drops("shape_mismatch", f"{series.metric.name} exemplars", len(ids))
+            ids = None
+        kept = self.kept_ids
+        if ids is not None and kept is not None:  # exemplars only for rollouts that were stored
+            ids = [i if str(i) in kept else None for i in ids]
+        assert series.hist is not None
+        series.hist.observe_many(arr, ids)
+
+
+class Phase:
+    """Times one phase (a ``with`` block) into ``rl_phase_duration_seconds{phase}``."""
+
+    __slots__ = ("_ingest", "_name", "_t0")
+
+    def __init__(self, ingest: Ingest, name: str) -> None:
+        self._ingest = ingest
+        self._name = name
+        self._t0 = 0.0
+
+    def __enter__(self) -> Phase:
+        self._t0 = time.perf_counter()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        elapsed = time.perf_counter() - self._t0
+        labels = {"phase": self._name}
+        series = self._ingest.series("rl_phase_duration_seconds", "histogram", labels)
+        if series is not None and series.hist is not None:
+            series.hist.observe_one(elapsed)

@@ -13,11 +13,13 @@ from typing import Any
 
 from rlpulse import notices
 from rlpulse.exporter import Exporter, PortInUseError
+from rlpulse.recording import Recording
 from rlpulse.version import __version__ as __version__
 
 __all__ = [
     "Exporter",
     "PortInUseError",
+    "Recording",
     "close",
     "count",
     "end",
@@ -74,6 +76,11 @@ def get_exporter() -> Exporter | None:
     return _current
 
 
+def _recording() -> Recording | None:
+    """Where the module's recording calls go: the process-wide exporter, if one runs."""
+    return _current
+
+
 def close() -> None:
     """Stop the process-wide exporter and free its port."""
     global _current
@@ -119,15 +126,15 @@ def _not_running(call: str) -> None:
 
 def phase(name: str) -> AbstractContextManager[Any]:
     """Time a training phase: ``with rlpulse.phase("rollout"): ...``."""
-    exp = _current
-    return exp.phase(name) if exp is not None else nullcontext()
+    rec = _recording()
+    return rec.phase(name) if rec is not None else nullcontext()
 
 
 def observe_rollouts(**batch: Any) -> None:
     """Record one batch of rollouts; see ``Exporter.observe_rollouts``."""
-    exp = _current
-    if exp is not None:
-        exp.observe_rollouts(**batch)
+    rec = _recording()
+    if rec is not None:
+        rec.observe_rollouts(**batch)
 
 
 def record_rollouts(**columns: Any) -> list[int]:
@@ -138,29 +145,29 @@ def record_rollouts(**columns: Any) -> list[int]:
 
 def observe_episodes(returns: Any, lengths: Any, success: Any = None) -> None:
     """Record finished episodes (classic RL)."""
-    exp = _current
-    if exp is not None:
-        exp.observe_episodes(returns, lengths, success)
+    rec = _recording()
+    if rec is not None:
+        rec.observe_episodes(returns, lengths, success)
 
 
 def count(name: str, amount: float = 1.0, /, **labels: Any) -> None:
     """Add to a catalog counter, e.g. ``count("rl_env_steps_total", 64)``."""
-    exp = _current
-    if exp is not None:
-        exp.count(name, amount, **labels)
+    rec = _recording()
+    if rec is not None:
+        rec.count(name, amount, **labels)
 
 
 def set(name: str, value: Any, /, **labels: Any) -> None:
     """Set a catalog gauge, e.g. ``set("rl_eval_score", 0.7, benchmark="gsm8k", split="eval")``."""
-    exp = _current
-    if exp is not None:
-        exp.set(name, value, **labels)
+    rec = _recording()
+    if rec is not None:
+        rec.set(name, value, **labels)
 
 
 def observe(
     name: str, values: Any, /, *, exemplars: Sequence[Any] | None = None, **labels: Any
 ) -> None:
     """Add a batch of values to a catalog histogram."""
-    exp = _current
-    if exp is not None:
-        exp.observe(name, values, exemplars=exemplars, **labels)
+    rec = _recording()
+    if rec is not None:
+        rec.observe(name, values, exemplars=exemplars, **labels)

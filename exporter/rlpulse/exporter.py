@@ -1,9 +1,16 @@
-"""The in-process exporter: run identity, the hot-path API, and the HTTP endpoint.
+"""The in-process exporter: one process's run, composed of one-job parts.
 
-``log()`` and the batch calls only write plain numbers into a ``Store``; ``rlpulse.scrape``
-turns the store (plus GPU/host readings) into Prometheus families when Prometheus scrapes.
+- ``rlpulse.options``: arguments and environment, resolved once (``Options``);
+- ``rlpulse.coerce`` / ``rlpulse.ingest``: user input taken as plain numbers at the call and
+  mapped onto catalog series (``log()`` here only snapshots the dict onto the ingest's queue);
+- ``rlpulse.drops``: what is dropped, counted and said once;
+- ``rlpulse.writes``: trusted writes into the ``Store`` (the exporter's own values go here);
+- ``rlpulse.batches``: statistics of a rollout or episode batch;
+- ``rlpulse.runinfo``: ``rl_run_info`` and ``rl_hyperparameter`` from metadata and config;
+- ``rlpulse.scrape``: what a scrape adds, and the prometheus_client view;
+- ``rlpulse.lifecycle``: how a run ends with its process (exit, SIGTERM, fork).
 
-How a run ends with its process (exit, SIGTERM, fork) is ``rlpulse.lifecycle``.
+``Exporter`` implements ``rlpulse.recording.Recording`` and serves ``/metrics`` (``rlpulse.http``).
 """
 
 from __future__ import annotations
@@ -19,11 +26,7 @@ from prometheus_client import CollectorRegistry
 
 from rlpulse import batches, catalog, http, keys, lifecycle, runinfo, scrape, signals
 from rlpulse.catalog import Metric
-from rlpulse.coerce import (
-    label_text,
-    plain,
-    plain_snapshot,
-)
+from rlpulse.coerce import label_text, plain, plain_snapshot
 from rlpulse.collectors.base import CachedReader
 from rlpulse.collectors.gpu import GpuReader
 from rlpulse.collectors.host import HostReader, ProcessReader
@@ -82,7 +85,6 @@ class Exporter:
         self.outcome: tuple[str, str] | None = None  # (outcome, reason) once the run has ended
         self.scraper_seen = False  # a Prometheus-style scraper has fetched /metrics
         self._recorder: Any = None  # a rollouts.Recorder, opened by the first record_rollouts()
-        self._kept_ids: set[str] | None = None
         ttl, timeout = opts.collector_ttl, opts.collector_timeout
         if opts.gpu:
             self._readers.append(CachedReader("gpu", GpuReader(opts.nvml), ttl, timeout))

@@ -62,10 +62,10 @@ from multiprocessing.connection import (
 )
 from multiprocessing.reduction import ForkingPickler
 from multiprocessing.util import Finalize
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import rlpulse
-from rlpulse import catalog, tempdirs
+from rlpulse import catalog, recording, tempdirs
 from rlpulse.coerce import plain_snapshot
 from rlpulse.exporter import Exporter
 
@@ -79,7 +79,6 @@ HELLO_TIMEOUT = 5.0  # seconds for a connection to authenticate and say hello, i
 MAX_PENDING = 16  # connections authenticating at once; more are closed at once
 MAX_BUFFERED = 65536  # calls a worker holds for a hub that does not read; later ones are dropped
 ACCEPT_POLL = 0.2  # seconds between the accept loop's deadline checks
-_OPS = frozenset({"log", "count", "set", "observe", "observe_rollouts", "observe_episodes"})
 _Call = tuple[str, tuple[Any, ...], dict[str, Any]]
 _DROPPED = "dropped"  # a call the worker could not send, counted by the hub: (reason, count)
 
@@ -290,7 +289,8 @@ class WorkerHub:
                 for _ in range(min(int(count), MAX_BUFFERED)):
                     self._drop(f"worker call ({reason})", reason)
                 return
-            if op not in _OPS or not isinstance(args, tuple) or not isinstance(kwargs, dict):
+            well_formed = isinstance(args, tuple) and isinstance(kwargs, dict)
+            if op not in recording.SENT or not well_formed:
                 raise ValueError(f"not a worker call: {op!r}")
             if op == "log":
                 self._log(*args, **kwargs)
@@ -530,6 +530,10 @@ class WorkerClient:
         self._send_lock = threading.Lock()
         self._kick = threading.Event()
         self._stop = threading.Event()
+
+
+if TYPE_CHECKING:  # mypy holds the worker's API to the recording protocol
+    _api: type[recording.Recording] = WorkerClient
 
 
 @dataclass

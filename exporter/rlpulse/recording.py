@@ -1,0 +1,57 @@
+"""The recording API, one protocol: what a trainer, a library or a worker calls to record.
+
+``Exporter`` (in the process that serves ``/metrics``) and ``workers.WorkerClient`` (in a worker
+that reports to it) implement it; the module functions ``rlpulse.log``, ``rlpulse.count`` ...
+forward to the process-wide exporter through it. No implementation raises into the caller on
+bad input (unless ``strict``) or keeps a reference to a logged object.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
+
+# The calls a worker sends to its rank's exporter (``phase`` is timed in the worker and sent
+# as ``observe``).
+SENT = frozenset({"log", "count", "set", "observe", "observe_rollouts", "observe_episodes"})
+
+
+class Recording(Protocol):
+    """Record into the run's catalog metrics."""
+
+    def log(self, metrics: Mapping[str, Any], /) -> None:
+        """A trainer's metrics dict; framework keys are mapped onto the catalog."""
+
+    def count(self, name: str, amount: float = 1.0, /, **labels: Any) -> None:
+        """Add ``amount`` (≥ 0) to a catalog counter."""
+
+    def set(self, name: str, value: Any, /, **labels: Any) -> None:
+        """Set a catalog gauge."""
+
+    def observe(
+        self, name: str, values: Any, /, *, exemplars: Sequence[Any] | None = None, **labels: Any
+    ) -> None:
+        """Add a batch of values (or one value) to a catalog histogram."""
+
+    def observe_rollouts(
+        self,
+        *,
+        latency_seconds: Any = None,
+        response_tokens: Any = None,
+        prompt_tokens: Any = None,
+        rewards: Any = None,
+        components: Mapping[str, Any] | None = None,
+        truncated: Any = None,
+        format_ok: Any = None,
+        success: Any = None,
+        group_size: int | None = None,
+        rollout_ids: Sequence[Any] | None = None,
+    ) -> None:
+        """One batch of rollouts: per-sample arrays (or lists) of equal length."""
+
+    def observe_episodes(self, returns: Any, lengths: Any, success: Any = None) -> None:
+        """Finished episodes (classic RL)."""
+
+    def phase(self, name: str) -> AbstractContextManager[Any]:
+        """Time a phase (``with rec.phase("rollout"): ...``) into rl_phase_duration_seconds."""

@@ -346,10 +346,8 @@ class Exporter:
         group_size: int | None,
         ids: Sequence[Any] | None,
     ) -> None:
-        array, observe = self.ingest.array, self.ingest.observe_series
         comps = {label_text(k): v for k, v in components.items()}
-        arrays: dict[str, np.ndarray] = {}
-        named = {
+        columns = {
             "latency_seconds": latency,
             "response_tokens": tokens,
             "prompt_tokens": prompt,
@@ -358,21 +356,10 @@ class Exporter:
             "format_ok": format_ok,
             "success": success,
         } | {f"components[{k}]": v for k, v in comps.items()}
-        for key, raw in named.items():
-            if raw is not None:
-                arr = array(key, raw)
-                if arr is not None:
-                    arrays[key] = arr
-        sizes = {k: a.size for k, a in arrays.items()}
-        if ids is not None:
-            sizes["rollout_ids"] = len(ids)
-        if len(set(sizes.values())) > 1:
-            self.drops("shape_mismatch", "observe_rollouts", sizes)
-            return
-        n = next(iter(sizes.values()), 0)
+        arrays, n = self.ingest.batch("observe_rollouts", columns, ids)
         if n == 0:
             return
-        get, writes = self.store.get, self.writes
+        get, writes, observe = self.store.get, self.writes, self.ingest.observe_series
         for name, amount in batches.rollout_counts(arrays, n):
             writes.add(get(name), amount, name)
         if "latency_seconds" in arrays:

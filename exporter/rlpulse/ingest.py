@@ -299,6 +299,26 @@ class Ingest:
             self.drops("non_numeric", key, values)
             return None
 
+    def batch(
+        self, call: str, columns: Mapping[str, Any], ids: Sequence[Any] | None
+    ) -> tuple[dict[str, np.ndarray], int]:
+        """The columns of a batch call (None: not given) as float arrays, and the batch size;
+        a column that is no numbers is left out (counted ``non_numeric``), columns (and ids)
+        of different lengths make an empty batch (counted ``shape_mismatch``)."""
+        arrays: dict[str, np.ndarray] = {}
+        for key, raw in columns.items():
+            if raw is not None:
+                arr = self.array(key, raw)
+                if arr is not None:
+                    arrays[key] = arr
+        sizes = {k: a.size for k, a in arrays.items()}
+        if ids is not None:
+            sizes["rollout_ids"] = len(ids)
+        if len(set(sizes.values())) > 1:
+            self.drops("shape_mismatch", call, sizes)
+            return {}, 0
+        return arrays, next(iter(sizes.values()), 0)
+
     def observe_series(self, series: Series, values: Any, ids: Sequence[Any] | None) -> None:
         arr = self.array(series.metric.name, values)
         if arr is None:

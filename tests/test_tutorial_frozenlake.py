@@ -66,16 +66,13 @@ def test_nothing_pages(tutorial: Any) -> None:
     assert critical == [], critical
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="episode and reward land on rl_episodes_total and rl_episode_return; a success rate "
-    "derived from a binary episode reward is not built yet",
-)
 def test_classic_keys_land_on_episode_metrics(tutorial: Any) -> None:
     prom, _ = tutorial
     assert last(prom, f"rl_episode_return{{{RUN}}}"), "reward as the episode return"
-    assert last(prom, f"rl_success_ratio{{{RUN}}}"), "a success rate"
-    assert not last(prom, f"rl_samples_total{{{RUN}}} > 0"), "episodes are not samples"
+    [success] = last(prom, f"rl_success_ratio{{{RUN}}}")  # derived from the binary reward
+    assert 0 <= float(success["value"][1]) <= 1  # the tutorial's agent does not always learn
+    samples = last(prom, f"rl_samples_total{{{RUN}}}")
+    assert all(float(s["value"][1]) == 0 for s in samples), "episodes are not samples"
 
 
 def test_epoch_parses_the_api_time() -> None:

@@ -26,6 +26,7 @@ from rlpulse.catalog import Metric
 from rlpulse.coerce import FLOAT_MAX, float_array, int_float, label_text
 from rlpulse.drops import Drops
 from rlpulse.store import Series, Store
+from rlpulse.success import SuccessFromReturns
 from rlpulse.writes import Writes
 
 # Labels whose values come from user data and are bounded by ``label_cap``.
@@ -34,17 +35,20 @@ SELF_PREFIX = "rlpulse_"  # the exporter's own metrics: never written through th
 MAX_BOUND_KEYS = 4096  # logged keys whose binding is remembered; later new keys resolve per call
 _OVERFLOW = object()  # a key past the unmapped-key cap
 Snapshot = tuple[dict[str, Any], Any, float]  # a log() call: (plain dict, step, time)
+EPISODE_RETURN = catalog.get("rl_episode_return").name
+SUCCESS = catalog.get("rl_success_ratio").name
 
 
 class _Binding:
     """How a logged key that is not a plain gauge write is applied."""
 
-    __slots__ = ("counter", "scale", "series")
+    __slots__ = ("counter", "returns", "scale", "series")
 
-    def __init__(self, series: Series, scale: float) -> None:
+    def __init__(self, series: Series, scale: float, returns: bool = False) -> None:
         self.series = series
         self.scale = scale
         self.counter = series.metric.type == "counter"
+        self.returns = returns  # a classic loop's episode return: success derived from it
 
 
 class Ingest:
@@ -78,6 +82,7 @@ class Ingest:
         self._train_steps = store.get("rl_train_steps_total")
         self.last_ts = store.get("rl_last_step_timestamp_seconds")
         self._logged = store.get("rl_logged_steps_total")
+        self.success = SuccessFromReturns()
 
     def after_fork_in_child(self) -> None:
         """A fresh lock: a parent thread may have held this one at the fork."""
@@ -189,6 +194,19 @@ class Ingest:
                 return
         self.store.values[series.slot] = v
         self.writes.signal(series.slot, v)
+        if binding.returns:
+            self._derive_success(v)
+
+    def _derive_success(self, episode_return: float) -> None:
+        """A classic loop's success rate from its binary episode returns (rlpulse.success);
+        NaN (not counted as a non-finite value) withdraws it once a return is not 0 or 1."""
+        rate = self.success.returned(episode_return)
+        if rate is None:
+            return
+        if math.isnan(rate):
+            self.store.values[self.store.get(SUCCESS).slot] = rate
+        else:
+            self.writes.put(SUCCESS, rate)
 
     def _overflow(self, key: str, value: Any) -> None:
         self.store.overflowed["key"] = self.store.overflowed.get("key", 0) + 1
@@ -211,11 +229,14 @@ class Ingest:
             capped = USER_LABELS
         if metric.type not in ("gauge", "counter"):
             raise ValueError(f"key {key!r} maps to {metric.name}, a {metric.type}")
+        if metric.name == SUCCESS:
+            self.success.stop()  # the trainer logs its own rate: it is the only one
         series = self.store.bind(metric, labels, capped=capped)
-        binding = _Binding(series, scale)
+        returns = metric.name == EPISODE_RETURN and self.framework == keys.CLASSIC.framework
+        binding = _Binding(series, scale, returns and not labels)
         if not remember:
             return binding
-        if metric.type == "gauge" and scale == 1.0:
+        if metric.type == "gauge" and scale == 1.0 and not binding.returns:
             self.slots[key] = series.slot  # later float/int writes take the fast path
         else:
             self.bindings[key] = binding
@@ -240,6 +261,8 @@ class Ingest:
                 raise ValueError(f"{name} is a {metric.type}, not a {kind}")
             if metric.name.startswith(SELF_PREFIX):
                 raise ValueError(f"{name} is one of the exporter's own metrics, not writable")
+            if metric.name == SUCCESS:
+                self.success.stop()  # set by the trainer: the only rate
             texts = {k: label_text(v) for k, v in labels.items()}
             return self.store.bind(metric, texts, capped=metric.labels)
         except Exception as exc:

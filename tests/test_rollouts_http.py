@@ -94,6 +94,8 @@ def test_a_step_range_and_a_time_range(data_dir):
         assert ids(get(f"{rollouts}&step_min=0&step_max=0")[2]) == ["a", "b"]
         assert ids(get(f"{rollouts}&step_min=-5&step_max=1&worst=1")[2]) == ["c/with slash&x=1"]
         assert ids(get(f"{rollouts}&step_max=-1")[2]) == []
+        # an empty bound (a link whose template found no step) leaves that end open
+        assert ids(get(f"{rollouts}&step_min=&step_max=0")[2]) == ["a", "b"]
         now_ms = int(time.time() * 1000)
         assert len(ids(get(f"{rollouts}&since=1&until={now_ms}")[2])) == 4
         assert ids(get(f"{rollouts}&since={now_ms + 60_000}")[2]) == []

@@ -87,6 +87,7 @@ def test_up_generates_starts_and_prints_what_to_open(
         assert url in run.stdout
     assert "grafana/dashboards" in run.stdout and "Import" in run.stdout
     assert sorted(x.name for x in (d / "grafana" / "dashboards").iterdir()) == [
+        "rl-classic.json",
         "rl-comparison.json",
         "rl-system.json",
         "rl-training.json",

@@ -8,7 +8,8 @@ writing the same run sees the same totals. A full disk, a page limit, a locked f
 SQLite error drops that batch, is counted by reason, and the next batch tries again.
 
 Disk space: a batch that would leave less than ``min_free_bytes`` free on the filesystem is
-dropped (``disk_full``) before it is written, so the store never takes the trainer's last bytes.
+dropped (``disk_full``) before it is written, so the store never takes the trainer's last bytes;
+the WAL not yet checkpointed counts as taken (a checkpoint still copies it into the file).
 A small reserve file next to the store is given back when the disk fills anyway, so the eviction
 (whose deletes need WAL space) can run; it evicts in small transactions and returns the freed
 pages to the filesystem. After evicting, freed pages go back to the filesystem (incremental

@@ -54,6 +54,17 @@ def test_onset_is_the_first_step_of_the_latest_bad_run() -> None:
     assert d.onset("kl_reference_level", "", ENTROPY.bad) is None
 
 
+def test_the_last_good_step_is_the_step_before_the_onset_step() -> None:
+    d = Detector()
+    for step in range(1, 11):
+        d.observe("rl_entropy", (), 1.0)
+        d.step(step, float(step))
+    for _ in range(3):  # one step logs three values: the smoothed ratio turns bad at the third
+        d.observe("rl_entropy", (), 0.01)
+    d.step(11, 11.0)
+    assert d.onset("entropy_ratio_to_peak", "", ENTROPY.bad) == (10, 11)
+
+
 def test_checkpoint_at_or_before_the_last_good_step() -> None:
     cps = lastgood.Checkpoints()
     for step in (100, 200, 300):

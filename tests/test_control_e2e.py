@@ -1,11 +1,13 @@
 """End to end: a real SB3 PPO run whose learning rate spikes, followed by ``rlpulse stack up
 --fast`` (real Prometheus, real Alertmanager, PagerDuty stand-in on 127.0.0.1), reads its own
 alert from Alertmanager, saves and stops, naming the last good step and the checkpoint before
-it; the same failure under a silence trains on; a healthy run is never stopped."""
+it; the same failure under a silence trains on; a healthy run is never stopped; the demo's
+entropy collapse, opted in from the environment, is saved and stopped too."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -21,8 +23,8 @@ pytest.importorskip("stable_baselines3")
 from rlpulse import control
 from rlpulse.exporter import Exporter
 from tests.amutil import silence
-from tests.runstack import alerts_once_settled
-from tests.stackutil import Sink, free_port, results, wait_for
+from tests.runstack import alerts_once_settled, last
+from tests.stackutil import ROOT, Sink, demo_argv, free_port, results, wait_for
 
 ROUTING_KEY = "control-e2e-routing-key-0123456789"
 POLL = 0.2  # seconds between the run's reads of Alertmanager
@@ -139,11 +141,7 @@ def test_lr_spike_is_saved_and_stopped_naming_the_last_good_step(
     # a stop is an outcome, not a crash or a vanished target: neither pages
     settled = {a["labels"]["alertname"] for a in alerts_once_settled(stack.prometheus)}
     assert not settled & {"RLRunCrashed", "RLTargetDown"}, settled
-    pages = [
-        r for r in stack.pagerduty.events(run_id=exp.run_id) if r.body["event_action"] == "trigger"
-    ]
-    page = f"{saved.stat().st_mtime - pages[0].time:+.2f} s" if pages else "no page"
-    print(f"\nsaved and stopped at update {stop_step}, {page} after the first page; {err}")
+    print(f"\nupdate {stop_step}: {_since_page(stack, exp.run_id, saved)}; {err}")
 
 
 def test_a_silenced_failure_trains_on(stack: Stack, tmp_path: Path) -> None:
@@ -168,7 +166,48 @@ def test_a_healthy_run_is_never_stopped(stack: Stack, tmp_path: Path) -> None:
     exp = stack.exporter("ctl-e2e-healthy")
     c = _act_on(stack, exp)
     model, callbacks = _ppo("healthy", exp, tmp_path)
-    model.learn(24 * N_STEPS, callback=callbacks)
-    assert model.num_timesteps == 24 * N_STEPS
+    model.learn(16 * N_STEPS, callback=callbacks)
+    assert model.num_timesteps == 16 * N_STEPS
     assert c.action() is None and not stack.firing(exp.run_id)
     exp.finish(wait=5)
+
+
+def test_the_demo_failure_is_saved_and_stopped(stack: Stack, tmp_path: Path) -> None:
+    run_id, port = "ctl-e2e-demo", free_port()
+    target = stack.dir / "prometheus" / "targets" / f"{run_id}.json"
+    target.write_text(json.dumps([{"targets": [f"127.0.0.1:{port}"]}]))
+    steps = 5000
+    env = {
+        **os.environ,
+        "RLPULSE_ON_ALERT": "critical=stop",
+        "RLPULSE_ALERTMANAGER_URL": stack.alertmanager,
+        "RLPULSE_ALERT_POLL_INTERVAL": str(POLL),
+        "RLPULSE_FINAL_WAIT": "5",
+    }
+    argv = demo_argv(
+        "--scenario", "entropy-collapse", "--onset", "60", "--steps", str(steps),
+        "--port", str(port), "--addr", "127.0.0.1", "--run-id", run_id, "--step-delay", "0.02",
+        "--checkpoints", str(tmp_path), "--save-every", "20", "--progress-every", "0",
+    )  # fmt: skip
+    run = subprocess.run(
+        argv, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120, check=False
+    )
+    assert run.returncode == 0, run.stdout + run.stderr
+    [line] = [x for x in run.stdout.splitlines() if x.startswith("rlpulse demo: rlpulse: stopped")]
+    stopped_at = int(line.split(" at step ")[1].split()[0])
+    assert stopped_at < steps and "finished" not in run.stdout
+    assert "resume from checkpoint-" in line and "last good step" in line, line
+    saved = tmp_path / f"checkpoint-{stopped_at}.npy"
+    assert saved.is_file()
+    [outcome] = last(stack.prometheus, f'rl_run_outcome{{run_id="{run_id}"}}')
+    assert outcome["metric"]["outcome"] == "stopped"
+    print(f"\n{_since_page(stack, run_id, saved)}; {line}")
+
+
+def _since_page(stack: Stack, run_id: str, saved: Path) -> str:
+    """When the stop's checkpoint was written, against the run's first PagerDuty trigger."""
+    events = stack.pagerduty.events(run_id=run_id)
+    pages = [r.time for r in events if r.body["event_action"] == "trigger"]
+    if not pages:
+        return "no page yet"
+    return f"saved {saved.stat().st_mtime - pages[0]:+.2f} s after the first page"

@@ -5,6 +5,7 @@ run ends ``stopped`` naming its checkpoint, and a save-only alert saves without 
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import SimpleNamespace
@@ -148,3 +149,33 @@ def test_a_save_only_alert_saves_and_training_goes_on(am: str, tmp_path: Path) -
         assert c.action() is None and exp.outcome is None
     finally:
         exp.close()
+
+
+def test_a_hand_written_loop_opted_in_from_the_environment(
+    am: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import rlpulse
+
+    run_id = "act-loop"
+    monkeypatch.setenv("RLPULSE_ON_ALERT", "critical=stop,warning=none")
+    monkeypatch.setenv("RLPULSE_ALERTMANAGER_URL", am)
+    monkeypatch.setenv("RLPULSE_ALERT_POLL_INTERVAL", "0.05")
+    post(am, "RLEntropyCollapse", "critical", run_id, signal="entropy_ratio_to_peak")
+    exp = rlpulse.start(0, run_id=run_id, addr="127.0.0.1", gpu=False, host=False, final_wait=0)
+    line, step = "", 0
+    try:
+        for step in range(1, 100_000):
+            rlpulse.log({"entropy": 1.0}, step=step)
+            if rlpulse.should_save():
+                path = tmp_path / f"checkpoint-{step}"
+                path.write_text("weights")
+                rlpulse.checkpoint_saved(step, path)
+            if rlpulse.should_stop():
+                line = rlpulse.stopped(step)
+                break
+            time.sleep(0.005)
+    finally:
+        rlpulse.close()
+    assert line.startswith(f"rlpulse: stopped at step {step} on RLEntropyCollapse (critical)")
+    assert (tmp_path / f"checkpoint-{step}").is_file()
+    assert exp.outcome == ("stopped", "RLEntropyCollapse") and rlpulse.get_exporter() is None

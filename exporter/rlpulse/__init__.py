@@ -11,7 +11,8 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from rlpulse import notices
+from rlpulse import control, notices
+from rlpulse.control import action, checkpoint_saved, should_save, should_stop
 from rlpulse.exporter import Exporter, PortInUseError
 from rlpulse.recording import Recording
 from rlpulse.version import __version__ as __version__
@@ -20,6 +21,8 @@ __all__ = [
     "Exporter",
     "PortInUseError",
     "Recording",
+    "action",
+    "checkpoint_saved",
     "close",
     "count",
     "end",
@@ -32,7 +35,10 @@ __all__ = [
     "phase",
     "record_rollouts",
     "set",
+    "should_save",
+    "should_stop",
     "start",
+    "stopped",
 ]
 
 _lock = threading.Lock()
@@ -41,19 +47,42 @@ _started_with: tuple[Any, dict[str, Any]] | None = None  # start()'s arguments f
 notices.install()  # problems reach stderr until logging is configured (RLPULSE_QUIET=1: never)
 
 
-def start(port: int | None = None, **kwargs: Any) -> Exporter:
+def start(
+    port: int | None = None,
+    *,
+    on_alert: Mapping[str, str | None] | str | None = None,
+    alertmanager: Any = None,
+    alert_poll_interval: float | None = None,
+    rules_config: str | None = None,
+    **kwargs: Any,
+) -> Exporter:
     """Start (once) the process-wide exporter and serve ``/metrics``; see ``Exporter``.
 
     Calling it again returns the running exporter unchanged (with a notice if the arguments
     differ). The run ends at interpreter exit (``Exporter.end``) unless ``finish()`` ends it
-    before.
+    before. ``on_alert`` and the three after it let the run act on its own alerts
+    (``rlpulse.control.attach``; ``RLPULSE_ON_ALERT`` and its variables when left None).
     """
     global _current, _started_with
+    acting = (on_alert, alertmanager, alert_poll_interval, rules_config)
     with _lock:
         if _current is None:
-            _current = Exporter(port, **kwargs).start()
-            _started_with = (port, kwargs)
-        elif not _same((port, kwargs), _started_with):
+            exp = Exporter(port, **kwargs).start()
+            try:
+                control.attach(
+                    exp,
+                    on_alert,
+                    alertmanager,
+                    interval=alert_poll_interval,
+                    rules_config=rules_config,
+                    process_wide=True,
+                )
+            except BaseException:  # a bad on_alert: no run is left serving
+                exp.close()
+                raise
+            _current = exp
+            _started_with = (port, {**kwargs, "acting": acting})
+        elif not _same((port, {**kwargs, "acting": acting}), _started_with):
             notices.warn(
                 "start_again",
                 "rlpulse: start() called again with other arguments; the exporter already "
@@ -104,6 +133,15 @@ def end(outcome: str = "finished", reason: str = "", wait: float | None = None) 
     with _lock:
         exp, _current = _current, None
     return exp.end(outcome, reason, wait) if exp is not None else False
+
+
+def stopped(step: float | None = None) -> str:
+    """The loop stopped as its alert asked (``should_stop()``): print where to resume and end
+    the run ``stopped`` (``rlpulse.control``). The line printed; "" when no stop was asked."""
+    line = control.stopped(step)
+    if line:
+        end()  # already ended: let go of the exporter, so a later start() starts a new run
+    return line
 
 
 def log(metrics: Mapping[str, Any], step: int | None = None) -> None:

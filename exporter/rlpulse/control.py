@@ -162,13 +162,13 @@ class Control:
             pending = self._pending
             if pending is None or ACTIONS.index(action) > ACTIONS.index(pending.action):
                 self._pending, self._saved = request, False
-        exp = self.exporter
-        exp.set(ACTION_TIME.name, request.asked_at, alertname=alert.name, action=action)
+        exp, name = self.exporter, alert.name
+        exp.writes.put(ACTION_TIME.name, request.asked_at, {"alertname": name, "action": action})
         if last.step is not None:
-            exp.set(LAST_GOOD.name, last.step, alertname=alert.name)
+            exp.writes.put(LAST_GOOD.name, last.step, {"alertname": name})
         if last.checkpoint is not None:
             step, path = last.checkpoint
-            exp.set(RESUME.name, step, alertname=alert.name, checkpoint=path)
+            exp.writes.put(RESUME.name, step, {"alertname": name, "checkpoint": path})
         log.warning(
             "rlpulse: %s (%s) asks run %s to %s: %s",
             alert.name,
@@ -181,8 +181,7 @@ class Control:
     def failed(self, exc: AlertmanagerError) -> None:
         """A read that failed: counted by reason, said once per outage."""
         series = self.exporter.store.bind(ERRORS, {"reason": exc.reason})
-        with self.exporter.store.lock:
-            self.exporter.store.values[series.slot] += 1
+        self.exporter.writes.add(series, 1.0, ERRORS.name)
         if self._failing:
             return
         self._failing = True
@@ -214,7 +213,7 @@ class Control:
         """The trainer saved a checkpoint at ``step``: a resume point, and the save an alert
         asked for (a save-only request is then done)."""
         self.checkpoints.add(float(step), os.fspath(path), time.time())
-        self.exporter.set(CHECKPOINT.name, step)
+        self.exporter.writes.put(CHECKPOINT.name, float(step))
         with self._lock:
             pending = self._pending
             if pending is None:
@@ -233,12 +232,7 @@ class Control:
             return ""
         line = pending.message(step)
         self._say(line)
-        import rlpulse
-
-        if self.exporter is rlpulse.get_exporter():
-            rlpulse.end(STOPPED, pending.alert.name)
-        else:
-            self.exporter.end(STOPPED, pending.alert.name)
+        self.exporter.end(STOPPED, pending.alert.name)
         return line
 
     def _say(self, line: str) -> None:
@@ -248,6 +242,7 @@ class Control:
 # ---- one Control per exporter ---------------------------------------------------------------
 
 _controls: weakref.WeakKeyDictionary[Exporter, Control] = weakref.WeakKeyDictionary()
+_process: Control | None = None  # the process-wide run's (rlpulse.start)
 _controls_lock = threading.Lock()
 
 
@@ -258,10 +253,12 @@ def attach(
     *,
     interval: float | None = None,
     rules_config: str | None = None,
+    process_wide: bool = False,
 ) -> Control | None:
     """Let ``exporter``'s run act on its alerts; arguments left None come from the environment
     (``RLPULSE_ON_ALERT``, ``RLPULSE_ALERTMANAGER_URL`` and its options,
-    ``RLPULSE_ALERT_POLL_INTERVAL``, ``RLPULSE_RULES_CONFIG``). None when no policy is set."""
+    ``RLPULSE_ALERT_POLL_INTERVAL``, ``RLPULSE_RULES_CONFIG``). None when no policy is set.
+    ``process_wide``: the one ``rlpulse.should_stop()`` and the other module calls ask."""
     spec = on_alert if on_alert is not None else os.environ.get(ON_ALERT_ENV)
     if not spec:
         return None
@@ -280,21 +277,28 @@ def attach(
         interval=every,
         rules_config=rules_config or os.environ.get(RULES_CONFIG_ENV) or None,
     )
+    global _process
     with _controls_lock:
         previous = _controls.get(exporter)
         if previous is not None:
             previous.poller.close()
         _controls[exporter] = control
+        if process_wide:
+            _process = control
+    exporter.on_close(lambda: _let_go(control))
     return control.start()
+
+
+def _let_go(control: Control) -> None:
+    global _process
+    with _controls_lock:
+        if _process is control:
+            _process = None
 
 
 def of(exporter: Exporter | None = None) -> Control | None:
     """The Control attached to ``exporter`` (default: the process-wide one), if any."""
-    if exporter is None:
-        import rlpulse
-
-        exporter = rlpulse.get_exporter()
-    return _controls.get(exporter) if exporter is not None else None
+    return _controls.get(exporter) if exporter is not None else _process
 
 
 # ---- the process-wide run (``rlpulse.should_stop()`` ...): no-ops without a Control -----------
@@ -302,30 +306,30 @@ def of(exporter: Exporter | None = None) -> Control | None:
 
 def action() -> Request | None:
     """What an alert asks of the process-wide run now (None: nothing, or not opted in)."""
-    c = of()
+    c = _process
     return c.action() if c is not None else None
 
 
 def should_save() -> bool:
     """Save a checkpoint now, then report it with ``checkpoint_saved(step, path)``."""
-    c = of()
+    c = _process
     return c.should_save() if c is not None else False
 
 
 def should_stop() -> bool:
     """Stop at this step boundary (save first while ``should_save()``), then call ``stopped()``."""
-    c = of()
+    c = _process
     return c.should_stop() if c is not None else False
 
 
 def checkpoint_saved(step: float, path: str | os.PathLike[str]) -> None:
     """Report a checkpoint saved at ``step`` (every one: they are the resume points)."""
-    c = of()
+    c = _process
     if c is not None:
         c.checkpoint_saved(step, path)
 
 
 def stopped(step: float | None = None) -> str:
     """The loop stopped as asked: print where to resume, end the run ``stopped``."""
-    c = of()
+    c = _process
     return c.stopped(step) if c is not None else ""

@@ -610,8 +610,11 @@ class Detector:
         first = last
         while first > 0 and bad(trail[first - 1][1]):
             first -= 1
-        onset = steps.get(trail[first][0], math.nan)
-        good = steps.get(trail[first - 1][0], math.nan) if first > 0 else math.nan
+        call = trail[first][0]
+        onset = steps.get(call, math.nan)
+        # the step before: a signal fed by two metrics may take two values in one step
+        before = next((c for c, _ in reversed(trail[:first]) if c != call), None)
+        good = steps.get(before, math.nan) if before is not None else math.nan
         return (good, onset) if not math.isnan(onset) else None
 
     # -- output

@@ -13,7 +13,6 @@ from typing import Any, TextIO
 import numpy as np
 
 import rlpulse
-from rlpulse import control
 from rlpulse.demo import scenarios
 from rlpulse.demo.grpo import StepStats, Trainer
 from rlpulse.demo.publish import METADATA, publish_config, publish_step
@@ -137,10 +136,10 @@ def _train(
         publish_step(stats, record=opts.record)
         last = stats
         periodic = opts.save_every and stats.step % opts.save_every == 0
-        if opts.checkpoints and (periodic or control.should_save()):
-            control.checkpoint_saved(stats.step, _save(trainer, opts.checkpoints, stats.step))
-        if control.should_stop():
-            return control.stopped(stats.step)
+        if opts.checkpoints and (periodic or rlpulse.should_save()):
+            rlpulse.checkpoint_saved(stats.step, _save(trainer, opts.checkpoints, stats.step))
+        if rlpulse.should_stop():
+            return rlpulse.stopped(stats.step)
         if opts.progress_every and (stats.step == 1 or stats.step % opts.progress_every == 0):
             ms = 1000 * (time.perf_counter() - t0) / stats.step
             print(progress_line(stats, trainer.last_eval, ms), file=out, flush=True)

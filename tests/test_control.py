@@ -48,21 +48,22 @@ def test_onset_is_the_first_step_of_the_latest_bad_run() -> None:
     for step, v in enumerate([1.0] * 10 + [0.01] * 3 + [1.0] * 10 + [0.01] * 8, start=100):
         d.observe("rl_entropy", (), v)
         d.step(step, float(step))
-    # the smoothed ratio (median of 5) falls past 20 % at the third bad value of each run
-    assert d.onset("entropy_ratio_to_peak", "", ENTROPY.bad) == (124, 125)
+    # the smoothed ratio (median of 5) falls past 20 % at the third bad value of each run: step
+    # 125 for the raw drop at 123, so the last good step is 122, the last before the raw drop
+    assert d.onset("entropy_ratio_to_peak", "", ENTROPY.bad) == (122, 125)
     assert d.onset("entropy_ratio_to_peak", "", lambda v: v > 2) is None
     assert d.onset("kl_reference_level", "", ENTROPY.bad) is None
 
 
-def test_the_last_good_step_is_the_step_before_the_onset_step() -> None:
+def test_the_last_good_step_counts_steps_not_values() -> None:
     d = Detector()
     for step in range(1, 11):
         d.observe("rl_entropy", (), 1.0)
         d.step(step, float(step))
-    for _ in range(3):  # one step logs three values: the smoothed ratio turns bad at the third
+    for _ in range(3):  # one step logs three bad values: the smoothed ratio turns at the third
         d.observe("rl_entropy", (), 0.01)
     d.step(11, 11.0)
-    assert d.onset("entropy_ratio_to_peak", "", ENTROPY.bad) == (10, 11)
+    assert d.onset("entropy_ratio_to_peak", "", ENTROPY.bad) == (8, 11)
 
 
 def test_checkpoint_at_or_before_the_last_good_step() -> None:
@@ -109,12 +110,12 @@ def test_a_paging_alert_saves_then_stops_naming_the_last_good_step(am: str) -> N
         request = c.action()
         assert request is not None and request.alert.labels["run_id"] == RUN
         last = request.last_good
-        assert (last.step, last.onset) == (41.0, 42.0)
+        assert (last.step, last.onset) == (39.0, 42.0)
         assert last.checkpoint == (20.0, "/ckpt/checkpoint-20")
         c.checkpoint_saved(59, "/ckpt/checkpoint-59")
         assert not c.should_save() and c.should_stop()
         text = scrape(exp.url)
-        assert value(text, "rl_last_good_step", alertname="RLEntropyCollapse") == 41
+        assert value(text, "rl_last_good_step", alertname="RLEntropyCollapse") == 39
         resume = catalog.get("rl_resume_checkpoint_step").name
         assert (
             value(text, resume, alertname="RLEntropyCollapse", checkpoint="/ckpt/checkpoint-20")
@@ -127,7 +128,7 @@ def test_a_paging_alert_saves_then_stops_naming_the_last_good_step(am: str) -> N
     assert line == (
         "rlpulse: stopped at step 59 on RLEntropyCollapse (critical): resume from "
         "checkpoint-20 (step 20); Policy entropy (entropy_ratio_to_peak) below 20% from step 42; "
-        "last good step 41"
+        "last good step 39"
     )
     assert line in out.getvalue()
 

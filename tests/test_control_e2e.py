@@ -30,7 +30,9 @@ ROUTING_KEY = "control-e2e-routing-key-0123456789"
 POLL = 0.2  # seconds between the run's reads of Alertmanager
 N_STEPS = 256  # env steps per PPO rollout; PPO logs once per rollout
 INJECT_AT = 2048  # env steps: the learning rate becomes 0.5 (as a bad resume would set it)
-SAVE_EVERY = 16  # updates (4 rollouts of 4 epochs): the resume points
+EPOCHS = 4  # updates per rollout: the logged step (train/n_updates) grows by 4 a rollout
+SAVE_EVERY = 16  # updates (4 rollouts): the resume points
+SPIKED = INJECT_AT // N_STEPS * EPOCHS  # the logged step of the first update at the spiked rate
 
 
 @dataclass
@@ -104,7 +106,7 @@ def _ppo(scenario: str, exp: Exporter, folder: Path) -> tuple[Any, list[Any]]:
 
     torch.set_num_threads(1)
     model = PPO(
-        "MlpPolicy", "CartPole-v1", n_steps=N_STEPS, batch_size=64, n_epochs=4,
+        "MlpPolicy", "CartPole-v1", n_steps=N_STEPS, batch_size=64, n_epochs=EPOCHS,
         learning_rate=1e-3, gamma=0.98, gae_lambda=0.8, seed=0, device="cpu",
     )  # fmt: skip
     callbacks = [Spike(), RlpulseCallback(exp, checkpoints=folder, save_every=SAVE_EVERY)]
@@ -130,7 +132,7 @@ def test_lr_spike_is_saved_and_stopped_naming_the_last_good_step(
     assert model.num_timesteps < total
     assert exp.outcome == ("stopped", request.alert.name)
     last = request.last_good
-    assert last.onset is not None and last.step is not None and last.step < last.onset
+    assert last.onset is not None and last.step is not None and last.step < SPIKED < last.onset
     assert last.checkpoint is not None and last.checkpoint[0] <= last.step
     assert Path(last.checkpoint[1]).is_file()
     stop_step = model._n_updates

@@ -709,8 +709,8 @@ CATALOG: tuple[Metric, ...] = (
         "gauge",
         "",
         "rl",
-        "The last logged step before the onset of the failure the alert reports (its step "
-        "signal past the alert's level from the next logged step on).",
+        "The last logged step before the failure the alert reports began (its step signal, a "
+        "median of 5, crosses the alert's level at the third bad value).",
         ("alertname",),
     ),
     _m(

@@ -2,8 +2,9 @@
 
 For an alert on a step signal (its ``signal`` and ``series`` labels), the onset is the first
 logged step of the signal's latest run of values past the alert's level (the level of its
-severity in the rlpulse config the rules were generated from), and the last good step the logged
-step before it. The checkpoint is the latest one the trainer reported at or before that step.
+severity in the rlpulse config the rules were generated from), and the last good step the one
+before the failure's first values (``Detector.onset``: half a smoothing window before the onset).
+The checkpoint is the latest one the trainer reported at or before that step.
 An alert on no step signal (NaN loss, a stall) names no step: its checkpoint is the latest one
 reported before the alert began.
 """

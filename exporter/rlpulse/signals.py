@@ -600,9 +600,11 @@ class Detector:
         self, signal: str, series: str, bad: Callable[[float], bool]
     ) -> tuple[float, float] | None:
         """(last good step, onset step) of the signal's latest excursion: the onset is the step
-        of the first value of the latest run of values ``bad`` says are bad, the last good step
-        that of the value before it (NaN when the kept trail begins inside the run). None when
-        no kept value is bad or the trainer logs no steps. Safe to call from another thread."""
+        of the first value of the latest run of values ``bad`` says are bad; a median of
+        ``smooth`` values turns at the (smooth // 2 + 1)-th bad value, so the last good step is
+        the step that many steps before the onset (NaN when the kept trail does not reach back
+        that far). None when no kept value is bad or the trainer logs no steps. Safe to call
+        from another thread."""
         trail, steps = tuple(self._trail.get((signal, series), ())), dict(tuple(self._steps))
         last = next((i for i in range(len(trail) - 1, -1, -1) if bad(trail[i][1])), None)
         if last is None or not steps:
@@ -612,9 +614,10 @@ class Detector:
             first -= 1
         call = trail[first][0]
         onset = steps.get(call, math.nan)
-        # the step before: a signal fed by two metrics may take two values in one step
-        before = next((c for c, _ in reversed(trail[:first]) if c != call), None)
-        good = steps.get(before, math.nan) if before is not None else math.nan
+        # the steps before (a signal fed by two metrics may take two values in one step)
+        earlier = list(dict.fromkeys(c for c, _ in reversed(trail[:first]) if c != call))
+        back = self.w.smooth // 2
+        good = steps.get(earlier[back], math.nan) if len(earlier) > back else math.nan
         return (good, onset) if not math.isnan(onset) else None
 
     # -- output

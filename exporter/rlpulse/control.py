@@ -8,6 +8,7 @@ checkpoint (``save``) or to save and stop (``stop``). The trainer asks with ``sh
 ``should_stop()`` (integrations do it for you), reports checkpoints with ``checkpoint_saved``
 and, once stopped, calls ``stopped()``: it prints where to resume and ends the run with outcome
 ``stopped`` (``rl_run_outcome``), which pages nothing more. Each alert acts once per firing.
+An ``Exporter`` built by hand opts in with ``attach(exporter, on_alert, alertmanager)``.
 
 Nothing here blocks or raises into the trainer: its calls read attributes; failures to reach
 Alertmanager are counted (``rlpulse_alertmanager_errors_total``) and said once.

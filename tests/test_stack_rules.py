@@ -185,7 +185,8 @@ def test_alerts_follow_the_conventions() -> None:
         assert rule["labels"]["team"] == ("infra" if area == "system" else "research")
         assert "cluster" not in rule["labels"]
         notes = rule["annotations"]
-        links = {"runbook_url", "dashboard_url"} | ({"rollouts_url"} if area != "system" else set())
+        training = {"rollouts_url", "last_good"} if area != "system" else set()
+        links = {"runbook_url", "dashboard_url"} | training
         assert set(notes) == {"summary", "description", "run_info"} | links
         assert "{{" not in notes["summary"], "summary is static"
         assert "$labels.run_id" in notes["description"] and "$value" in notes["description"]

@@ -67,7 +67,8 @@ TEMPLATE_HEADER{{ define "rlpulse.title" -}}
 {{ $d := $a.Annotations.description }}*{{ $a.Labels.severity }}* \
 {{ if gt (len $d) MAX_CHARS }}{{ reReplaceAll "(?s)^(.{0,MAX_CHARS}).*$" "$1" $d }}…\
 {{ else }}{{ $d }}{{ end }}
-{{ template "rlpulse.links" $a }}
+{{ with $a.Annotations.last_good }}{{ . }}
+{{ end }}{{ template "rlpulse.links" $a }}
 {{ end }}{{ end }}\
 {{ if gt (len .Alerts) MAX_ALERTS }}(first MAX_ALERTS of {{ len .Alerts }} alerts)
 {{ end }}<{{ template "rlpulse.silence" . }}|Silence these alerts>
@@ -153,6 +154,7 @@ def _pagerduty(cfg: Config, key_file: str = "") -> dict[str, Any]:
                     "dashboard": "{{ .CommonAnnotations.dashboard_url }}",
                     "runbook": "{{ .CommonAnnotations.runbook_url }}",
                     "rollouts": "{{ .CommonAnnotations.rollouts_url }}",
+                    "last_good": "{{ .CommonAnnotations.last_good }}",
                     "labels": "{{ range .CommonLabels.SortedPairs }}{{ .Name }}={{ .Value }} "
                     "{{ end }}",
                     "silence": '{{ template "rlpulse.silence" . }}',

@@ -25,6 +25,7 @@ from rlpulse.stack.dashboard_training import (
     avg_run,
     learning_rate,
     liveness,
+    outcome,
     since_last_log,
 )
 from rlpulse.stack.grafana_common import (
@@ -248,7 +249,16 @@ def build(uid: str) -> dict[str, Any]:
         .annotation(alerts_annotation(SEL))
     )
     rows = [
-        Row("Run status", [logged_step(), episodes_finished(), since_last_log(), alerts_now()]),
+        Row(
+            "Run status",
+            [
+                *(
+                    p.span(5)
+                    for p in (logged_step(), episodes_finished(), since_last_log(), alerts_now())
+                ),
+                outcome(),
+            ],
+        ),
         Row("Episodes", [episode_return(), episode_length(), success_rate(), episode_rates()]),
         Row("Learning", [losses(), exploration(), values()]),
         Row("Time", [phase_times(), liveness()]),

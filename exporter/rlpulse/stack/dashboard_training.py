@@ -111,6 +111,28 @@ def alerts_now() -> stat.Panel:
     ).thresholds(thresholds((None, "green"), (1.0, "red")))
 
 
+def outcome() -> stat.Panel:
+    return (
+        single_stat(
+            "Outcome",
+            "none",
+            "How the run ended (rl_run_outcome): finished, crashed (pages RLRunCrashed), "
+            "interrupted, or stopped by one of its own alerts (rlpulse.start(on_alert=...); "
+            "reason names the alert, no page); running until then.",
+            [
+                Query(
+                    f"max by (outcome, reason) ({SEL('rl_run_outcome')}) "
+                    'or on() label_replace(vector(0), "outcome", "running", "", "")',
+                    "{{outcome}} {{reason}}",
+                )
+            ],
+            span=4,
+        )
+        .text_mode(cm.BigValueTextMode.NAME)
+        .graph_mode(cm.BigValueGraphMode.NONE)
+    )
+
+
 # ---- what the alerts test --------------------------------------------------------------------
 
 
@@ -495,7 +517,16 @@ def build(uid: str, cfg: Config) -> dict[str, Any]:
     for variable in step_range_variables(REC(rules.aggregate_name("run", rules.STEP, "max"))):
         dashboard.with_variable(variable)
     rows = [
-        Row("Run status", [current_step(), train_steps_rate(), since_last_log(), alerts_now()]),
+        Row(
+            "Run status",
+            [
+                *(
+                    p.span(5)
+                    for p in (current_step(), train_steps_rate(), since_last_log(), alerts_now())
+                ),
+                outcome(),
+            ],
+        ),
         Row("What the alerts test", alert_signals(cfg)),
         Row("Reward", [reward_band(), reward_components(), reward_spread(), eval_scores()]),
         Row(

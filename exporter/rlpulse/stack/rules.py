@@ -31,6 +31,8 @@ AREAS: tuple[Area, ...] = ("rl", "task", "system")
 
 M = catalog.get
 RUN_INFO = M("rl_run_info")
+LAST_GOOD_STEP = M("rl_last_good_step")
+RESUME_STEP = M("rl_resume_checkpoint_step")
 LENGTH_HIST = M("rl_response_length_tokens")
 STEP = M("rl_step")
 GPU_UTIL = M("rl_gpu_utilization_ratio")
@@ -216,6 +218,45 @@ RUN_METADATA = (
 )
 
 
+# Where a run that acts on its alerts (rlpulse.start(on_alert=...)) found the failure to begin:
+# its last good step and the checkpoint to resume from, once the run has read the alert ($labels
+# holds no alertname: the name is written in).
+_OF_ALERT = '{job="%s",run_id="%s",alertname="%s"}'
+_STEP = '{{ printf "%.0f" .Value }}'
+
+
+def _first(expr: str, name: str) -> str:
+    """Template opening on the first sample of ``expr`` (``%s``: job, run_id, alert name)."""
+    return (
+        f'{{{{ with printf `{expr}` $labels.job $labels.run_id "{name}" | query }}}}'
+        "{{ with first . }}"
+    )
+
+
+_END = "{{ end }}{{ end }}"
+
+
+def last_good(name: str) -> str:
+    """The ``last_good`` annotation of alert ``name``: its run's last good step and the
+    checkpoint to resume from."""
+    return (
+        f"{_first(f'max({LAST_GOOD_STEP.name}{_OF_ALERT})', name)}last good step {_STEP}{_END}"
+        f"{_first(RESUME_STEP.name + _OF_ALERT, name)}"
+        f"; resume from {{{{ .Labels.checkpoint }}}} (step {_STEP}){_END}"
+    )
+
+
+def step_min(name: str) -> str:
+    """The rollout link's lower step bound: the last good step where the run knows it."""
+    return f"{_first(f'max({LAST_GOOD_STEP.name}{_OF_ALERT})', name)}&step_min={_STEP}{_END}"
+
+
+def queried(name: str) -> tuple[str, ...]:
+    """Annotation parts of alert ``name`` that query the run's series (promtool scenarios
+    expect them empty unless they export those series)."""
+    return RUN_METADATA, last_good(name), step_min(name)
+
+
 def owner_labels(area: Area, cfg: Config) -> dict[str, str]:
     """The labels that route an alert of ``area`` to its owner: its team, and the cluster."""
     r = cfg.routing
@@ -226,6 +267,8 @@ def _annotate(alert: Alert, area: Area, cfg: Config) -> Alert:
     """The generic pass: owner labels; runbook, dashboard and (for training alerts) rollout
     links; the run's metadata."""
     notes = {**links(alert.name, area, cfg), "run_info": RUN_METADATA}
+    if area != "system":
+        notes["last_good"] = last_good(alert.name)
     return Alert(**{**alert.__dict__, "annotations": notes, "labels": owner_labels(area, cfg)})
 
 
@@ -244,7 +287,9 @@ def links(name: str, area: Area, cfg: Config) -> dict[str, str]:
     }
     if area != "system":
         api = panels.rollout_api(cfg.scrape.static_targets)
-        out["rollouts_url"] = f"{api}/rollouts?run={run}&worst={panels.WORST_ROLLOUTS}"
+        out["rollouts_url"] = (
+            f"{api}/rollouts?run={run}{step_min(name)}&worst={panels.WORST_ROLLOUTS}"
+        )
     return out
 
 

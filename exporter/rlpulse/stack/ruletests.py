@@ -104,10 +104,23 @@ _WITH_LABEL = re.compile(r"\{\{ with \$labels\.(\w+) \}\}(.*?)\{\{ end \}\}")
 _PRINTERS = {G3: go_g3, HUMANIZE: go_humanize, PERCENT: go_percentage, AGO: go_duration}
 
 
-def fill(template: str, labels: dict[str, str], value: float) -> str:
-    """An annotation template with the labels and value filled in (and the run's metadata
-    left out: a scenario that exports rl_run_info expects it in ``Expect.annotations``)."""
-    template = template.replace(rules.RUN_METADATA, "")
+def fill(
+    template: str,
+    labels: dict[str, str],
+    value: float,
+    alert: str = "",
+    resume: tuple[float, str, float] | None = None,
+) -> str:
+    """An annotation template of ``alert`` with the labels, value and the run's resume point
+    (``resume``: last good step, checkpoint, its step) filled in, and the run's metadata left
+    out (a scenario that exports rl_run_info expects it in ``Expect.annotations``)."""
+    if resume:
+        good, checkpoint, at = resume
+        text = f"last good step {good:.0f}; resume from {checkpoint} (step {at:.0f})"
+        template = template.replace(rules.last_good(alert), text)
+        template = template.replace(rules.step_min(alert), f"&step_min={good:.0f}")
+    for queried in rules.queried(alert):
+        template = template.replace(queried, "")
     for placeholder, printer in _PRINTERS.items():
         template = template.replace(placeholder, printer(value))
     template = _WITH_LABEL.sub(
@@ -120,7 +133,7 @@ def fill(template: str, labels: dict[str, str], value: float) -> str:
 def _expected(alert: Alert, area: str, exp: Expect) -> dict[str, Any]:
     labels = {**exp.labels, "severity": exp.severity, "layer": area, **alert.labels}
     notes = {"summary": alert.summary, "description": alert.description, **alert.annotations}
-    filled = {k: fill(v, exp.labels, exp.value) for k, v in notes.items()}
+    filled = {k: fill(v, exp.labels, exp.value, alert.name, exp.resume) for k, v in notes.items()}
     return {"exp_labels": labels, "exp_annotations": {**filled, **(exp.annotations or {})}}
 
 

@@ -127,6 +127,8 @@ class Expect:
     value: float
     # annotations as they must read, where the rule's templates query more than $labels/$value
     annotations: dict[str, str] | None = None
+    # (last good step, checkpoint, its step) when the scenario exports the run's resume point
+    resume: tuple[float, str, float] | None = None
 
 
 @dataclass(frozen=True)

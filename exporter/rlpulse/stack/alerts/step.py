@@ -33,6 +33,9 @@ from rlpulse.stack.promql import sel
 SIGNAL = catalog.get("rl_step_signal")
 BASELINE = catalog.get("rl_step_signal_baseline")
 STEP = catalog.get("rl_step")
+LAST_GOOD = catalog.get("rl_last_good_step")
+CHECKPOINT = {"checkpoint": "checkpoint-120"}
+RESUME = catalog.get("rl_resume_checkpoint_step")
 _BY_NAME = {s.name: s for s in signals.SIGNALS}
 
 
@@ -231,7 +234,11 @@ class StepAlert:
             (series(SIGNAL, {**labels, "series": ""}), " ".join(f"{v:g}" for v in values)),
             (series(BASELINE, {**labels, "series": ""}), f"{baseline:g}x{n - 1}"),
             (series(STEP, target), f"100+10x{n - 1}"),
+            # the run read its alert and found where the failure began (rlpulse.control)
+            (series(LAST_GOOD, {**target, "alertname": self.name}), f"_x4 130x{n - 5}"),
+            (series(RESUME, {**target, "alertname": self.name, **CHECKPOINT}), f"_x4 120x{n - 5}"),
         )
+        resume = (130.0, CHECKPOINT["checkpoint"], 120.0)
 
         def describe(level: float, v: float, step: float) -> str:
             return self.expected_description(level, labels, v, baseline, step)
@@ -239,7 +246,7 @@ class StepAlert:
         def at(minute: int) -> Check:
             v = values[minute]
             fires = [
-                Expect(sev, labels, v, {"description": describe(lvl, v, 100 + 10 * minute)})
+                Expect(sev, labels, v, {"description": describe(lvl, v, 100 + 10 * minute)}, resume)
                 for sev, lvl in tiers
                 if self._fires(v, lvl, k.hysteresis, minute, values)
             ]

@@ -22,6 +22,7 @@ scrape, so a one-step spike between two scrapes is still seen by Prometheus.
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 import statistics
@@ -63,6 +64,11 @@ class Track:
         self.recent: deque[float] = deque(maxlen=w.smooth)
         self.long: deque[float] = deque(maxlen=2 * w.smooth)
         self.history: deque[float] = deque(maxlen=w.history)
+        # the history's step-to-step differences, and both kept sorted (median, quantiles and
+        # noise in O(1) on every step instead of sorting the window each time)
+        self.diffs: deque[float] = deque(maxlen=w.history - 1)
+        self._sorted: list[float] = []
+        self._sorted_abs_diffs: list[float] = []
         self.last = math.nan
         self.smoothed = math.nan
         self.peak = math.nan
@@ -81,12 +87,12 @@ class Track:
         if not math.isfinite(value):
             return
         if not math.isnan(self.last):
-            self.history.append(self.last)
+            self._keep(self.last)
         self.n += 1
         self.last = value
         self.recent.append(value)
         self.long.append(value)
-        self.smoothed = statistics.median(self.recent)
+        self.smoothed = _median(sorted(self.recent))
         if self.warm:
             if math.isnan(self.start):
                 self.start = self.peak = self.floor = self.smoothed
@@ -98,32 +104,50 @@ class Track:
                 self.level_start = self.level_peak = self.level
             self.level_peak = max(self.level_peak, self.level)
 
+    def _keep(self, value: float) -> None:
+        """``value`` joins the history (and the oldest leaves it), sorted copies kept."""
+        h = self.history
+        if len(h) == h.maxlen:
+            del self._sorted[bisect.bisect_left(self._sorted, h[0])]
+        if h:
+            if len(self.diffs) == self.diffs.maxlen:
+                gone = abs(self.diffs[0])
+                del self._sorted_abs_diffs[bisect.bisect_left(self._sorted_abs_diffs, gone)]
+            self.diffs.append(value - h[-1])
+            bisect.insort(self._sorted_abs_diffs, abs(value - h[-1]))
+        h.append(value)
+        bisect.insort(self._sorted, value)
+
     def median(self) -> float:
-        return statistics.median(self.history) if self.history else math.nan
+        return _median(self._sorted) if self._sorted else math.nan
 
     def sustained(self) -> float:
         """The median of the last ``2 * smooth`` values, once that many were seen."""
-        return statistics.median(self.long) if len(self.long) == self.long.maxlen else math.nan
+        return _median(sorted(self.long)) if len(self.long) == self.long.maxlen else math.nan
 
     def quantile(self, q: float) -> float:
-        h = sorted(self.history)
+        h = self._sorted
         return h[min(int(q * len(h)), len(h) - 1)] if h else math.nan
 
     def noise(self) -> float:
         """Step-to-step noise: the robust spread of the history's differences, / sqrt(2)."""
-        h = list(self.history)
-        diffs = [b - a for a, b in itertools.pairwise(h)]
-        if len(diffs) < 2:
+        if len(self.diffs) < 2:
             return math.nan
-        mad = statistics.median(abs(d) for d in diffs)
-        spread = 1.4826 * mad if mad > 0 else statistics.pstdev(diffs)
+        mad = _median(self._sorted_abs_diffs)
+        spread = 1.4826 * mad if mad > 0 else statistics.pstdev(self.diffs)
         return spread / math.sqrt(2)
 
     def mad(self) -> float:
         if not self.history:
             return math.nan
         med = self.median()
-        return statistics.median(abs(x - med) for x in self.history)
+        return _median(sorted([abs(x - med) for x in self.history]))
+
+
+def _median(ordered: list[float]) -> float:
+    """The median of an ascending, non-empty list."""
+    mid = len(ordered) // 2
+    return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _ratio(num: float, den: float) -> float:
@@ -198,7 +222,7 @@ def _ratio_to_typical(d: Detector, t: Track, key: str) -> tuple[float, float]:
     (a sparse-reward value loss of 0 gives no ratio) nor by a negative loss."""
     if len(t.history) < d.w.warmup:
         return math.nan, math.nan
-    typical = statistics.median(abs(x) for x in t.history)
+    typical = _median(sorted([abs(x) for x in t.history]))
     return _ratio(t.smoothed, typical), typical
 
 

@@ -133,6 +133,28 @@ def test_a_paging_alert_saves_then_stops_naming_the_last_good_step(am: str) -> N
     assert line in out.getvalue()
 
 
+def test_a_loop_that_breaks_on_should_stop_and_just_ends_is_stopped(am: str) -> None:
+    """No ``stopped()`` call: the normal end is recorded as stopped (no page) and the resume
+    line is still printed."""
+    exp = Exporter(port=0, run_id=RUN, gpu=False, host=False).start()
+    out = io.StringIO()
+    c = control.Control(
+        exp, {"critical": "stop"}, Alertmanager(am), interval=0.1, levels=LEVELS, out=out
+    )
+    try:
+        _collapse(exp, range(1, 60), onset=40)
+        c.checkpoint_saved(20, "/ckpt/checkpoint-20")
+        _post(am, "RLEntropyCollapse", "critical", signal="entropy_ratio_to_peak")
+        c.start()
+        wait_for(lambda: c.should_stop() or None, 20, "the stop request")
+    finally:
+        exp.end(wait=0)  # what interpreter exit does after a normal end of the script
+    assert exp.outcome == ("stopped", "RLEntropyCollapse")
+    assert "rlpulse: stopped on RLEntropyCollapse (critical): resume from checkpoint-20" in (
+        out.getvalue()
+    )
+
+
 def _control(exp: Exporter, url: str | Alertmanager, rules: dict[str, Any]) -> control.Control:
     source = url if isinstance(url, Alertmanager) else Alertmanager(url)
     return control.Control(exp, rules, source, interval=0.1, levels=LEVELS, out=io.StringIO())

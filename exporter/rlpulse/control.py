@@ -128,10 +128,12 @@ class Control:
         self._saved = False  # the pending request's checkpoint was reported
         self._acted: set[tuple[str, float]] = set()  # (fingerprint, startsAt) already acted on
         self._failing = False  # the last read failed (said when it began, not again)
+        self._told = False  # where to resume was printed
         self._lock = threading.Lock()
         self.poller = Poller(alertmanager, exporter.run_id, interval, self.seen, self.failed)
 
     def start(self) -> Control:
+        self.exporter.on_close(self.farewell)
         self.poller.start()
         self.exporter.on_close(self.poller.close)
         return self
@@ -208,7 +210,11 @@ class Control:
     def should_stop(self) -> bool:
         """Stop at this step boundary (save first while ``should_save()``), then ``stopped()``."""
         pending = self._pending
-        return pending is not None and pending.stop
+        if pending is None or not pending.stop:
+            return False
+        # a loop that breaks here and just ends is a stopped run, not a finished one
+        self.exporter.asked_end = (STOPPED, pending.alert.name)
+        return True
 
     def checkpoint_saved(self, step: float, path: str | os.PathLike[str]) -> None:
         """The trainer saved a checkpoint at ``step``: a resume point, and the save an alert
@@ -229,12 +235,22 @@ class Control:
         """The trainer stopped as asked: print where to resume and end the run ``stopped``
         (named by the alert). Returns the line printed ("" when no stop was asked)."""
         pending = self._pending
-        if pending is None or not pending.stop:
+        if pending is None or not pending.stop or self._told:
             return ""
+        self._told = True
         line = pending.message(step)
         self._say(line)
         self.exporter.end(STOPPED, pending.alert.name)
         return line
+
+    def farewell(self) -> None:
+        """At the end of a run that was asked to stop and never called ``stopped()``: say
+        where to resume."""
+        if self.exporter.asked_end is not None and not self._told:
+            pending = self._pending
+            self._told = True
+            if pending is not None:
+                self._say(pending.message())
 
     def _say(self, line: str) -> None:
         print(line, file=self.out or sys.stderr, flush=True)

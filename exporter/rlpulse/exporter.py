@@ -83,6 +83,8 @@ class Exporter:
         self.expect_scrape = opts.expect_scrape
         self.push_gateway = opts.push_gateway
         self.outcome: tuple[str, str] | None = None  # (outcome, reason) once the run has ended
+        # (outcome, reason) an alert asked for (rlpulse.control): a normal end is recorded so
+        self.asked_end: tuple[str, str] | None = None
         self.scraper_seen = False  # a Prometheus-style scraper has fetched /metrics
         self._recorder: Any = None  # a rollouts.Recorder, opened by the first record_rollouts()
         ttl, timeout = opts.collector_ttl, opts.collector_timeout
@@ -195,8 +197,11 @@ class Exporter:
 
         Interpreter exit calls it for every serving exporter: ``finished`` after a normal exit,
         ``crashed`` after an uncaught exception or a non-zero ``sys.exit``, ``interrupted``
-        after a ``KeyboardInterrupt``. Only the first call ends the run.
+        after a ``KeyboardInterrupt``; ``finished`` becomes ``stopped`` once an alert asked the
+        loop to stop (``rlpulse.should_stop()``). Only the first call ends the run.
         """
+        if outcome == "finished" and self.asked_end is not None:
+            outcome, reason = self.asked_end  # the loop ended because an alert asked it to
         with self._lock:
             if self.outcome is not None:
                 return False

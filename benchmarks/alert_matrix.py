@@ -260,7 +260,7 @@ class LiveStack:
         proc = subprocess.Popen(
             [_binary(), "tail-tensorboard", "--wait", "--interval", "0.2", "--addr", "127.0.0.1",
              "--port", str(port), "--run-id", run_id, "--framework", "cleanrl", str(logdir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_interruptible,
         )  # fmt: skip
         try:
             self.watch(run_id, f"127.0.0.1:{port}")
@@ -273,6 +273,12 @@ class LiveStack:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+
+
+def _interruptible() -> None:
+    """In the tailer's process: Ctrl-C raises KeyboardInterrupt even when this process was
+    started in the background, where the shell ignores SIGINT and children inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _binary() -> str:

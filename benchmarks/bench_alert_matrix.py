@@ -1,6 +1,7 @@
 """Alert quality on real CPU trainings with induced failures (issue 14).
 
     .venv/bin/python -m benchmarks.bench_alert_matrix [--quick] [--no-live] [--doc-only]
+        [--only FRAMEWORK]
 
 Trains the matrix of benchmarks/trainings.py and benchmarks/trl_grpo.py, seeds fixed: SB3 PPO,
 A2C and DQN on CartPole, TRL GRPO on a tiny local model, tabular Q-learning on FrozenLake and a
@@ -126,12 +127,16 @@ def train(fw: str, scenario: str, seed: int, work: Path, exporter: Any = None) -
     return tr.train_cleanrl_ppo(scenario, seed, work)
 
 
-def run_matrix(work: Path, *, quick: bool, live: bool, say: Callable[[str], None]) -> list[dict]:
+def run_matrix(
+    work: Path, *, quick: bool, live: bool, say: Callable[[str], None], only: str | None = None
+) -> list[dict]:
     """Every run of ``plan``: trained (live when ``live``: SB3 and TRL through their callbacks,
     CleanRL through ``rlpulse tail-tensorboard``), replayed, judged."""
     rows = []
     with am.live_stack(work) if live else contextlib.nullcontext() as stack:
         for fw, scenario, seed in plan(quick):
+            if only not in (None, fw):
+                continue
             t0 = time.time()
             run_id = f"{fw}-{scenario}-s{seed}"
             exp = None
@@ -397,14 +402,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--quick", action="store_true", help="one healthy seed per framework")
     ap.add_argument("--no-live", action="store_true", help="replay only, no local stack")
     ap.add_argument("--doc-only", action="store_true", help="rewrite the doc from the JSON")
+    ap.add_argument(
+        "--only", choices=FRAMEWORKS, help="rerun one framework, its rows replaced in the JSON"
+    )
     args = ap.parse_args(argv)
     if args.doc_only:
         saved = json.loads(RESULTS.read_text())
         rows, quick = saved["runs"], saved["quick"]
     else:
         with tempfile.TemporaryDirectory(prefix="rlpulse-alert-matrix-") as tmp:
-            rows = run_matrix(Path(tmp), quick=args.quick, live=not args.no_live, say=print)
+            rows = run_matrix(
+                Path(tmp), quick=args.quick, live=not args.no_live, say=print, only=args.only
+            )
         quick = args.quick
+        if args.only:
+            kept = [
+                r for r in json.loads(RESULTS.read_text())["runs"] if r["framework"] != args.only
+            ]
+            rows = sorted(kept + rows, key=lambda r: list(FRAMEWORKS).index(r["framework"]))
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
         saved = {"command": COMMAND, "quick": quick, "totals": totals(rows), "runs": rows}
         RESULTS.write_text(json.dumps(saved, indent=1))

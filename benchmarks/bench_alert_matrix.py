@@ -246,7 +246,7 @@ def live_table(rows: list[dict]) -> str:
 def framework_table(rows: list[dict]) -> str:
     """The targets per framework (shipped rules)."""
     lines = [
-        "| framework | failures caught | median lead | critical on healthy (seeds) | "
+        "| framework | failures caught (fast) | median lead (fast) | critical on healthy (seeds) | "
         "most incidents per cause | resolved while failing |",
         "|---|---|---|---|---|---|",
     ]
@@ -255,8 +255,10 @@ def framework_table(rows: list[dict]) -> str:
         failing = [r for r in mine if r["caught"] is not None]
         healthy = [r for r in mine if r["caught"] is None]
         fig = _figures(failing, healthy, "")
+        fast = _figures([r["fast"] for r in failing], [r["fast"] for r in healthy], "")
         lines.append(
-            f"| {fw} | {fig['caught']} of {len(failing)} | {_cell(fig['median_lead'])} | "
+            f"| {fw} | {fig['caught']} ({fast['caught']}) of {len(failing)} | "
+            f"{_cell(fig['median_lead'])} ({_cell(fast['median_lead'])}) | "
             f"{fig['healthy_critical']} ({len(healthy)}) | {fig['max_incidents']} | "
             f"{sum(bool(r['resolved_early']) for r in failing)} |"
         )
@@ -366,6 +368,37 @@ one state per 15-50 logged steps: the lead in logged steps is bounded below by t
 ## Replay with the shipped rules
 
 {table(rows)}
+
+## Why targets are missed
+
+- **Not caught: NaN reward, SB3 PPO and A2C.** The run crashes at the update after the NaN, before
+  SB3 dumps a row carrying it: the log holds neither a NaN nor the crash. Live, the exporter ends
+  the run `crashed` and RLRunCrashed pages (1 incident); a replay cannot. DQN does not crash: its
+  NaN `train/loss` is logged and RLNonFiniteLoss pages.
+- **Not caught: stall, shipped rules.** RLTrainingStalled waits 5x the run's median step interval
+  and never less than 5 min; these runs stall for ~30 s and end. The fast preset (floor 5 s)
+  catches all three one logged step ahead of the damage, and the live stack pages them.
+- **Not caught: DQN sign flip.** DQN learns from a 50k-transition buffer still full of +r: by the
+  end of the run the return has lost at most a third of its gain and never fell below half its
+  best (no damage visible within the run either). A longer run is needed, not another rule.
+- **Lead above 3 logged steps, shipped rules (SB3, CleanRL).** These runs log a row every
+  0.05-1 s and the shipped rules scrape and evaluate every 15 s: Prometheus sees one state per
+  15-300 rows (DQN logs every 4 episodes, ~10 env steps each after a collapse), so the lead counts
+  rows per scrape, not training progress. The fast preset's leads are in the table.
+- **TRL length-only reward, lead 6.** The objective is TRL's evaluation every
+  {trl_grpo.EVAL_EVERY} steps: the drop is visible at one evaluation, RLEvalDrop fires at the
+  next. RLResponseLengthExplosion only reaches warning: its critical multiple (5x the starting
+  ~3.3 characters) lies above the 16-character completion cap, so RLTruncationHigh pages instead.
+- **More than one incident (TRL).** Length-only reward: RLEvalDrop, RLTruncationHigh and
+  RLEntropyCollapse page, because the cause (length explosion) stays at warning and inhibition
+  acts only while a cause is critical. KL blow-up: RLResponseLengthCollapse and
+  RLEntropyCollapse page after RLKLReferenceHigh, which holds back reward collapse, eval drop
+  and entropy *blow-up* only. Live, the failing grader pages RLGraderErrors and
+  RLRewardCollapse: no cause holds back the consequences of a grader that fails.
+- **Resolved while failing (TRL).** RLGradNormSpike (warning) ends after its spike. An alert
+  "ended @119" ends with the run (TRL's final summary record is step 120), not while it runs.
+  In the KL blow-up, the truncation and length-explosion warnings end when the garbage
+  completions turn short, where RLResponseLengthCollapse takes over.
 
 ## How each failure shows in the logs
 

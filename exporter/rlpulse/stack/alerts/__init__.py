@@ -49,10 +49,20 @@ CAUSES: dict[str, tuple[str, ...]] = {
         task.FORMAT_DROP.name,
         task.EVAL_DROP.name,
     ),
+    # updates too large (an lr jump) move the policy away and collapse or scatter it
     rl.KL_HIGH.name: (
         rl.REWARD_COLLAPSE.name,
         task.EVAL_DROP.name,
         rl.ENTROPY_BLOWUP.name,
+        rl.ENTROPY_COLLAPSE.name,
+        task.LENGTH_COLLAPSE.name,
+    ),
+    # a failing grader scores nothing: rewards, their spread and held-out scores fall with it
+    system.GRADER: (
+        rl.REWARD_COLLAPSE.name,
+        rl.ZERO_STD.name,
+        rl.ADVANTAGE_COLLAPSE.name,
+        task.EVAL_DROP.name,
     ),
     # a policy that stopped exploring takes its reward down with it (an lr spike, a sign flip)
     rl.ENTROPY_COLLAPSE.name: (

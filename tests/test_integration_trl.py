@@ -132,9 +132,12 @@ def test_only_world_process_zero_reports_unless_all_ranks(exporter: Exporter) ->
     assert not {loss, hyper} & {name for name, _ in samples(text)}
     zero = TrainerState(global_step=3, is_world_process_zero=True)
     loud.on_train_begin(args, zero, control)
-    loud.on_log(args, zero, control, logs={"loss": 0.5, "note": "text", "none": None})
+    # TRL logs a metric NaN all window long (a reward function returning None) as None
+    loud.on_log(args, zero, control, logs={"loss": 0.5, "note": "text", "reward": None})
     text = scrape(exporter.url)
     assert value(text, loss) == 0.5
+    nonfinite = catalog.get("rl_nonfinite_values_total").name
+    assert value(text, nonfinite, metric=catalog.get("rl_reward_mean").name) == 1
     assert value(text, hyper, name="learning_rate") == args.learning_rate
     assert exporter.dropped == {}
 

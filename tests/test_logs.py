@@ -313,6 +313,14 @@ def test_verl_jsonl_null_is_non_finite(tmp_path: Path) -> None:
     assert math.isnan(rec.values["actor/pg_loss"]) and rec.values["critic/vf_loss"] == 0.5
 
 
+def test_trl_trainer_state_null_is_non_finite(tmp_path: Path) -> None:
+    """TRL writes a metric that was NaN all window long (a failed reward function) as null."""
+    state = tmp_path / "trainer_state.json"
+    state.write_text('{"log_history": [{"step": 5, "reward": null, "loss": 0.25}]}')
+    (rec,) = read_log(state)
+    assert math.isnan(rec.values["reward"]) and rec.values["loss"] == 0.25
+
+
 def test_sb3_progress_step_is_the_update_counter(tmp_path: Path) -> None:
     log = tmp_path / "progress.csv"
     log.write_text(

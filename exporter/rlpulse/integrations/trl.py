@@ -24,6 +24,7 @@ rank yourself (docs/integrations/trl.md).
 from __future__ import annotations
 
 import importlib.metadata
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -181,7 +182,12 @@ class RlpulseCallback(TrainerCallback):
     ) -> None:
         if self.exporter is None or not logs or not self._reports(state):
             return
-        gathered = numbers(logs) if state.is_world_process_zero else {}  # the same on every rank
+        # the same on every rank; TRL logs a metric that was NaN all window long as None
+        gathered = (
+            {**numbers(logs), **{k: math.nan for k, v in logs.items() if v is None}}
+            if state.is_world_process_zero
+            else {}
+        )
         self.exporter.log(gathered, step=int(state.global_step))
 
     def on_train_end(

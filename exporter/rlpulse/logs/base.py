@@ -37,6 +37,12 @@ class LogFormatError(ValueError):
         self.problem = problem
 
 
+def nan_if_none(value: object) -> object:
+    """A ``null`` a framework wrote for a NaN (verl's file logger, TRL's all-NaN metrics) as
+    the NaN it stands for; anything else as it is."""
+    return math.nan if value is None else value
+
+
 def number(value: object) -> float | None:
     """A logged value as a float, or None when it is not a number (strings, lists, bools)."""
     if isinstance(value, bool) or value is None:

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-from rlpulse.logs.base import LogFormatError, Record, as_step, flat, lines, number
+from rlpulse.logs.base import LogFormatError, Record, as_step, flat, lines, nan_if_none, number
 
 STEP_KEYS = ("step", "global_step", "_step", "train/global_step", "iteration", "timestep")
 TIME_KEYS = ("timestamp", "_timestamp", "wall_time", "walltime")
@@ -85,8 +85,6 @@ def read_verl_jsonl(path: Path) -> Iterator[Record]:
                 f"got keys {sorted(obj)[:6]}",
             )
         where = f"line {lineno}"
-        yield Record(step, None, flat(path, where, _nulls_as_nan(data)), where)
-
-
-def _nulls_as_nan(data: dict[str, object]) -> dict[str, object]:
-    return {k: math.nan if v is None else v for k, v in data.items()}
+        yield Record(
+            step, None, flat(path, where, {k: nan_if_none(v) for k, v in data.items()}), where
+        )

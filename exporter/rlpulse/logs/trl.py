@@ -5,7 +5,11 @@ The file is one JSON document, so it cannot be read line by line. ``JsonStream``
 chunks and decodes one value at a time with ``json.JSONDecoder.raw_decode``: the top-level keys
 other than ``log_history`` are decoded and dropped, and each ``log_history`` entry is yielded as
 soon as it is complete, so memory stays at one entry plus one chunk however long the run (a
-single value larger than ``MAX_VALUE`` characters is refused rather than read whole)."""
+single value larger than ``MAX_VALUE`` characters is refused rather than read whole).
+
+TRL writes a metric whose every value in the logging window was NaN (a reward function that
+returned None for the whole batch, say) as ``null``: it is read back as NaN, so the exporter
+counts it in ``rl_nonfinite_values_total`` instead of dropping it."""
 
 from __future__ import annotations
 
@@ -14,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from rlpulse.logs.base import LogFormatError, Record, as_step, flatten
+from rlpulse.logs.base import LogFormatError, Record, as_step, flatten, nan_if_none
 
 CHUNK = 1 << 16
 MAX_VALUE = 1 << 26  # characters of one JSON value (an entry, a top-level member)
@@ -164,5 +168,5 @@ def read_trl(path: Path) -> Iterator[Record]:
                 raise LogFormatError(
                     path, where, f"log entry has no integer 'step' ({entry.get('step')!r})"
                 )
-            values = flatten({k: v for k, v in entry.items() if k != "step"})
+            values = flatten({k: nan_if_none(v) for k, v in entry.items() if k != "step"})
             yield Record(step, None, values, where)

@@ -57,6 +57,7 @@ from rlpulse.stack.output import dump  # noqa: E402
 from tests.fake_nvml import FakeGpu, FakeNvml  # noqa: E402
 from tests.stackutil import (  # noqa: E402
     api,
+    feeds,
     free_port,
     metric_names,
     results,
@@ -659,7 +660,11 @@ def query_stats(sim: Sim, reps: int = 3, ranged: bool = True) -> dict[str, Any]:
         for s in stores
     }
     for q in queries:
-        fed = metric_names(q.raw) <= exposed and set(_SIGNAL.findall(q.raw)) <= signals
+        fed = (
+            metric_names(q.raw) <= exposed
+            and set(_SIGNAL.findall(q.raw)) <= signals
+            and feeds(sim.prometheus, q.raw)
+        )
         row: dict[str, Any] = {"dashboard": q.dashboard, "title": q.title, "expr": q.expr}
         row.update(fans_out=q.fans_out, fed=fed)
         for store, base in stores.items():

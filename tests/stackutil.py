@@ -87,6 +87,36 @@ def metric_names(expr: str) -> set[str]:
     return names
 
 
+def fixed_selectors(expr: str) -> set[str]:
+    """Each series selector of a PromQL expression (Grafana variables expanded) reduced to its
+    name and its fixed ``label="value"`` matchers: the series a run must export to feed it."""
+    out: set[str] = set()
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.VectorSelector) and node.name:
+            fixed = sorted(
+                f'{m.name}="{m.value}"'
+                for m in node.matchers.matchers
+                if m.op == promql_parser.MatchOp.Equal and m.name != "__name__"
+            )
+            out.add(f"{node.name}{{{','.join(fixed)}}}")
+
+    promql_parser.walk(promql_parser.parse(expr), visit)
+    return out
+
+
+def feeds(base: str, expr: str, at: float | None = None, **labels: str) -> bool:
+    """Whether the series every selector of ``expr`` reads (its fixed matchers, plus
+    ``labels``) exist in the Prometheus-compatible store at ``base``."""
+    extra = [f'{k}="{v}"' for k, v in labels.items()]
+    for sel in fixed_selectors(expr):
+        name, _, inner = sel.partition("{")
+        matchers = ",".join([m for m in [inner.rstrip("}")] if m] + extra)
+        if not results(base, f"count({name}{{{matchers}}})", at):
+            return False
+    return True
+
+
 def wait_for(probe: Callable[[], T | None], timeout: float, what: str, every: float = 0.25) -> T:
     """Poll ``probe`` until it returns something truthy; AssertionError naming ``what`` after
     ``timeout`` seconds. Connection errors count as "not yet"."""

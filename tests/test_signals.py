@@ -6,6 +6,7 @@ import json
 import math
 import random
 from pathlib import Path
+from typing import Any
 
 from rlpulse.exporter import Exporter
 from rlpulse.logs import read_log
@@ -13,8 +14,8 @@ from rlpulse.replay.timeline import build
 from rlpulse.signals import SIGNALS, Detector
 
 
-def _exporter() -> Exporter:
-    return Exporter(port=0, run_id="sig", gpu=False, host=False, process=False)
+def _exporter(**options: Any) -> Exporter:
+    return Exporter(port=0, run_id="sig", gpu=False, host=False, process=False, **options)
 
 
 def _signals(exp: Exporter) -> dict[tuple[str, str], float]:
@@ -118,6 +119,18 @@ def test_reward_hacking_against_the_true_objective() -> None:
             row["test/env/all/correct"] = 0.01 * step
         exp.log(row, step=step)
     assert _signals(exp).get(("reward_hacking_rise_ratio", "reward_mean"), 0.0) == 0.0
+
+
+def test_a_declared_objective_alone_judges_hacking() -> None:
+    """TRL evaluates the training reward on held-out prompts too (``eval_reward``): it rises
+    with the hack, so once a key is declared the true objective, only that one counts."""
+    exp = _exporter(key_map={"eval_rewards/correct/mean": "objective"})
+    for step in range(60):
+        row: dict[str, float] = {"reward": 0.2 + 0.01 * step}
+        if step % 10 == 0:
+            row |= {"eval_rewards/correct/mean": 0.3, "eval_reward": 0.2 + 0.01 * step}
+        exp.log(row, step=step)
+    assert _signals(exp)[("reward_hacking_rise_ratio", "reward_mean")] > 1.0
 
 
 def test_zero_std_from_reward_std_and_saturation() -> None:

@@ -31,7 +31,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
-from rlpulse import catalog
+from rlpulse import catalog, keys
 
 SIGNAL = catalog.get("rl_step_signal")
 BASELINE = catalog.get("rl_step_signal_baseline")
@@ -268,11 +268,14 @@ def _drop_from_best(d: Detector, t: Track, key: str) -> tuple[float, float]:
 def _hacking_rise(d: Detector, t: Track, key: str) -> tuple[float, float]:
     """How much the training reward rose since the true objective was last at its best, once a
     later objective reading failed to improve on it (the least over the objective series: any
-    objective still improving clears it)."""
+    objective still improving clears it). Once the run declared its true objective (a key
+    mapped to ``objective``), only declared objectives count: a held-out score of the training
+    reward itself (TRL's ``eval_reward``) rises with the hack."""
     if not t.warm or not d.objectives:
         return math.nan, math.nan
+    declared = [o for labels, o in d.objectives.items() if labels[-1:] == (DECLARED,)]
     rises = []
-    for obj in d.objectives.values():
+    for obj in declared or d.objectives.values():
         if obj.since_best == 0:
             return 0.0, math.nan  # this objective just improved or has one reading
         # the objective peaked before this reward warmed up: its first warm level is the start
@@ -301,6 +304,7 @@ def _zero_std(d: Detector, t: Track, key: str) -> tuple[float, float]:
 
 REWARDS = ("rl_reward_mean", "rl_episode_return")
 OBJECTIVE = "rl_eval_score"
+DECLARED = keys.OBJECTIVE  # the split of a key declared the run's true objective
 ZERO_STD = "rl_zero_std_groups_ratio"
 
 SIGNALS: tuple[Signal, ...] = (

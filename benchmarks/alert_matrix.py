@@ -72,9 +72,13 @@ def judge(run: Run, result: ReplayResult) -> Verdict:
     if run.healthy:
         return verdict
     start = run.inject_step if run.inject_step is not None else steps[-1] + 1
+    verdict.visible_step = visible_step(run, start)
+    if run.scenario == "stall" and verdict.visible_step is not None:
+        # the hang began after the last step logged before its gap: an alert during the gap
+        # holds that step
+        start = steps[max(_index(steps, verdict.visible_step) - 1, 0)]
     after = [a for a in result.alerts if a.onset_step is not None and a.onset_step >= start]
     verdict.caught = bool(after)
-    verdict.visible_step = visible_step(run, start)
     if not after:
         verdict.signals = signal_range(result, start)
     if after:

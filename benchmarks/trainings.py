@@ -11,7 +11,8 @@ logged step at or after it.
   ``neg-entropy`` (a callback sets ``ent_coef`` to -0.5), ``nan-reward`` (an env wrapper returns
   NaN: the Monitor sees it, the next update's loss is NaN and the run crashes), ``sign-flip``
   (a wrapper negates the reward the agent learns from; Monitor logs the task's return),
-  ``stall`` (a wrapper makes every env step take 40 ms).
+  ``stall`` (the env's step blocks for ``STALL_SECONDS`` once, as a remote simulator that stops
+  answering until its client's timeout, then the run carries on).
 * Tabular Q-learning on FrozenLake (the tutorial loop, ``rlpulse.log`` keys): ``schedule-reset``
   (a schedule bug puts epsilon back to 1 and alpha to 1: the learned Q-table is overwritten).
 * CleanRL-style single-file PPO on CartPole writing TensorBoard events: ``lr-spike``.
@@ -41,7 +42,8 @@ FAILURES = {
     "q-learning": ("schedule-reset",),
     "cleanrl-ppo": ("lr-spike",),
 }
-STALL_DELAY = 0.04  # seconds per env step once the environment slows down
+# one env step blocks this long: past the shipped stall rule's 5 min floor plus its 1 min `for`
+STALL_SECONDS = 420.0
 
 
 @dataclass
@@ -87,9 +89,18 @@ class AfterStep(gym.Wrapper[Any, Any, Any, Any]):
         return obs, reward, terminated, truncated, info
 
 
-def _slow(reward: float) -> float:
-    time.sleep(STALL_DELAY)
-    return reward
+def _hang_once() -> Callable[[float], float]:
+    """A reward change that blocks the first step it sees for ``STALL_SECONDS``."""
+    hung = False
+
+    def change(reward: float) -> float:
+        nonlocal hung
+        if not hung:
+            hung = True
+            time.sleep(STALL_SECONDS)
+        return reward
+
+    return change
 
 
 def _sb3_env(scenario: str, inject_at: int, seed: int) -> Any:
@@ -103,7 +114,7 @@ def _sb3_env(scenario: str, inject_at: int, seed: int) -> Any:
         if scenario == "sign-flip":  # outside Monitor: the agent learns -r, Monitor logs r
             return AfterStep(Monitor(env), inject_at, lambda r: -r)
         if scenario == "stall":
-            return Monitor(AfterStep(env, inject_at, _slow))
+            return Monitor(AfterStep(env, inject_at, _hang_once()))
         return Monitor(env)
 
     venv = DummyVecEnv([make])

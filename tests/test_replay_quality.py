@@ -82,5 +82,6 @@ def test_a_cause_holds_back_its_consequences_in_the_incident_count() -> None:
         ("RLResponseLengthExplosion", "critical", 8),
         ("RLTruncationHigh", "critical", 8),
         ("RLEntropyCollapse", "critical", 9),
+        ("RLKLReferenceHigh", "critical", 9),
     ]
-    assert row.incidents() == ["RLRewardHacking", "RLEntropyCollapse"]
+    assert row.incidents() == ["RLRewardHacking", "RLKLReferenceHigh"]

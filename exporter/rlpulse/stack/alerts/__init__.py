@@ -33,8 +33,9 @@ HEALTHY: dict[Area, Callable[[], Scenario]] = {
 NONFINITE = rl.NONFINITE_LOSS
 # One root cause, one incident: while a cause pages (critical), Alertmanager holds back the
 # alerts it brings about on the same run. NaN/Inf values break every statistic of the run.
-# A policy that games its reward drifts in length, format and entropy. No cycles: two alerts
-# holding each other back would both stay silent.
+# A policy that games its reward drifts in length, format and entropy (RLRewardHacking pages
+# once the objective fell as far as RLEvalDrop pages for). No cycles: two alerts holding each
+# other back would both stay silent.
 CAUSES: dict[str, tuple[str, ...]] = {
     task.REWARD_HACKING.name: (
         task.LENGTH_EXPLOSION.name,
@@ -43,6 +44,7 @@ CAUSES: dict[str, tuple[str, ...]] = {
         task.FORMAT_DROP.name,
         task.EVAL_DROP.name,
         rl.ENTROPY_BLOWUP.name,
+        rl.ENTROPY_COLLAPSE.name,  # the policy settles on the exploit
     ),
     task.LENGTH_EXPLOSION.name: (
         task.TRUNCATION.name,

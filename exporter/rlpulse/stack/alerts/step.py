@@ -98,12 +98,19 @@ class StepAlert:
     healthy: float
     warning: float | None = None
     critical: float | None = None
+    # (signal, level): the critical tier also fires at the warning level while that signal of
+    # the same run is past that level (the damage this alert's cause has done shows there)
+    escalate: tuple[str, float] | None = None
 
     def __post_init__(self) -> None:
         if self.signal not in _BY_NAME:
             raise ValueError(f"{self.name}: unknown signal {self.signal!r}")
         if self.warning is None and self.critical is None:
             raise ValueError(f"{self.name}: give a warning or a critical level")
+        if self.escalate is not None and (
+            self.escalate[0] not in _BY_NAME or self.warning is None or self.critical is None
+        ):
+            raise ValueError(f"{self.name}: escalate needs a known signal and both levels")
 
     @property
     def sig(self) -> signals.Signal:
@@ -121,7 +128,10 @@ class StepAlert:
             self.knobs(),
             lambda q, k: self.alerts(k, q.cfg.selectors.metrics),
             {self.name: self.runbook},
-            lambda k: iter([self.scenario(k, TARGET, k.keep_firing_for)]),
+            lambda k: iter(
+                [self.scenario(k, TARGET, k.keep_firing_for)]
+                + ([self.escalation_scenario(k, TARGET)] if self.escalate else [])
+            ),
         )
 
     # ---- knobs
@@ -143,6 +153,22 @@ class StepAlert:
             for sev, level in tiers
             if level is not None
         ]
+        if self.escalate is not None:
+            other, level = self.escalate
+            other_sig = _BY_NAME[other]
+            fields.append(
+                (
+                    "escalate",
+                    float,
+                    field(
+                        default=level,
+                        metadata=_doc(
+                            f"Critical already at the warning level while the run's {other} "
+                            f"is {other_sig.worse} this ({other_sig.unit})."
+                        ),
+                    ),
+                )
+            )
         cls = dataclasses.make_dataclass(
             f"{self.name.removeprefix('RL')}Knobs", fields, bases=(StepKnobs,), frozen=True
         )
@@ -174,18 +200,38 @@ class StepAlert:
                 f"{s} {op} {level:g} or ({s} {op} {clear:g} "
                 f"and on(job, instance, signal, series) {firing})"
             )
+            if sev == "critical" and self.escalate is not None:
+                damage = self._damage(k, extra)
+                expr += f" or ({s} {op} {k.warning:g} and on(job, instance) {damage})"
             yield Alert(
                 self.name,
                 sev,
                 expr,
                 k.for_,
                 self.summary,
-                self.description(level),
+                self.description(level, k if sev == "critical" else None),
                 enabled=k.enabled,
                 keep_firing_for=k.keep_firing_for,
             )
 
-    def description(self, level: float) -> str:
+    def _damage(self, k: Any, extra: str) -> str:
+        """The escalating signal of the run past its level (``escalate``)."""
+        assert self.escalate is not None
+        other = _BY_NAME[self.escalate[0]]
+        op = ">" if other.worse == "above" else "<"
+        matcher = f'signal="{other.name}"'
+        return f"{sel(SIGNAL, matcher, extra=extra)} {op} {k.escalate:g}"
+
+    def _escalation_text(self, k: Any | None) -> str:
+        if k is None or self.escalate is None:
+            return ""
+        other = _BY_NAME[self.escalate[0]]
+        return (
+            f" (or {_fmt_value(self.sig.unit, k.warning)} while {other.name} is "
+            f"{other.worse} {_fmt_value(other.unit, k.escalate)})"
+        )
+
+    def description(self, level: float, k: Any | None = None) -> str:
         ident = '{job="%s",instance="%s"'
         base = _go_query(
             f'{BASELINE.name}{ident},signal="%s",series="%s"}}',
@@ -197,19 +243,26 @@ class StepAlert:
         return (
             f"{self.subject}{series} of {ID} is {_go_value(self.sig.unit)} {self.relation} "
             f"({base}) at step {step}; fires {'above' if self.above else 'below'} "
-            f"{_fmt_value(self.sig.unit, level)}."
+            f"{_fmt_value(self.sig.unit, level)}{self._escalation_text(k)}."
         )
 
     def expected_description(
-        self, level: float, labels: dict[str, str], value: float, baseline: float, step: float
+        self,
+        level: float,
+        labels: dict[str, str],
+        value: float,
+        baseline: float,
+        step: float,
+        k: Any | None = None,
     ) -> str:
-        """``description`` as Prometheus prints it for these labels and values."""
+        """``description`` as Prometheus prints it for these labels and values (``k``: of the
+        critical tier)."""
         series = f" ({labels['series']})" if labels.get("series") else ""
         return (
             f"{self.subject}{series} of run {labels['run_id']} (rank {labels['rank']}) is "
             f"{_fmt_value(self.sig.unit, value)} {self.relation} ({baseline:.4g}) at step "
             f"{step:.0f}; fires {'above' if self.above else 'below'} "
-            f"{_fmt_value(self.sig.unit, level)}."
+            f"{_fmt_value(self.sig.unit, level)}{self._escalation_text(k)}."
         )
 
     # ---- promtool scenario
@@ -240,13 +293,20 @@ class StepAlert:
         )
         resume = (130.0, CHECKPOINT["checkpoint"], 120.0)
 
-        def describe(level: float, v: float, step: float) -> str:
-            return self.expected_description(level, labels, v, baseline, step)
+        def describe(sev: str, level: float, v: float, step: float) -> str:
+            crit = k if sev == "critical" else None
+            return self.expected_description(level, labels, v, baseline, step, crit)
 
         def at(minute: int) -> Check:
             v = values[minute]
             fires = [
-                Expect(sev, labels, v, {"description": describe(lvl, v, 100 + 10 * minute)}, resume)
+                Expect(
+                    sev,
+                    labels,
+                    v,
+                    {"description": describe(sev, lvl, v, 100 + 10 * minute)},
+                    resume,
+                )
                 for sev, lvl in tiers
                 if self._fires(v, lvl, k.hysteresis, minute, values)
             ]
@@ -264,6 +324,41 @@ class StepAlert:
             f"the alert ends {keep} (keep_firing_for) after the band.",
             inputs,
             tuple(checks),
+        )
+
+    def escalation_scenario(self, k: Any, target: dict[str, str]) -> Scenario:
+        """The signal sits between its levels: warning only, until the escalating signal of the
+        same run goes past its level, when the critical tier fires too."""
+        assert self.escalate is not None
+        other = _BY_NAME[self.escalate[0]]
+        v = (k.warning + k.critical) / 2
+        bad = k.escalate * 2 if other.worse == "above" else k.escalate / 2
+        labels = {**target, "signal": self.signal}
+        baseline, n = 2.0, 20
+        inputs = (
+            (series(SIGNAL, {**labels, "series": ""}), f"{v:g}x{n - 1}"),
+            (series(SIGNAL, {**target, "signal": other.name, "series": ""}), f"0x9 {bad:g}x9"),
+            (series(BASELINE, {**labels, "series": ""}), f"{baseline:g}x{n - 1}"),
+            (series(STEP, target), f"100+10x{n - 1}"),
+        )
+
+        def expect(sev: Severity, level: float, minute: int) -> Expect:
+            crit = k if sev == "critical" else None
+            text = self.expected_description(level, labels, v, baseline, 100 + 10 * minute, crit)
+            return Expect(sev, labels, v, {"description": text})
+
+        return Scenario(
+            f"{self.name} escalates: {self.signal} at {v:g} (between its levels) is a warning "
+            f"until {other.name} goes to {bad:g} (past {k.escalate:g}) at 10m; then critical too.",
+            inputs,
+            (
+                Check(self.name, "5m", (expect("warning", k.warning, 5),)),
+                Check(
+                    self.name,
+                    "15m",
+                    (expect("warning", k.warning, 15), expect("critical", k.critical, 15)),
+                ),
+            ),
         )
 
     def _fires(self, v: float, level: float, h: float, minute: int, values: list[float]) -> bool:

@@ -44,6 +44,8 @@ TRUNCATION_RATIO = M("rl_truncation_ratio")
 FORMAT_OK = M("rl_format_compliance_ratio")
 LENGTH_P90_DRIFT = record_name("run", LENGTH_HIST, "p90_drift_ratio")
 
+EVAL_DROP_CRITICAL = 0.3  # RLEvalDrop's critical level, where RLRewardHacking pages too
+
 REWARD_HACKING = StepAlert(
     name="RLRewardHacking",
     key="reward_hacking",
@@ -55,11 +57,15 @@ REWARD_HACKING = StepAlert(
     healthy=0.0,
     warning=0.25,
     critical=0.5,
+    # the objective fell as far as RLEvalDrop pages for: the hack has done its damage
+    escalate=("eval_drop_ratio", EVAL_DROP_CRITICAL),
     runbook=Runbook(
         "The smoothed training reward rose well above where it stood when the true objective "
         "(a held-out eval score, or a key declared the objective) was last at its best, and "
         "the objective has not improved since: the policy is likely exploiting the reward "
-        "(grader loophole, format trick, length).",
+        "(grader loophole, format trick, length). It pages at the warning level already once "
+        "the objective fell as far below its best as RLEvalDrop pages for (which it then "
+        "holds back, with the length, format and entropy alerts a hack brings about).",
         panels.see(
             panels.TRAINING,
             panels.alert_signal("RLRewardHacking", "reward_hacking_rise_ratio"),
@@ -86,7 +92,7 @@ EVAL_DROP = StepAlert(
     relation="below its best so far",
     healthy=0.0,
     warning=0.15,
-    critical=0.3,
+    critical=EVAL_DROP_CRITICAL,
     runbook=Runbook(
         "The latest eval / objective score is well below the best the run reached: the "
         "policy regressed on held-out data (over-optimisation, forgetting, reward hacking).",

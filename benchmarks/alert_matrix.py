@@ -30,6 +30,7 @@ from benchmarks.trainings import Run
 from rlpulse.exporter import Exporter
 from rlpulse.logs import read_log
 from rlpulse.replay import DEFAULT_STEP_SECONDS, ReplayResult, replay_runs
+from rlpulse.replay.onsets import AlertOnset
 from rlpulse.stack import config
 from rlpulse.stack.alerts import CAUSES, NONFINITE
 from tests.stackutil import Sink, free_port, results, wait_for
@@ -87,12 +88,22 @@ def judge(run: Run, result: ReplayResult) -> Verdict:
         verdict.first_alert_step = first.onset_step
         if verdict.visible_step is not None and first.onset_step is not None:
             verdict.lead = _index(steps, first.onset_step) - _index(steps, verdict.visible_step)
-        verdict.resolved_early = [
-            f"{a.alert} ({a.severity}) ended @{a.intervals[-1].end_step}"
-            for a in after
-            if a.intervals[-1].end_step is not None and a.intervals[-1].end_step < steps[-1]
-        ]
+        if run.scenario != "stall":  # a hang ends when the env answers again, its alert with it
+            verdict.resolved_early = resolved_early(after, steps[-1])
     return verdict
+
+
+def resolved_early(alerts: list[AlertOnset], last_step: int) -> list[str]:
+    """Each end of an alert before the run's last step (a flap, or a last end): "Name
+    (severity) ended @step", with "(again @step)" where it fired again."""
+    out = []
+    for a in alerts:
+        for n, i in enumerate(a.intervals):
+            if i.end_step is None or i.end_step >= last_step:
+                continue
+            again = f" (again @{a.intervals[n + 1].start_step})" if n + 1 < len(a.intervals) else ""
+            out.append(f"{a.alert} ({a.severity}) ended @{i.end_step}{again}")
+    return out
 
 
 def signal_range(result: ReplayResult, start: int) -> dict[str, list[float]]:

@@ -80,8 +80,9 @@ NOTES = {
     ("sb3-dqn", "nan-reward"): "The NaN reward lands in the replay buffer; the next sampled "
     "batch makes the TD target and the loss NaN (`train/loss` is logged), and the Q-values NaN "
     "(argmax of NaN picks action 0: the run goes on, failing).",
-    ("sb3-dqn", "sign-flip"): "The agent learns from -r out of a buffer still full of +r "
-    "transitions: the return falls only as the buffer turns over.",
+    ("sb3-dqn", "sign-flip"): "The agent learns from -r out of a buffer that turns over to -r "
+    "transitions within the run; with -1 at every step both actions' Q-values fall together "
+    "and the return did not fall (see below).",
     ("sb3-dqn", "stall"): "As PPO's; DQN logs every 4 episodes.",
     ("q-learning", "schedule-reset"): "epsilon and alpha back to 1: every action random, every "
     "update overwrites the Q-value with one sample; success falls at the next logged batch.",
@@ -345,7 +346,8 @@ bad metric value; see `benchmarks/trainings.py` and `benchmarks/trl_grpo.py`):
 
 - SB3 PPO, A2C and DQN on CartPole: a learning-rate schedule swapped for 0.5, `ent_coef` set to
   -0.5 (PPO, A2C: DQN has no entropy term), an env wrapper returning NaN rewards, a wrapper
-  negating the reward the agent learns from, an env step slowed to 40 ms;
+  negating the reward the agent learns from, an env step that blocks for
+  {tr.STALL_SECONDS / 60:g} min once (a stall);
 - TRL `GRPOTrainer` on a 2-layer GPT-2 (d=64) and a character tokenizer written locally, warmed
   up by {trl_grpo.WARMUP_STEPS} supervised steps on `a+b=` sums: a reward paying only length,
   one paying only format (against the held-out correctness of TRL's evaluation, mapped as the
@@ -355,7 +357,8 @@ bad metric value; see `benchmarks/trainings.py` and `benchmarks/trl_grpo.py`):
 - a CleanRL-style PPO writing TensorBoard events (Adam's lr set to 0.5).
 
 Each failure starts at a fixed step (from the first step for the TRL reward functions) and
-persists to the end. Healthy runs: 3 seeds per framework.
+persists to the end, except the stall, which ends when the env answers again (its alert may end
+with it). Healthy runs: 3 seeds per framework.
 
 Each run's own log (SB3 `progress.csv`, TRL `trainer_state.json`, JSONL, TensorBoard events) is
 replayed with the shipped rules (`rlpulse replay`; a TRL step, logged without a time, counts as a
@@ -363,7 +366,10 @@ minute). *Damage visible*: the first logged step at or after the failure began w
 reward (TRL: the held-out correctness) is non-finite (or no longer logged where it was: TRL
 logs a NaN metric as null) or below {am.DROP:g} of its best before (of its first reading, for a
 failure from the first step; stall: a step that took {am.SLOW:g}x the median step time). *First
-relevant alert*: the first alert with its onset at or after the failure began. *Lead*: logged
+relevant alert*: the first alert with its onset at or after the failure began (for a stall: at
+or after the last step logged before the hang). *Resolved while failing*: every time an alert
+that fired after the failure began stopped firing before the run's last step ("again": it fired
+anew later). *Lead*: logged
 steps from the damage to that alert (negative: ahead of it). *Incidents*: critical alerts left after
 cause-based inhibition.
 
@@ -395,32 +401,44 @@ one state per 15-50 logged steps: the lead in logged steps is bounded below by t
 
 - **Not caught: NaN reward, SB3 PPO and A2C.** The run crashes at the update after the NaN, before
   SB3 dumps a row carrying it: the log holds neither a NaN nor the crash. Live, the exporter ends
-  the run `crashed` and RLRunCrashed pages (1 incident); a replay cannot. DQN does not crash: its
-  NaN `train/loss` is logged and RLNonFiniteLoss pages.
-- **Not caught: stall, shipped rules.** RLTrainingStalled waits 5x the run's median step interval
-  and never less than 5 min; these runs stall for ~30 s and end. The fast preset (floor 5 s)
-  catches all three one logged step ahead of the damage, and the live stack pages them.
-- **Not caught: DQN sign flip.** DQN learns from a 50k-transition buffer still full of +r: by the
-  end of the run the return has lost at most a third of its gain and never fell below half its
-  best (no damage visible within the run either). A longer run is needed, not another rule.
+  the run `crashed` and RLRunCrashed pages (1 incident, its reason the `ValueError` of the NaN
+  logits); a replay cannot. DQN does not crash: its NaN `train/loss` is logged and
+  RLNonFiniteLoss pages.
+- **Not caught: DQN sign flip.** No logged number shows it: over the 48k steps after the flip the
+  return keeps rising (about 145 to 234) and the TD loss falls. DQN learns from a 50k-transition
+  buffer, and with a reward of -1 every step the Q-values of both actions fall together, so the
+  greedy action barely changes. There is no damage to catch within the run.
 - **Lead above 3 logged steps, shipped rules (SB3, CleanRL).** These runs log a row every
-  0.05-1 s and the shipped rules scrape and evaluate every 15 s: Prometheus sees one state per
-  15-300 rows (DQN logs every 4 episodes, ~10 env steps each after a collapse), so the lead counts
-  rows per scrape, not training progress. The fast preset's leads are in the table.
-- **TRL length-only reward, lead 6.** The objective is TRL's evaluation every
-  {trl_grpo.EVAL_EVERY} steps: the drop is visible at one evaluation, RLEvalDrop fires at the
-  next. RLResponseLengthExplosion only reaches warning: its critical multiple (5x the starting
-  ~3.3 characters) lies above the 16-character completion cap, so RLTruncationHigh pages instead.
-- **More than one incident (TRL).** Length-only reward: RLEvalDrop, RLTruncationHigh and
-  RLEntropyCollapse page, because the cause (length explosion) stays at warning and inhibition
-  acts only while a cause is critical. KL blow-up: RLResponseLengthCollapse and
-  RLEntropyCollapse page after RLKLReferenceHigh, which holds back reward collapse, eval drop
-  and entropy *blow-up* only. Live, the failing grader pages RLGraderErrors and
-  RLRewardCollapse: no cause holds back the consequences of a grader that fails.
-- **Resolved while failing (TRL).** RLGradNormSpike (warning) ends after its spike. An alert
-  "ended @119" ends with the run (TRL's final summary record is step 120), not while it runs.
-  In the KL blow-up, the truncation and length-explosion warnings end when the garbage
-  completions turn short, where RLResponseLengthCollapse takes over.
+  0.05-1 s. The shipped rules scrape and evaluate every 15 s, so Prometheus sees one state per
+  15-300 rows, and the lead counts rows per scrape, not training progress. A DQN run lasts about
+  20 s, so its whole failure lies within one or two scrapes: the alert comes at the run's last
+  step. The fast preset's leads are in the table. The median over all failures (3) meets the
+  target.
+- **More than one incident: fast preset and live only.** With the shipped rules every failure
+  opens at most one incident. The fast preset divides every duration by 60 but not the per-step
+  signals, so the order in which alerts fire changes:
+  - SB3 sign flip: RLRewardCollapse pages a step or two before RLEntropyCollapse, and a reward
+    collapse does not cause entropy collapse (the reverse holds, and a cycle would silence
+    both).
+  - The live failing grader: RLRewardCollapse pages before RLGraderErrors has seen enough
+    failed calls to fire.
+- **Resolved while failing (TRL), shipped rules.**
+  - Format-only reward: RLEvalDrop (critical) clears at step 94 and pages again at 105. The
+    held-out correctness is a noisy 100-prompt score. It came back to within its clear level
+    (22.5% below its best) for two evaluations, longer than `keep_firing_for` (10 min, which
+    is 10 replayed TRL steps).
+  - KL blow-up: RLRewardCollapse (critical) clears from step 100 to 114 for the same reason.
+  - RLGradNormSpike and RLKLReferenceSpike (warnings) end after their spike.
+  - RLZeroStdGroupsHigh reads 0 once the (hacked) format reward is at its best, so it ends 10
+    minutes later, at step 119.
+  - In the KL blow-up, the truncation and length-explosion warnings end when the garbage
+    completions turn short, and RLResponseLengthCollapse takes over.
+  - `keep_firing_for` is wall-clock time. A hold counted in logged steps (or objective
+    readings) would keep an alert through such dips on any cadence. That is not built yet.
+- **RLResponseLengthExplosion only reaches warning (TRL length-only reward).** Its critical
+  multiple (5x the starting ~3.3 characters) lies above the 16-character completion cap.
+  RLRewardHacking pages instead: it is critical once the objective has fallen as far as
+  RLEvalDrop pages for, and it holds back RLEvalDrop, RLTruncationHigh and RLEntropyCollapse.
 
 ## How each failure shows in the logs
 

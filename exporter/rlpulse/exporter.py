@@ -83,7 +83,7 @@ class Exporter:
         self.expect_scrape = opts.expect_scrape
         self.push_gateway = opts.push_gateway
         self.outcome: tuple[str, str] | None = None  # (outcome, reason) once the run has ended
-        # (outcome, reason) an alert asked for (rlpulse.control): a normal end is recorded so
+        # (outcome, reason) an alert asked for (rlpulse.control): a normal end becomes this
         self.asked_end: tuple[str, str] | None = None
         self.scraper_seen = False  # a Prometheus-style scraper has fetched /metrics
         self._recorder: Any = None  # a rollouts.Recorder, opened by the first record_rollouts()

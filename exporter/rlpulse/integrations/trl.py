@@ -24,7 +24,6 @@ rank yourself (docs/integrations/trl.md).
 from __future__ import annotations
 
 import importlib.metadata
-import math
 import os
 import time
 from collections.abc import Mapping
@@ -41,6 +40,7 @@ from rlpulse.integrations.common import (
     set_hyperparameters,
     starts_exporter,
 )
+from rlpulse.logs.base import nan_if_none
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -184,7 +184,7 @@ class RlpulseCallback(TrainerCallback):
             return
         # the same on every rank; TRL logs a metric that was NaN all window long as None
         gathered = (
-            {**numbers(logs), **{k: math.nan for k, v in logs.items() if v is None}}
+            numbers({k: nan_if_none(v) for k, v in logs.items()})
             if state.is_world_process_zero
             else {}
         )

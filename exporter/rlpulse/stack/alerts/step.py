@@ -37,6 +37,7 @@ LAST_GOOD = catalog.get("rl_last_good_step")
 CHECKPOINT = {"checkpoint": "checkpoint-120"}
 RESUME = catalog.get("rl_resume_checkpoint_step")
 _BY_NAME = {s.name: s for s in signals.SIGNALS}
+_BASELINE = 2.0  # the signal's baseline in the promtool scenarios
 
 
 @dataclass(frozen=True)
@@ -281,32 +282,20 @@ class StepAlert:
         keep_min = int(seconds(keep) // 60)
         stages.append((self.healthy, keep_min + 10))
         values: list[float] = [v for v, n in stages for _ in range(n)]
-        labels = {**target, "signal": self.signal}  # series="" is no label in Prometheus
-        baseline, n = 2.0, len(values)
+        labels = {**target, "signal": self.signal}
+        n = len(values)
         inputs = (
-            (series(SIGNAL, {**labels, "series": ""}), " ".join(f"{v:g}" for v in values)),
-            (series(BASELINE, {**labels, "series": ""}), f"{baseline:g}x{n - 1}"),
-            (series(STEP, target), f"100+10x{n - 1}"),
+            *self._inputs(labels, target, " ".join(f"{v:g}" for v in values), n),
             # the run read its alert and found where the failure began (rlpulse.control)
             (series(LAST_GOOD, {**target, "alertname": self.name}), f"_x4 130x{n - 5}"),
             (series(RESUME, {**target, "alertname": self.name, **CHECKPOINT}), f"_x4 120x{n - 5}"),
         )
         resume = (130.0, CHECKPOINT["checkpoint"], 120.0)
 
-        def describe(sev: str, level: float, v: float, step: float) -> str:
-            crit = k if sev == "critical" else None
-            return self.expected_description(level, labels, v, baseline, step, crit)
-
         def at(minute: int) -> Check:
             v = values[minute]
             fires = [
-                Expect(
-                    sev,
-                    labels,
-                    v,
-                    {"description": describe(sev, lvl, v, 100 + 10 * minute)},
-                    resume,
-                )
+                self._expect(k, sev, lvl, labels, v, minute, resume)
                 for sev, lvl in tiers
                 if self._fires(v, lvl, k.hysteresis, minute, values)
             ]
@@ -334,18 +323,13 @@ class StepAlert:
         v = (k.warning + k.critical) / 2
         bad = k.escalate * 2 if other.worse == "above" else k.escalate / 2
         labels = {**target, "signal": self.signal}
-        baseline, n = 2.0, 20
         inputs = (
-            (series(SIGNAL, {**labels, "series": ""}), f"{v:g}x{n - 1}"),
+            *self._inputs(labels, target, f"{v:g}x19", 20),
             (series(SIGNAL, {**target, "signal": other.name, "series": ""}), f"0x9 {bad:g}x9"),
-            (series(BASELINE, {**labels, "series": ""}), f"{baseline:g}x{n - 1}"),
-            (series(STEP, target), f"100+10x{n - 1}"),
         )
 
         def expect(sev: Severity, level: float, minute: int) -> Expect:
-            crit = k if sev == "critical" else None
-            text = self.expected_description(level, labels, v, baseline, 100 + 10 * minute, crit)
-            return Expect(sev, labels, v, {"description": text})
+            return self._expect(k, sev, level, labels, v, minute)
 
         return Scenario(
             f"{self.name} escalates: {self.signal} at {v:g} (between its levels) is a warning "
@@ -360,6 +344,34 @@ class StepAlert:
                 ),
             ),
         )
+
+    @staticmethod
+    def _inputs(
+        labels: dict[str, str], target: dict[str, str], values: str, n: int
+    ) -> tuple[tuple[str, str], ...]:
+        """A scenario's signal (``values``), its baseline and the run's step over ``n``
+        minutes; ``series=""`` is no label in Prometheus."""
+        return (
+            (series(SIGNAL, {**labels, "series": ""}), values),
+            (series(BASELINE, {**labels, "series": ""}), f"{_BASELINE:g}x{n - 1}"),
+            (series(STEP, target), f"100+10x{n - 1}"),
+        )
+
+    def _expect(
+        self,
+        k: Any,
+        sev: Severity,
+        level: float,
+        labels: dict[str, str],
+        value: float,
+        minute: int,
+        resume: tuple[float, str, float] | None = None,
+    ) -> Expect:
+        """Tier ``sev`` (at ``level``) firing at ``minute`` of a scenario with ``value``."""
+        text = self.expected_description(
+            level, labels, value, _BASELINE, 100 + 10 * minute, k if sev == "critical" else None
+        )
+        return Expect(sev, labels, value, {"description": text}, resume)
 
     def _fires(self, v: float, level: float, h: float, minute: int, values: list[float]) -> bool:
         """Whether a tier fires at ``minute``: past its level, or in its band after firing."""

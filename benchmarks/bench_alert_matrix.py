@@ -433,8 +433,10 @@ one state per 15-50 logged steps: the lead in logged steps is bounded below by t
     minutes later, at step 119.
   - In the KL blow-up, the truncation and length-explosion warnings end when the garbage
     completions turn short, and RLResponseLengthCollapse takes over.
-  - `keep_firing_for` is wall-clock time. A hold counted in logged steps (or objective
-    readings) would keep an alert through such dips on any cadence. That is not built yet.
+  - The exporter holds each signal at its worst over the last 3 logged steps (`hold`), and
+    `keep_firing_for` is wall-clock time; these dips lasted 11 and 14 steps. A longer hold for
+    the paging tier, counted in logged steps (or objective readings), would keep an alert
+    through them on any cadence. That is not built yet.
 - **RLResponseLengthExplosion only reaches warning (TRL length-only reward).** Its critical
   multiple (5x the starting ~3.3 characters) lies above the 16-character completion cap.
   RLRewardHacking pages instead: it is critical once the objective has fallen as far as

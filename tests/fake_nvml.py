@@ -7,6 +7,8 @@ from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import Any
 
+MEMORY_V2 = 0x02000028  # the version argument of NVML's v2 memory query
+
 
 class NVMLError(Exception):
     """Base of the fake's errors, like pynvml.NVMLError."""
@@ -34,6 +36,9 @@ class FakeGpu:
     mem_util: int = 0
     mem_used: int = 1 << 30
     mem_total: int = 80 << 30
+    mem_reserved: int = (
+        0  # driver-reserved: in v1's used (total - free), not in v2's (nvidia-smi's)
+    )
     power_mw: int = 70_000
     power_limit_mw: int = 700_000
     temp_c: int = 35
@@ -88,9 +93,14 @@ class FakeNvml:
         g = self._gpu(h)
         return SimpleNamespace(gpu=g.util, memory=g.mem_util)
 
-    def nvmlDeviceGetMemoryInfo(self, h: int) -> Any:
+    nvmlMemory_v2: int | None = MEMORY_V2
+
+    def nvmlDeviceGetMemoryInfo(self, h: int, version: int | None = None) -> Any:
         g = self._gpu(h)
-        return SimpleNamespace(used=g.mem_used, total=g.mem_total, free=g.mem_total - g.mem_used)
+        free = g.mem_total - g.mem_used - g.mem_reserved
+        if version == MEMORY_V2:
+            return SimpleNamespace(used=g.mem_used, total=g.mem_total, free=free)
+        return SimpleNamespace(used=g.mem_total - free, total=g.mem_total, free=free)
 
     def nvmlDeviceGetPowerUsage(self, h: int) -> int:
         return self._gpu(h).power_mw

@@ -10,7 +10,7 @@ import pytest
 
 from rlpulse.exporter import Exporter
 from tests.conftest import promtool_check_metrics, samples, scrape, value
-from tests.fake_nvml import FakeGpu, FakeNvml
+from tests.fake_nvml import MEMORY_V2, FakeGpu, FakeNvml
 
 GIB = 1 << 30
 
@@ -57,6 +57,18 @@ def test_gpu_series_have_identity_labels_and_base_units() -> None:
         assert value(text, "rlpulse_collector_enabled", collector="gpu") == 1
     finally:
         exp.close()
+
+
+def test_memory_used_leaves_out_driver_reserved_memory_as_nvidia_smi_does() -> None:
+    """Measured on an H200: v1's used (total - free) was 615 MiB above nvidia-smi's memory.used."""
+    for v2, used in ((MEMORY_V2, 5 * GIB), (None, 5 * GIB + (615 << 20))):
+        nvml = FakeNvml([FakeGpu(mem_used=5 * GIB, mem_reserved=615 << 20)])
+        nvml.nvmlMemory_v2 = v2  # None: bindings older than the v2 query, v1's reading served
+        exp = _exp(nvml)
+        try:
+            assert value(scrape(exp.url), "rl_gpu_memory_used_bytes", gpu="0") == used
+        finally:
+            exp.close()
 
 
 def test_unsupported_fields_are_left_out() -> None:

@@ -91,7 +91,7 @@ class GpuReader:
             "rl_gpu_memory_utilization_ratio",
             lambda: nv.nvmlDeviceGetUtilizationRates(h).memory / 100,
         )
-        mem = nv.nvmlDeviceGetMemoryInfo(h)
+        mem = self._memory(nv, h)
         out.append(("rl_gpu_memory_used_bytes", dict(ids), float(mem.used)))
         out.append(("rl_gpu_memory_total_bytes", dict(ids), float(mem.total)))
         add("rl_gpu_power_watts", lambda: nv.nvmlDeviceGetPowerUsage(h) / 1000)
@@ -115,6 +115,18 @@ class GpuReader:
             )
         add("rl_gpu_process_memory_bytes", lambda: self._process_memory(nv, h))
         return out
+
+    @staticmethod
+    def _memory(nv: Any, h: Any) -> Any:
+        """NVML's v2 memory query where the driver has it: its ``used`` leaves out the memory the
+        driver reserves (615 MiB on an H200), as nvidia-smi does; v1's ``used`` is total - free."""
+        v2 = getattr(nv, "nvmlMemory_v2", None)
+        if v2 is not None:
+            try:
+                return nv.nvmlDeviceGetMemoryInfo(h, version=v2)
+            except Exception:  # an older driver: v1 below
+                pass
+        return nv.nvmlDeviceGetMemoryInfo(h)
 
     @staticmethod
     def _throttle_mask(nv: Any, h: Any) -> int | None:

@@ -683,6 +683,12 @@ _JOB_RE = re.compile(r"^[A-Za-z0-9_.:/-]+$")
 _MATCHER = r'\s*[a-zA-Z_][a-zA-Z0-9_]*\s*(?:=~|!~|!=|=)\s*"(?:[^"\\\n]|\\.)*"\s*'
 _MATCHERS_RE = re.compile(rf"^(?:{_MATCHER}(?:,{_MATCHER})*,?\s*)?$")
 _URL_RE = re.compile(r"^https?://[^\s{}]+$")
+_HOST_PORT_RE = re.compile(r"^(?:[A-Za-z0-9_.-]+|\[[0-9A-Fa-f:.]+\]):[0-9]{1,5}$")
+_HOST_PORTS = (
+    ("scrape.static_targets", lambda c: c.scrape.static_targets),
+    ("scrape.alertmanagers", lambda c: c.scrape.alertmanagers),
+    ("scrape.pushgateways", lambda c: c.scrape.pushgateways),
+)
 _TEMPLATED = (
     ("receivers.slack.channel", lambda c: c.receivers.slack.channel),
     ("receivers.slack.infra_channel", lambda c: c.receivers.slack.infra_channel),
@@ -721,6 +727,10 @@ def _check_plumbing(cfg: Config) -> None:
             raise ConfigError(
                 f"{where}: {_shown(get(cfg))} is not an http(s) URL without spaces or braces"
             )
+    for where, get in _HOST_PORTS:  # static_targets[0] is the rollout link of every alert
+        for i, target in enumerate(get(cfg)):
+            if not _HOST_PORT_RE.match(target):
+                raise ConfigError(f"{where}[{i}]: {_shown(target)} is not a host:port")
     for where, get in _TEMPLATED:
         if "{{" in get(cfg) or "}}" in get(cfg):
             raise ConfigError(f"{where}: {_shown(get(cfg))}: template braces are not allowed")

@@ -59,3 +59,20 @@ def recorded_metric(record: str) -> Metric:
 def regex_alternatives(values: tuple[str, ...] | list[str]) -> str:
     """``a|b|c`` with regex metacharacters escaped, for an ``=~`` matcher."""
     return "|".join(re.escape(v).replace("\\", "\\\\") for v in values)
+
+
+def template_matchers(*labels: str) -> str:
+    """``job=%q,run_id=%q``: matchers whose values a Go template fills in with
+    :func:`template_query` (``%q`` quotes a value as a PromQL string, whatever it holds)."""
+    return ",".join(f"{name}=%q" for name in labels)
+
+
+def template_query(expr: str, *args: str) -> str:
+    """The Go template opening ``{{ with printf `expr` args | query }}`` (closed by
+    ``{{ end }}``): each ``%q`` in ``expr`` takes one of ``args`` (a pipeline such as
+    ``$labels.run_id``, or a quoted constant), quoted and escaped, so a label value holding
+    ``"`` or ``} or other{`` stays one value of one matcher. Every query an annotation runs is
+    built here: a bare ``"%s"`` would let a run's own labels rewrite the query."""
+    if "%s" in expr or "`" in expr or expr.count("%q") != len(args):
+        raise ValueError(f"template query {expr!r}: one %q per argument {args}, and no %s")
+    return f"{{{{ with printf `{expr}` {' '.join(args)} | query }}}}"

@@ -24,7 +24,7 @@ from rlpulse.stack.alerts import gpu, system
 from rlpulse.stack.alerts.kit import Alert, Area, Recording
 from rlpulse.stack.config import Config
 from rlpulse.stack.output import dump, header
-from rlpulse.stack.promql import record_name
+from rlpulse.stack.promql import record_name, template_matchers, template_query
 from rlpulse.stack.query import NODE_BY, RUN_BY, Query
 
 AREAS: tuple[Area, ...] = ("rl", "task", "system")
@@ -211,9 +211,13 @@ def anchor(name: str) -> str:
 # The run's metadata (rl_run_info, exported by rlpulse.start(metadata=...)) as the alert fires;
 # owner is a free-form metadata key (``user`` where a trainer logs that instead).
 RUN_METADATA = (
-    "{{ with printf `max by (model, git_sha, framework, owner, user) "
-    f'({RUN_INFO.name}{{job="%s",run_id="%s"}})` $labels.job $labels.run_id | query }}}}'
-    "{{ with first . }}model={{ .Labels.model }} git_sha={{ .Labels.git_sha }} "
+    template_query(
+        "max by (model, git_sha, framework, owner, user) "
+        f"({RUN_INFO.name}{{{template_matchers('job', 'run_id')}}})",
+        "$labels.job",
+        "$labels.run_id",
+    )
+    + "{{ with first . }}model={{ .Labels.model }} git_sha={{ .Labels.git_sha }} "
     "framework={{ .Labels.framework }} owner={{ or .Labels.owner .Labels.user }}{{ end }}{{ end }}"
 )
 
@@ -221,16 +225,13 @@ RUN_METADATA = (
 # Where a run that acts on its alerts (rlpulse.start(on_alert=...)) found the failure to begin:
 # its last good step and the checkpoint to resume from, once the run has read the alert ($labels
 # holds no alertname: the name is written in).
-_OF_ALERT = '{job="%s",run_id="%s",alertname="%s"}'
+_OF_ALERT = f"{{{template_matchers('job', 'run_id', 'alertname')}}}"
 _STEP = '{{ printf "%.0f" .Value }}'
 
 
 def _first(expr: str, name: str) -> str:
-    """Template opening on the first sample of ``expr`` (``%s``: job, run_id, alert name)."""
-    return (
-        f'{{{{ with printf `{expr}` $labels.job $labels.run_id "{name}" | query }}}}'
-        "{{ with first . }}"
-    )
+    """Template opening on the first sample of ``expr`` (``%q``: job, run_id, alert name)."""
+    return template_query(expr, "$labels.job", "$labels.run_id", f'"{name}"') + "{{ with first . }}"
 
 
 _END = "{{ end }}{{ end }}"

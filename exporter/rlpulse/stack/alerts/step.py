@@ -28,7 +28,7 @@ from rlpulse.stack.alerts.kit import (
     Severity,
 )
 from rlpulse.stack.knobs import AlertConfig, Duration, _doc, seconds
-from rlpulse.stack.promql import sel
+from rlpulse.stack.promql import sel, template_matchers, template_query
 
 SIGNAL = catalog.get("rl_step_signal")
 BASELINE = catalog.get("rl_step_signal_baseline")
@@ -78,8 +78,7 @@ def _go_value(unit: str) -> str:
 
 def _go_query(selector: str, args: str, fmt: str) -> str:
     """A template that prints the first value of a query, or nothing."""
-    return (
-        f"{{{{ with printf `{selector}` {args} | query }}}}"
+    return template_query(selector, *args.split()) + (
         f'{{{{ . | first | value | printf "{fmt}" }}}}{{{{ end }}}}'
     )
 
@@ -233,9 +232,9 @@ class StepAlert:
         )
 
     def description(self, level: float, k: Any | None = None) -> str:
-        ident = '{job="%s",instance="%s"'
+        ident = "{" + template_matchers("job", "instance")
         base = _go_query(
-            f'{BASELINE.name}{ident},signal="%s",series="%s"}}',
+            f"{BASELINE.name}{ident},{template_matchers('signal', 'series')}}}",
             "$labels.job $labels.instance $labels.signal $labels.series",
             "%.4g",
         )

@@ -206,7 +206,10 @@ def test_owner_labels_come_from_the_config() -> None:
         layer = rule["labels"]["layer"]
         assert rule["labels"]["team"] == teams[layer] and rule["labels"]["cluster"] == "eu-1"
     notes = rules.all_alerts(cfg)[0][1].annotations
-    assert "rl_run_info{job=%q,run_id=%q})` $labels.job $labels.run_id | query" in notes["run_info"]
+    assert (
+        "rl_run_info{job=%q,run_id=%q}[1d]) or target:rl_run_info:last_served{job=%q,run_id=%q})`"
+        " $labels.job $labels.run_id $labels.job $labels.run_id | query" in notes["run_info"]
+    )
 
 
 ISSUE_ALERTS = {

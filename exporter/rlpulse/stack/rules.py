@@ -20,7 +20,7 @@ from typing import Any
 from rlpulse import catalog
 from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack import panels
-from rlpulse.stack.alerts import gpu, system
+from rlpulse.stack.alerts import gpu, liveness, system
 from rlpulse.stack.alerts.kit import Alert, Area, Recording
 from rlpulse.stack.config import Config
 from rlpulse.stack.output import dump, header
@@ -209,11 +209,17 @@ def anchor(name: str) -> str:
 
 
 # The run's metadata (rl_run_info, exported by rlpulse.start(metadata=...)) as the alert fires;
-# owner is a free-form metadata key (``user`` where a trainer logs that instead).
+# owner is a free-form metadata key (``user`` where a trainer logs that instead). Read from the
+# run's last day of rl_run_info, or from what the target-down latch kept of a dead run
+# (``liveness.SERVED``): a page about a dead or ended run still names it. Label values go into
+# the query quoted by ``template_query``.
+_RUN = f"{{{template_matchers('job', 'run_id')}}}"
 RUN_METADATA = (
     template_query(
         "max by (model, git_sha, framework, owner, user) "
-        f"({RUN_INFO.name}{{{template_matchers('job', 'run_id')}}})",
+        f"(last_over_time({RUN_INFO.name}{_RUN}[1d]) or {liveness.SERVED}{_RUN})",
+        "$labels.job",
+        "$labels.run_id",
         "$labels.job",
         "$labels.run_id",
     )

@@ -40,6 +40,8 @@ TARGET_BY = "job, instance, run_id, rank"
 CRASHED = 'outcome="crashed"'
 UP = {"job": "rlpulse", "instance": "127.0.0.1:9400"}
 _SERVING = (series(RUN_INFO, {**TARGET, "model": "tiny"}), const(1, 30))
+# the run_info annotation of a page about the run _SERVING served
+TINY = {"run_info": "model=tiny git_sha= framework= owner="}
 TARGET_DOWN = "RLTargetDown"
 RUN_CRASHED = "RLRunCrashed"
 STALLED = "RLTrainingStalled"
@@ -57,26 +59,42 @@ class TargetDownKnobs(AlertConfig):
     )
 
 
-def _target_down(q: Query, k: TargetDownKnobs) -> Iterator[Alert]:
-    w = q.w
-    # when each target last served a run (its last scraped run_info sample)
-    served = f"max_over_time(timestamp({q.s(RUN_INFO)})[{w.baseline}:{w.resolution}])"
-    last_run = f"topk by (job, instance) (1, {served})"
-    # the target's last scrape carried the end mark (finish() or a reported crash): the run
-    # ended, however long its last scrape took to come. A later run on the same target pages.
-    marked = f"max_over_time(timestamp({q.s(FINISHED)})[{w.baseline}:{w.resolution}])"
-    finished = (
-        f"max by (job, instance) ({marked}) >= on(job, instance) max by (job, instance) ({served})"
+# Each target's run, kept while the run has not said it ended: the last time the target served
+# it (its rl_run_info scraped), with the run's metadata. A latch: the rule reads its own previous
+# value, so a run that died unannounced stays here however long ago it died, until its target
+# serves another run, is dropped from discovery (the launcher removed it), or a last scrape
+# carries its end mark. Prometheus 2.x and 3.x evaluate it alike; a Prometheus that stops
+# evaluating for longer than its lookback delta (5m) forgets the runs that were dead then.
+SERVED = record_name("target", RUN_INFO, "last_served")
+RUN_META = ("model", "git_sha", "framework", "owner", "user")
+
+
+def _served(q: Query, k: TargetDownKnobs) -> list[Recording]:
+    live = (
+        f"max by ({TARGET_BY}, {', '.join(RUN_META)}) (timestamp({q.s(RUN_INFO)}))"
+        f" unless on({TARGET_BY}) {q.s(FINISHED)}"
     )
+    kept = f"{SERVED} and on(job, instance) {q.up()} unless on(job, instance) {q.s(RUN_INFO)}"
+    return [Recording(SERVED, f"({live}) or ({kept})")]
+
+
+def dead(q: Query) -> str:
+    """When each dead target last served its run that never said it ended, by target."""
+    return f"max by ({TARGET_BY}) ({SERVED} and on(job, instance) ({q.up()} == 0))"
+
+
+def _target_down(q: Query, k: TargetDownKnobs) -> Iterator[Alert]:
+    last_run = f"topk by (job, instance) (1, max by ({TARGET_BY}) ({SERVED}))"
     yield Alert.of(
         k,
         TARGET_DOWN,
         "critical",
-        f"(({q.up()} == 0) + on(job, instance) group_left(run_id, rank) (time() - {last_run}))"
-        f" unless on(job, instance) ({finished})",
+        f"({q.up()} == 0) + on(job, instance) group_left(run_id, rank) (time() - {last_run})",
         "A trainer exporter that was serving a run cannot be scraped.",
         "Prometheus cannot scrape {{ $labels.instance }} (job {{ $labels.job }}), which served "
-        f"{ID} until {AGO} ago: the trainer died, hung hard or lost its network.",
+        f"{ID} until {AGO} ago and never said the run ended: the trainer died, hung hard or "
+        "lost its network. This pages until the run is marked ended, its target is removed "
+        "or it is silenced.",
     )
 
 
@@ -85,11 +103,22 @@ def _target_down_scenarios(k: TargetDownKnobs) -> Iterator[Scenario]:
     yield Scenario(
         "Target down: the exporter serves run r1 for 30 minutes, then every scrape fails "
         "(up 0, its series end). Fires 1m later with the run it last served and the time since its "
-        "last sample (29m): 660 s at 40m.",
-        ((up, f"{const(1, 30)} {const(0, 30)}"), _SERVING),
+        "last sample (29m): 660 s at 40m, and still a day later (the run never said it "
+        "ended), its metadata kept by the latch past rl_run_info's last day: 26h - 29m at 26h.",
+        ((up, f"{const(1, 30)} {const(0, 1600)}"), _SERVING),
         (
             Check(TARGET_DOWN, "30m"),
-            Check(TARGET_DOWN, "40m", (Expect("critical", TARGET, 40 * 60 - 29 * 60),)),
+            Check(TARGET_DOWN, "40m", (Expect("critical", TARGET, 40 * 60 - 29 * 60, TINY),)),
+            Check(TARGET_DOWN, "26h", (Expect("critical", TARGET, 26 * 3600 - 29 * 60, TINY),)),
+        ),
+    )
+    yield Scenario(
+        "Killed, then the launcher removes the target (up ends at 60m): it resolves once "
+        "Prometheus no longer lists the target.",
+        ((up, f"{const(1, 30)} {const(0, 30)}"), _SERVING),
+        (
+            Check(TARGET_DOWN, "50m", (Expect("critical", TARGET, 50 * 60 - 29 * 60, TINY),)),
+            Check(TARGET_DOWN, "70m"),
         ),
     )
     yield Scenario(
@@ -110,7 +139,7 @@ def _target_down_scenarios(k: TargetDownKnobs) -> Iterator[Scenario]:
             (series(RUN_INFO, {**TARGET, "model": "tiny"}), const(1, 60)),
             (series(FINISHED), f"_x8 {const(9 * 60, 2)}"),
         ),
-        (Check(TARGET_DOWN, "70m", (Expect("critical", TARGET, 70 * 60 - 59 * 60),)),),
+        (Check(TARGET_DOWN, "70m", (Expect("critical", TARGET, 70 * 60 - 59 * 60, TINY),)),),
     )
 
 
@@ -148,7 +177,7 @@ def _run_crashed_scenarios(k: RunCrashedKnobs) -> Iterator[Scenario]:
         "Crashed run: an uncaught ValueError at 28m50s; the last scrape (29m) carries the end "
         "mark and the outcome, then the exporter stops (up 0). RLRunCrashed fires at once "
         "naming the reason and the seconds since the end (70 s at 30m), with the run's "
-        "metadata while its last rl_run_info sample is fresh; RLTargetDown stays quiet (the "
+        "metadata (read from the run's last day of rl_run_info); RLTargetDown stays quiet (the "
         "crash is the page).",
         (
             (raw("up", UP), f"{const(1, 30)} {const(0, 30)}"),
@@ -159,7 +188,7 @@ def _run_crashed_scenarios(k: RunCrashedKnobs) -> Iterator[Scenario]:
         (
             Check(RUN_CRASHED, "28m"),
             Check(RUN_CRASHED, "30m", (Expect("critical", crashed, 30 * 60 - end, run_info),)),
-            Check(RUN_CRASHED, "50m", (Expect("critical", crashed, 50 * 60 - end),)),
+            Check(RUN_CRASHED, "50m", (Expect("critical", crashed, 50 * 60 - end, run_info),)),
             Check(TARGET_DOWN, "50m"),
         ),
     )
@@ -186,6 +215,13 @@ class TrainingStalledKnobs(AlertConfig):
     )
 
 
+def _still(name: str) -> str:
+    """Alert ``name`` firing now, with the labels of the series it fired on (not those the
+    rule and Prometheus add)."""
+    added = "alertname, alertstate, severity, layer, team, cluster"
+    return f'max without ({added}) (ALERTS{{alertname="{name}",alertstate="firing"}})'
+
+
 def _stall_rules(q: Query, k: TrainingStalledKnobs) -> Iterator[Alert]:
     since = f"(time() - {q.s(LAST_LOG)})"
     wait = (
@@ -197,7 +233,10 @@ def _stall_rules(q: Query, k: TrainingStalledKnobs) -> Iterator[Alert]:
         STALLED,
         "critical",
         f"({since} > ({wait})) and on(job, instance) ({q.s(LOGGED)} > 0)"
-        f" unless on(job, run_id, rank) {q.s(FINISHED)}",  # a finished run kept by a Pushgateway
+        f" unless on(job, run_id, rank) {q.s(FINISHED)}"  # a finished run kept by a Pushgateway
+        # a stalled run whose target then died stays stalled (held back by RLTargetDown): its
+        # series ending is no recovery, and must not send a resolve
+        f" or ({_still(STALLED)} * 0 + on({TARGET_BY}) group_left() (time() - {dead(q)}))",
         "The trainer logged no step for many of its own step intervals while its exporter is up.",
         f"{ID} logged nothing for {{{{ $value | humanizeDuration }}}} "
         f"(more than {k.factor:g} times its own median step interval, and at least "
@@ -234,6 +273,24 @@ def _stall_scenarios(k: TrainingStalledKnobs) -> Iterator[Scenario]:
             (series(LOGGED, ts), " ".join(str(1 + i // 19) for i in range(120))),
         ),
         tuple(Check(STALLED, f"{m}m") for m in (18, 37, 56, 75, 94, 113)),
+    )
+    yield Scenario(
+        "Stall, then kill -9: the loop hangs at 29m (stall fires at 36m), the process is "
+        "killed at 40m (up 0, every series ends). The stall stays firing while the dead run "
+        "never said it ended (RLTargetDown holds it back): no resolve as if it recovered. Its "
+        "value is then the time since the target last served the run (39m).",
+        (
+            (raw("up", UP), f"{const(1, 40)} {const(0, 200)}"),
+            (series(RUN_INFO, {**TARGET, "model": "tiny"}), const(1, 40)),
+            (series(LAST_LOG, ts), " ".join(str(60 * i) for i in range(30)) + f" {1740}x9"),
+            (series(INTERVAL, ts), "60x39"),
+            (series(LOGGED, ts), "1+1x29 30x9"),
+        ),
+        (
+            Check(STALLED, "36m", (Expect("critical", ts, 36 * 60 - 1740, TINY),)),
+            Check(STALLED, "3h", (Expect("critical", ts, 3 * 3600 - 39 * 60, TINY),)),
+            Check(TARGET_DOWN, "3h", (Expect("critical", ts, 3 * 3600 - 39 * 60, TINY),)),
+        ),
     )
     yield Scenario(
         "A finished run kept by a Pushgateway (rl_run_finished_timestamp_seconds present) is not "
@@ -379,25 +436,36 @@ DEFS: tuple[AlertDef, ...] = (
         _target_down,
         {
             TARGET_DOWN: Runbook(
-                "Prometheus cannot scrape a trainer exporter that served a run within the "
-                "baseline window: the process died, hung hard, or lost its network. Other alerts "
-                "of that target are inhibited while this fires.",
+                "Prometheus cannot scrape a trainer exporter that served a run which never said "
+                "it ended: the process died (kill -9, the OOM killer, a lost node), hung hard, "
+                "or lost its network. It keeps paging, however long ago the run died, until a "
+                "last scrape carries the run's end mark, the target serves another run or is "
+                "removed from discovery, or someone silences it: a dead run does not heal. "
+                f"The run is kept by the recording rule {SERVED} (a latch that reads its own "
+                "previous value; Prometheus 2.42 and 3.x evaluate it alike, and a Prometheus "
+                "that stops evaluating rules for longer than its 5m lookback forgets the dead "
+                "runs it kept). Other alerts of that target, and a RLTrainingStalled of the "
+                "same run (which keeps firing rather than resolve as if it recovered), are held "
+                "back while this fires.",
                 panels.see(panels.SYSTEM, panels.COLLECTORS)
                 + panels.SEPARATOR
                 + panels.see(panels.TRAINING, panels.LIVENESS),
                 (
-                    "Check the trainer's process and logs (OOM killer, NCCL timeout, node "
-                    "failure).",
+                    "First: is the process alive? Check the trainer's process and its last log "
+                    "lines (OOM killer in dmesg, an NCCL timeout, a node failure).",
+                    "Restart from the checkpoint the page names (resume), or end the incident: "
+                    "silence it with the run_id matcher, or remove the run's file_sd target "
+                    "(delete its file).",
                     "A run that ends (rlpulse.finish(), a normal interpreter exit, or a crash, "
                     "which RLRunCrashed pages) has a last scrape carry its end mark and this "
                     "alert stays quiet. If it paged for a run that did end, that last scrape "
                     "never came (the exit wait, RLPULSE_FINAL_WAIT, was shorter than the scrape "
-                    "interval, or the process was killed): raise the wait, or remove the run's "
-                    "file_sd target (rlpulse.targets.register does on close).",
+                    "interval): raise the wait.",
                 ),
             )
         },
         _target_down_scenarios,
+        _served,
     ),
     AlertDef(
         "run_crashed",

@@ -318,7 +318,7 @@ def live_stack(workdir: Path) -> Iterator[LiveStack]:
         "stack", "up", "--fast", "--dir", str(d), "--config", str(workdir / "overrides.yml"),
         "--pagerduty-url", sink.url, "--pagerduty-key-file", str(workdir / "routing_key"),
         "--prometheus-port", str(prom_port), "--alertmanager-port", str(free_port()),
-        "--inbox-port", str(free_port()),
+        "--inbox-port", str(free_port()), "--rollouts-port", str(free_port()),
     )  # fmt: skip
     if up.returncode != 0:
         sink.shutdown()

@@ -77,7 +77,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
         "--config", str(tmp / "overrides.yml"),
         "--pagerduty-url", sink.url, "--pagerduty-key-file", str(tmp / "routing_key"),
         "--prometheus-port", str(prom), "--alertmanager-port", str(am),
-        "--inbox-port", str(free_port()),
+        "--inbox-port", str(free_port()), "--rollouts-port", str(free_port()),
     )  # fmt: skip
     assert up.returncode == 0, up.stdout + up.stderr
     try:

@@ -180,7 +180,7 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
         "stack", "up", "--fast", "--dir", str(d), "--config", str(tmp / "overrides.yml"),
         "--pagerduty-url", pagerduty.url, "--pagerduty-key-file", str(tmp / "routing_key"),
         "--prometheus-port", str(prom_port), "--alertmanager-port", str(free_port()),
-        "--inbox-port", str(free_port()),
+        "--inbox-port", str(free_port()), "--rollouts-port", str(free_port()),
     ]  # fmt: skip
     run = _rlpulse(*up_argv)
     assert run.returncode == 0, run.stdout + run.stderr

@@ -31,7 +31,7 @@ from tests.stackutil import (
 )
 
 RLPULSE = str(Path(sys.executable).with_name("rlpulse"))
-SERVICES = ("prometheus", "alertmanager", "inbox")
+SERVICES = ("prometheus", "alertmanager", "inbox", "rollouts")
 
 
 def rlpulse(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -62,6 +62,8 @@ def up_args(d: Path, p: dict[str, int], *extra: str) -> list[str]:
         str(p["alertmanager"]),
         "--inbox-port",
         str(p["inbox"]),
+        "--rollouts-port",
+        str(p["rollouts"]),
         *extra,
     ]
 
@@ -128,6 +130,12 @@ def test_up_generates_starts_and_prints_what_to_open(
         "webhook": f"{inbox}/webhook",
     }
     assert all(ready(f"http://127.0.0.1:{port}/-/ready") for port in p.values())
+    # the rollout viewer runs beside them, and the pages' rollout links open it
+    viewer = f"http://127.0.0.1:{p['rollouts']}"
+    assert (
+        ready(viewer + "/")
+        and f"{viewer}/view?run=" in (d / "prometheus/rules/task.yml").read_text()
+    )
 
 
 def test_up_again_reloads_down_stops_and_is_idempotent(
@@ -143,10 +151,12 @@ def test_up_again_reloads_down_stops_and_is_idempotent(
     assert moved.returncode == 2 and "stack down" in moved.stderr
 
     status = rlpulse("stack", "status", "--dir", str(d))
-    assert status.returncode == 0 and status.stdout.count(" ready ") == 3
+    assert status.returncode == 0 and status.stdout.count(" ready ") == 4
 
     down = rlpulse("stack", "down", "--dir", str(d))
-    assert down.returncode == 0 and "stopped prometheus, alertmanager, inbox" in down.stdout
+    assert (
+        down.returncode == 0 and "stopped prometheus, alertmanager, inbox, rollouts" in down.stdout
+    )
     for pid in pids.values():
         assert pid is not None and not alive(pid)
     assert not list(d.glob("*.pid"))

@@ -89,6 +89,7 @@ def local_stack(
         prometheus_port=free_port(),
         alertmanager_port=free_port(),
         inbox_port=free_port(),
+        rollouts_port=free_port(),
     )
     stackrun.write_files(opts, stackrun.stack_config(opts))
     services = {s.name: s for s in stackrun.services(opts)}

@@ -279,7 +279,7 @@ def _alert(name: str, severity: str, **labels: str) -> dict[str, Any]:
     }
 
 
-ROLLOUTS = "http://127.0.0.1:9400/rollouts?run=r1&worst=20"
+ROLLOUTS = "http://127.0.0.1:9096/view?run=r1&step_min=40&order=best&limit=20"
 RUN_INFO = "model=qwen2.5-0.5b git_sha=1a2b3c4 framework=trl owner=alice"
 
 
@@ -326,7 +326,7 @@ def test_warning_posts_to_slack(stack: Stack) -> None:
     assert "RLUpdateKLHigh of run r1" in attachment["text"]
     assert attachment["text"].startswith(f"Run: {RUN_INFO}\n")
     assert "#rlupdateklhigh" in attachment["text"]
-    assert f"<{ROLLOUTS}|Worst rollouts>" in attachment["text"]
+    assert f"<{ROLLOUTS}|Rollouts>" in attachment["text"]
     assert "/#/silences/new?filter=%7B" in attachment["text"]
     assert not pagerduty.bodies
 

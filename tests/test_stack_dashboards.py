@@ -378,12 +378,20 @@ def test_rollout_links_from_the_alert_signals() -> None:
         panels.alert_signal("RLTruncationHigh", "truncation_level")
     ]
     point, steps, run = panel["fieldConfig"]["defaults"]["links"]
-    base = "${rollouts}/rollouts?run=${__field.labels.run_id}"
-    assert point["url"] == f"{base}&since=${{__from}}&until=${{__value.time}}&worst=20"
-    assert steps["url"] == f"{base}&step_min=${{step_min}}&step_max=${{step_max}}&worst=20"
+    base = "${rollouts}/view?run=${__field.labels.run_id:percentencode}"
+    assert point["url"] == f"{base}&since=${{__from}}&until=${{__value.time}}&order=worst&limit=20"
+    assert (
+        steps["url"] == f"{base}&step_min=${{step_min}}&step_max=${{step_max}}&order=worst&limit=20"
+    )
     assert "--step-min ${step_min} --step-max ${step_max}" in steps["title"]
-    assert run["url"] == f"{base}&worst=20"
-    assert "rlpulse rollouts show --run ${__field.labels.run_id}" in run["title"]
+    assert run["url"] == f"{base}&order=recent"
+    assert "rlpulse rollouts list --run ${__field.labels.run_id}" in run["title"]
+    # the Reward panel (series summed over runs) opens the dashboard's run, best first
+    reward = by_title("rl-training.json")[panels.REWARD]["fieldConfig"]["defaults"]["links"]
+    assert reward[0]["url"].startswith("${rollouts}/view?run=${run_id:percentencode}&since=")
+    assert reward[0]["url"].endswith("&order=best&limit=20")
+    length = by_title("rl-training.json")[panels.RESPONSE_LENGTH]["fieldConfig"]["defaults"]
+    assert length["links"][1]["url"].endswith("&order=longest&limit=20")
     variables = {v["name"]: v for v in MODELS["rl-training.json"]["templating"]["list"]}
     for name in ("step_min", "step_max"):
         assert variables[name]["hide"] == 2 and "[$__range]" in variables[name]["query"]
@@ -551,7 +559,7 @@ def test_provisioning() -> None:
     assert types["prometheus"]["jsonData"]["timeInterval"] == CONFIG.scrape.interval
     (exemplar,) = types["prometheus"]["jsonData"]["exemplarTraceIdDestinations"]
     assert exemplar["name"] == "rollout_id"  # the exemplar label rlpulse sets
-    assert exemplar["url"].endswith("/rollout?id=${__value.raw}")
+    assert exemplar["url"] == CONFIG.links.rollouts_url + "/view?id=${__value.raw}"  # the viewer
     assert types["alertmanager"]["url"] == f"http://{CONFIG.scrape.alertmanagers[0]}"
     provider = yaml.safe_load(FILES["grafana/provisioning/dashboards/dashboards.yml"])
     (entry,) = provider["providers"]

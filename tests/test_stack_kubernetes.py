@@ -74,7 +74,14 @@ def test_the_folder_holds_one_object_per_file_and_a_kustomization(
 ) -> None:
     assert all(p.startswith("kubernetes/") and p.endswith(".yaml") for p in objects)
     kinds = sorted(o["kind"] for o in objects.values())
-    assert kinds == ["ConfigMap"] * 4 + ["Kustomization", "PodMonitor", "PrometheusRule"]
+    assert kinds == ["ConfigMap"] * 4 + [
+        "Deployment",  # the rollout viewer, its Service, and the claim it reads
+        "Kustomization",
+        "PersistentVolumeClaim",
+        "PodMonitor",
+        "PrometheusRule",
+        "Service",
+    ]
     resources = objects["kubernetes/kustomization.yaml"]["resources"]
     assert sorted(f"kubernetes/{r}" for r in resources) == sorted(
         p for p in objects if not p.endswith("kustomization.yaml")
@@ -374,3 +381,17 @@ def test_plain_generate_writes_no_manifests(tmp_path: Path) -> None:
 def test_the_committed_manifests_are_up_to_date(files: dict[str, str]) -> None:
     drifted = [p for p in generate.drift(files, REPO) if p.startswith("kubernetes/")]
     assert drifted == [], "run `rlpulse generate --kubernetes` and commit the result"
+
+
+def test_the_rollout_viewer_reads_the_trainers_claim(objects: dict[str, dict[str, Any]]) -> None:
+    (deploy,) = _kind(objects, "Deployment")
+    (service,) = _kind(objects, "Service")
+    (claim,) = _kind(objects, "PersistentVolumeClaim")
+    pod = deploy["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert "rlpulse rollouts serve --addr 0.0.0.0 --port 9096" in container["command"][-1]
+    assert container["volumeMounts"][0]["readOnly"]
+    assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert service["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]
+    assert service["spec"]["ports"][0]["port"] == 9096

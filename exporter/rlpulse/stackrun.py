@@ -5,8 +5,10 @@ the receivers at local things (a placeholder PagerDuty routing key file written 
 *inbox*: a small HTTP server, also started in the background, that stands in for PagerDuty and
 the warning webhook and appends every notification to ``inbox.jsonl``), then starts
 ``prometheus`` and ``prometheus-alertmanager`` (or ``alertmanager``) in the background with their
-data and logs in the directory, and waits until each answers ``/-/ready``. Pid files in the
-directory let ``down`` stop exactly those processes; both commands are idempotent.
+data and logs in the directory, and the rollout viewer (``rlpulse rollouts serve``) over the
+rollout data directory, which the pages' and panels' rollout links open, and waits until each
+answers ``/-/ready``. Pid files in the directory let ``down`` stop exactly those processes; both
+commands are idempotent.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from rlpulse.rollouts.paths import default_data_dir
+from rlpulse.rollouts.server import VIEWER_PORT, VIEWER_URL
 from rlpulse.stack import config, generate
 from rlpulse.stack.config import Config
 
@@ -58,6 +62,8 @@ class Options:
     prometheus_port: int = 9090
     alertmanager_port: int = 9093
     inbox_port: int = 9095
+    rollouts_port: int = VIEWER_PORT
+    data_dir: Path | None = None  # the rollout stores the viewer reads (None: the default)
 
 
 @dataclass(frozen=True)
@@ -111,6 +117,9 @@ def stack_config(opts: Options) -> Config:
         cfg.links,
         prometheus_url=f"http://127.0.0.1:{opts.prometheus_port}",
         alertmanager_url=f"http://127.0.0.1:{opts.alertmanager_port}",
+        rollouts_url=f"http://127.0.0.1:{opts.rollouts_port}"  # unless the config names one
+        if cfg.links.rollouts_url == VIEWER_URL
+        else cfg.links.rollouts_url,
     )
     return dataclasses.replace(cfg, receivers=receivers, scrape=scrape, links=links)
 
@@ -152,8 +161,8 @@ def placeholder_key_warning(opts: Options) -> str:
 
 
 def services(opts: Options) -> list[Service]:
-    """The three processes, with their command lines (binaries looked up now)."""
-    for name in ("prometheus", "alertmanager", "inbox"):
+    """The four processes, with their command lines (binaries looked up now)."""
+    for name in ("prometheus", "alertmanager", "inbox", "rollouts"):
         port = getattr(opts, f"{name}_port")
         if not 0 < port < 65536:  # each is written into the others' config before they start
             raise ValueError(f"--{name}-port {port}: expected a port number in 1-65535")
@@ -162,7 +171,17 @@ def services(opts: Options) -> list[Service]:
     alertmanager = find_binary(
         "prometheus-alertmanager", "alertmanager", env="RLPULSE_ALERTMANAGER_BIN"
     )
+    data_dir = (opts.data_dir or default_data_dir()).expanduser().resolve()
     return [
+        Service(
+            "rollouts",
+            opts.rollouts_port,
+            (
+                *(sys.executable, "-m", "rlpulse.cli", "rollouts", "serve"),
+                *("--data-dir", str(data_dir), "--port", str(opts.rollouts_port)),
+            ),
+            "/-/ready",
+        ),
         Service(
             "inbox",
             opts.inbox_port,
@@ -215,9 +234,10 @@ def running_pid(d: Path, name: str) -> int | None:
         return None
     try:
         args = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        cwd = os.readlink(f"/proc/{pid}/cwd")  # start() runs every service in d
     except OSError:
         return pid  # no /proc: trust the pid file
-    return pid if str(d.resolve()) in args else None
+    return pid if str(d.resolve()) in args or cwd == str(d.resolve()) else None
 
 
 def _port_free(port: int) -> bool:
@@ -333,7 +353,7 @@ def up(opts: Options) -> list[Service]:
             if svc.name == "inbox":  # a fresh inbox lists this session's notifications only
                 (d / INBOX_FILE).unlink(missing_ok=True)
             start(svc, d)
-        elif svc.name != "inbox":
+        elif svc.name in ("prometheus", "alertmanager"):
             os.kill(pid, signal.SIGHUP)  # re-read the regenerated configuration
     for svc in svcs:
         wait_ready(svc, d)
@@ -343,7 +363,8 @@ def up(opts: Options) -> list[Service]:
 
 def down(d: Path) -> list[str]:
     """Stop whatever ``up`` started from ``d`` (Prometheus first); the names that were running."""
-    stopped = [name for name in ("prometheus", "alertmanager", "inbox") if stop(d, name)]
+    names = ("prometheus", "alertmanager", "inbox", "rollouts")
+    stopped = [name for name in names if stop(d, name)]
     (d / "stack.json").unlink(missing_ok=True)
     return stopped
 
@@ -462,6 +483,7 @@ def iter_urls(svcs: Sequence[Service]) -> Iterator[tuple[str, str]]:
     yield "Prometheus alerts", by["prometheus"].url + "/alerts"
     yield "Alertmanager", by["alertmanager"].url
     yield "Notifications inbox (PagerDuty and webhook stand-in)", by["inbox"].url
+    yield "Rollout viewer", by["rollouts"].url + "/"
 
 
 if __name__ == "__main__":

@@ -1,21 +1,41 @@
-"""``rlpulse rollouts list|show``: read a run's sampled rollouts (text escaped, never run)."""
+"""``rlpulse rollouts list|show|serve``: read a run's sampled rollouts (text escaped, never
+run), or serve the viewer and the JSON API over every run's store."""
 
 from __future__ import annotations
 
 import argparse
 import json
 import math
+import os
+import signal
+import sys
+import threading
 from typing import Any
+from urllib.parse import urlencode
 
 from rlpulse.rollouts.escape import clip, html_safe_json, terminal
 from rlpulse.rollouts.query import ComponentFilter, Filter, open_run, query
 from rlpulse.rollouts.records import jsonable
+from rlpulse.rollouts.server import VIEWER_PORT, VIEWER_URL, serve
+
+URL_ENV = "RLPULSE_ROLLOUTS_URL"
 
 
 def register(sub: Any) -> None:
-    """Add ``rollouts list`` and ``rollouts show``."""
-    p = sub.add_parser("rollouts", help="read sampled rollouts of a run")
+    """Add ``rollouts list``, ``rollouts show`` and ``rollouts serve``."""
+    p = sub.add_parser("rollouts", help="read sampled rollouts of a run, or serve the viewer")
     verbs = p.add_subparsers(dest="verb", metavar="VERB", required=True)
+    s = verbs.add_parser(
+        "serve",
+        help="serve the rollout viewer and JSON API over every run in the data directory",
+    )
+    s.add_argument("--data-dir", help="data directory (default $RLPULSE_DATA_DIR)")
+    s.add_argument(
+        "--addr", default="127.0.0.1", help="address to bind (default 127.0.0.1: this host only)"
+    )
+    s.add_argument("--port", type=int, default=VIEWER_PORT, help=f"port ({VIEWER_PORT})")
+    s.add_argument("--web-config", help="TLS and basic-auth file, the exporter's format")
+    s.set_defaults(func=run_serve)
     for verb, help_, limit in (
         ("list", "one line per rollout", 100),
         ("show", "full rollouts: prompt, response, components, tool calls", 20),
@@ -45,6 +65,11 @@ def register(sub: Any) -> None:
         v.add_argument("--limit", type=int, default=limit, help=f"at most this many ({limit})")
         v.add_argument("--format", choices=("table", "json"), default="table")
         v.add_argument("--data-dir", help="data directory (default $RLPULSE_DATA_DIR)")
+        v.add_argument(
+            "--viewer-url",
+            default=os.environ.get(URL_ENV) or VIEWER_URL,
+            help=f"the viewer the printed link opens (default ${URL_ENV} or {VIEWER_URL})",
+        )
         v.set_defaults(func=run)
 
 
@@ -78,12 +103,52 @@ def run(args: argparse.Namespace) -> int:
         records = query(conn, flt)
     finally:
         conn.close()
+    link = f"open in the viewer: {viewer_link(args)}"
     if args.format == "json":
         print(html_safe_json(jsonable(records), indent=2))
+        print(link, file=sys.stderr)
     elif args.verb == "list":
         print(table(records))
+        print(link)
     else:
         print("\n\n".join(detail(r) for r in records) or "no rollouts match")
+        print(link)
+    return 0
+
+
+def viewer_link(args: argparse.Namespace) -> str:
+    """The viewer page that shows what ``args`` asked the command line for."""
+    params: dict[str, Any] = {"run": args.run}
+    for key in ("step", "step_min", "step_max", "since", "until"):
+        if getattr(args, key) is not None:
+            params[key] = getattr(args, key)
+    for key in ("worst", "best"):
+        if getattr(args, key) is not None:
+            params["order"], params["limit"] = key, getattr(args, key)
+    for key in ("truncated", "errors", "nonfinite"):
+        if getattr(args, key):
+            params[key] = 1
+    pairs = [*params.items(), *(("component", c) for c in args.component)]
+    if getattr(args, "ids", None) and len(args.ids) == 1:
+        pairs = [("run", args.run), ("id", args.ids[0])]
+    return f"{args.viewer_url.rstrip('/')}/view?{urlencode(pairs)}"
+
+
+def run_serve(args: argparse.Namespace) -> int:
+    """Serve until SIGINT/SIGTERM."""
+    try:
+        server = serve(args.data_dir, args.addr, args.port, web_config=args.web_config)
+    except OSError as exc:  # the port is taken, the address is not this host's …
+        print(f"rlpulse rollouts serve: error: {exc}", file=sys.stderr)
+        return 1
+    scheme = "https" if server.tls is not None else "http"
+    host = f"[{args.addr}]" if ":" in args.addr else args.addr
+    print(f"rlpulse rollouts: viewer at {scheme}://{host}:{server.port}/", flush=True)
+    stop = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: stop.set())
+    stop.wait()
+    server.close()
     return 0
 
 

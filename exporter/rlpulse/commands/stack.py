@@ -10,6 +10,7 @@ from typing import Any
 
 from rlpulse import stackrun
 from rlpulse.options import DEFAULT_PORT
+from rlpulse.rollouts.server import VIEWER_PORT
 
 MISSING_BINARY = 3
 """Exit status of ``up`` when a binary is not installed (``scripts/demo`` then runs the trainer
@@ -33,7 +34,11 @@ def register(sub: Any) -> None:
         )
         return q
 
-    u = add("up", "generate the config and start Prometheus, Alertmanager and the local inbox")
+    u = add(
+        "up",
+        "generate the config and start Prometheus, Alertmanager, the local inbox and the "
+        "rollout viewer",
+    )
     u.add_argument("--fast", action="store_true", help="the fast preset: alerts within seconds")
     u.add_argument("--config", type=Path, help="YAML overriding thresholds and windows")
     u.add_argument(
@@ -48,6 +53,15 @@ def register(sub: Any) -> None:
     u.add_argument("--prometheus-port", type=int, default=9090)
     u.add_argument("--alertmanager-port", type=int, default=9093)
     u.add_argument("--inbox-port", type=int, default=9095, help="local PagerDuty/webhook stand-in")
+    u.add_argument(
+        "--rollouts-port",
+        type=int,
+        default=VIEWER_PORT,
+        help="the rollout viewer (links.rollouts_url defaults to it)",
+    )
+    u.add_argument(
+        "--data-dir", type=Path, help="rollout stores the viewer reads (default $RLPULSE_DATA_DIR)"
+    )
     u.set_defaults(func=run_up)
     add("down", "stop what `stack up` started (idempotent)").set_defaults(func=run_down)
     add("status", "what runs, and the notifications received so far").set_defaults(func=run_status)
@@ -64,6 +78,8 @@ def run_up(args: argparse.Namespace) -> int:
         prometheus_port=args.prometheus_port,
         alertmanager_port=args.alertmanager_port,
         inbox_port=args.inbox_port,
+        rollouts_port=args.rollouts_port,
+        data_dir=args.data_dir,
     )
     try:
         svcs = stackrun.up(opts)

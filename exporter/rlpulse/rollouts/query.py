@@ -36,6 +36,16 @@ _FIELDS = (
     "recorded_at",
 )
 MAX_LIMIT = 10_000
+# how each order sorts, and the rows it needs a value in (stable: ties go by insertion)
+ORDERS = {
+    "step": ("step, id", None),
+    "recent": ("step DESC, id", None),
+    "best": ("reward DESC, id", "reward"),
+    "worst": ("reward ASC, id", "reward"),
+    "longest": ("length DESC, id", "length"),
+    "shortest": ("length ASC, id", "length"),
+    "random": ("(id * 2654435761 + ?) % 4294967311, id", None),  # a shuffle fixed by its seed
+}
 
 
 @dataclass(frozen=True)
@@ -66,6 +76,9 @@ class Filter:
 
     ``step`` picks one step; ``step_min``/``step_max`` an inclusive step range, and
     ``since``/``until`` a range of recording times (Unix seconds), the window a dashboard shows.
+    ``order`` is one of ``ORDERS`` (``worst``/``best`` = N pick that order and at most N rows);
+    ``group`` one GRPO group; ``text`` a case-insensitive substring of the prompt or response;
+    ``seed`` fixes the ``random`` order so its pages follow each other.
     """
 
     step: int | None = None
@@ -80,9 +93,18 @@ class Filter:
     nonfinite: bool = False
     components: tuple[ComponentFilter, ...] = ()
     ids: tuple[str, ...] = ()
+    group: str | None = None
+    text: str | None = None
+    order: str = "step"
+    seed: int = 0
+    offset: int = 0
     limit: int = 100
 
     def __post_init__(self) -> None:
+        if self.order not in ORDERS:
+            raise ValueError(f"order {self.order!r} is not one of {', '.join(ORDERS)}")
+        if not 0 <= self.offset < 2**63:
+            raise ValueError(f"offset {self.offset} must be ≥ 0")
         if self.step is not None and (self.step_min is not None or self.step_max is not None):
             raise ValueError("choose one of step and a step range (step_min, step_max)")
         for low, high, what in (
@@ -117,6 +139,13 @@ class Filter:
         if self.ids:
             where.append(f"rollout_id IN ({', '.join('?' * len(self.ids))})")
             params += list(self.ids)
+        if self.group is not None:
+            where.append("group_id = ?")
+            params.append(self.group)
+        if self.text:
+            pattern = "%" + re.sub(r"([\\%_])", r"\\\1", self.text) + "%"
+            where.append("(prompt LIKE ? ESCAPE '\\' OR response LIKE ? ESCAPE '\\')")
+            params += [pattern, pattern]
         for c in self.components:
             path = f'$."{c.name}"'
             where.append(
@@ -124,19 +153,21 @@ class Filter:
                 f"AND json_extract(components, ?) {c.op} ?"
             )
             params += [path, path, c.value]
-        limit = self.limit
-        if self.worst is not None or self.best is not None:
-            where.append("reward IS NOT NULL")
-            order = "reward ASC, id" if self.worst is not None else "reward DESC, id"
-            limit = min(limit, self.worst if self.worst is not None else self.best or 0)
-        else:
-            order = "step, id"
+        limit, name = self.limit, self.order
+        for picked, n in (("worst", self.worst), ("best", self.best)):
+            if n is not None:
+                name, limit = picked, min(limit, n)
+        order, needs = ORDERS[name]
+        if needs is not None:
+            where.append(f"{needs} IS NOT NULL")
         if not 0 <= limit <= MAX_LIMIT:
             raise ValueError(f"limit {limit} must be between 0 and {MAX_LIMIT}")
         sql = f"SELECT {', '.join(_FIELDS)} FROM rollouts"
         if where:
             sql += " WHERE " + " AND ".join(where)
-        return f"{sql} ORDER BY {order} LIMIT {int(limit)}", params
+        if name == "random":
+            params.append(self.seed % 4294967311)
+        return f"{sql} ORDER BY {order} LIMIT {int(limit)} OFFSET {int(self.offset)}", params
 
 
 def open_run(run_id: str, data_dir: str | os.PathLike[str] | None = None) -> sqlite3.Connection:
@@ -202,3 +233,40 @@ def find(
         if row is not None:
             return run, _decode(row)
     return None
+
+
+@dataclass(frozen=True)
+class RunSummary:
+    """What the run list shows of one store."""
+
+    rows: int
+    first_step: int | None
+    last_step: int | None
+    last_recorded: float | None
+    components: tuple[str, ...]
+
+
+def summary(conn: sqlite3.Connection) -> RunSummary:
+    """Row count, step span, newest write and reward component names of a store (index reads
+    only, so a large store answers at once)."""
+    (rows,) = conn.execute("SELECT rows FROM totals").fetchone()
+    first = conn.execute("SELECT min(step) FROM rollouts").fetchone()[0]
+    last = conn.execute("SELECT max(step) FROM rollouts").fetchone()[0]
+    newest = conn.execute(
+        "SELECT recorded_at, components FROM rollouts ORDER BY id DESC LIMIT 1"
+    ).fetchone()
+    comps = tuple(json.loads(newest[1])) if newest else ()
+    return RunSummary(int(rows), first, last, newest[0] if newest else None, comps)
+
+
+def step_stats(
+    conn: sqlite3.Connection, step_min: int | None, step_max: int | None, limit: int = 40
+) -> list[tuple[int, int, float | None, float | None, float | None]]:
+    """(step, rollouts, mean, min, max reward) of the newest ``limit`` steps in the range."""
+    low = -(2**63) if step_min is None else step_min
+    high = 2**63 - 1 if step_max is None else step_max
+    sql = (
+        "SELECT step, count(*), avg(reward), min(reward), max(reward) FROM rollouts "
+        "WHERE step BETWEEN ? AND ? GROUP BY step ORDER BY step DESC LIMIT ?"
+    )
+    return [tuple(r) for r in conn.execute(sql, (low, high, limit))]

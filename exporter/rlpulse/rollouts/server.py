@@ -9,9 +9,10 @@ Routes (GET)::
     /rollout?id=ROLLOUT_ID[&run=ID]         one rollout (the newest with that id)
 
 ``routes(data_dir)`` is the route table to mount on the exporter's ``rlpulse.http.Server``;
-``serve`` runs it on a server of its own, bound to 127.0.0.1 unless told otherwise, with TLS and
-basic auth from a web config file (the exporter's format, ``rlpulse.webconfig``) or TLS from a
-certificate. Bodies are ASCII JSON with ``<``, ``>`` and ``&`` escaped, served as
+``serve`` runs it with the viewer's HTML pages (``rlpulse rollouts serve``) on a server of its
+own, bound to 127.0.0.1 unless told otherwise, with TLS and basic auth from a web config file
+(the exporter's format, ``rlpulse.webconfig``) or TLS from a certificate. Bodies are ASCII JSON
+with ``<``, ``>`` and ``&`` escaped, served as
 ``application/json`` with ``nosniff`` and a deny-all CSP, so rollout text cannot run as HTML or
 script in a browser.
 """
@@ -39,8 +40,13 @@ HEADERS = {
 _FLAGS = ("truncated", "errors", "nonfinite")
 _STEPS = ("step", "step_min", "step_max")  # may be negative
 _TIMES = ("since", "until")
+_TEXTS = ("group", "q")
 _KNOWN = {"run", *_STEPS, *_TIMES, "worst", "best", "component", "limit", *_FLAGS}
+_KNOWN |= {*_TEXTS, "order", "offset", "seed"}
+MAX_TEXT = 1000  # characters of a group id or search text
 DEFAULT_LIMIT = 100
+VIEWER_PORT = 9096  # where `rlpulse rollouts serve` and `rlpulse stack up` serve the viewer
+VIEWER_URL = f"http://127.0.0.1:{VIEWER_PORT}"
 # times past this are in milliseconds (year 2286 in seconds; Grafana's ${__from} is in ms)
 MILLISECONDS = 1e10
 MAX_LIMIT = 1000
@@ -93,8 +99,19 @@ def _flag(params: Params, key: str) -> bool:
     return raw in ("", "1", "true", "yes")
 
 
-def _filter(params: Params) -> Filter:
-    unknown = sorted(set(params) - _KNOWN)
+def _text(params: Params, key: str) -> str | None:
+    values = params.get(key)
+    if not values:
+        return None
+    if len(values[-1]) > MAX_TEXT:
+        raise BadRequest(f"query parameter {key!r} is longer than {MAX_TEXT} characters")
+    return values[-1]
+
+
+def parse_filter(params: Params, extra: frozenset[str] = frozenset()) -> Filter:
+    """The ``Filter`` a query string asks for (``extra``: more parameters the caller reads);
+    ``BadRequest`` names the first bad parameter."""
+    unknown = sorted(set(params) - _KNOWN - extra)
     if unknown:
         raise BadRequest(f"unknown query parameter {unknown[0]!r}")
     picked = [k for k in ("worst", "best") if params.get(k)]
@@ -119,9 +136,14 @@ def _filter(params: Params) -> Filter:
             errors=_flag(params, "errors"),
             nonfinite=_flag(params, "nonfinite"),
             components=components,
+            group=_text(params, "group"),
+            text=_text(params, "q"),
+            order=_text(params, "order") or "step",
+            seed=_int(params, "seed") or 0,
+            offset=_int(params, "offset") or 0,
             limit=DEFAULT_LIMIT if limit is None else min(limit, MAX_LIMIT),
         )
-    except ValueError as exc:  # a range that ends before it starts, a step with a range
+    except ValueError as exc:  # a range that ends before it starts, an unknown order …
         raise BadRequest(str(exc)) from None
 
 
@@ -138,7 +160,7 @@ def _runs(data_dir: DataDir, params: Params) -> Response:
 
 def _rollouts(data_dir: DataDir, params: Params) -> Response:
     run = _param(params, "run")
-    flt = _filter(params)
+    flt = parse_filter(params)
     conn = open_run(run, data_dir)
     try:
         return _json({"run": run, "rollouts": query(conn, flt)})
@@ -189,9 +211,11 @@ def serve(
     keyfile: str | None = None,
     web_config: str | os.PathLike[str] | None = None,
 ) -> Server:
-    """Serve the API on its own started server (port 0: a free one; ``.port`` tells which);
-    TLS, basic auth and headers from ``web_config``, or HTTPS when ``certfile`` is given (not
-    both). ``close()`` frees the port."""
+    """Serve the API and the viewer's pages (``rlpulse.rollouts.viewer``) on their own started
+    server (port 0: a free one; ``.port`` tells which); TLS, basic auth and headers from
+    ``web_config``, or HTTPS when ``certfile`` is given (not both). ``close()`` frees the port."""
+    from rlpulse.rollouts import viewer  # the pages build on this module's parsing
+
     if web_config is not None and certfile:
         raise ValueError("give the certificate in the web config or as certfile, not both")
     options: dict[str, Any] = {}
@@ -199,4 +223,4 @@ def serve(
         options = webconfig.load(web_config).server_options()
     elif certfile:
         options["tls"] = tls_context(certfile, keyfile)
-    return Server(addr, port, routes(data_dir), **options).start()
+    return Server(addr, port, {**routes(data_dir), **viewer.routes(data_dir)}, **options).start()

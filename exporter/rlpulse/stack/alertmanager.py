@@ -52,7 +52,7 @@ TEMPLATE_HEADER{{ define "rlpulse.title" -}}
 
 {{ define "rlpulse.links" -}}
 <{{ .Annotations.dashboard_url }}|Dashboard> · <{{ .Annotations.runbook_url }}|Runbook>\
-{{ with .Annotations.rollouts_url }} · <{{ . }}|Worst rollouts>{{ end }}
+{{ with .Annotations.rollouts_url }} · <{{ . }}|Rollouts>{{ end }}
 {{- end }}
 
 {{ define "rlpulse.silence" -}}

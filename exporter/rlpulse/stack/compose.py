@@ -1,10 +1,13 @@
-"""docker-compose.yml: Prometheus, Alertmanager, Grafana and the demo trainer, on the host network.
+"""docker-compose.yml: Prometheus, Alertmanager, Grafana, the rollout viewer and the demo trainer,
+on the host network.
 
 Every service shares the host's network, so the generated configuration works unchanged: the
 Prometheus config scrapes ``127.0.0.1:9400`` (the demo's and rlpulse's default port, or a trainer
 running on the host) and alerts ``127.0.0.1:9093``, exactly as ``rlpulse stack up`` does with
-local binaries. Secrets never enter the repository: the receivers' key/URL files are read from
-``./secrets/`` (git-ignored), and the Grafana admin password from the environment.
+local binaries; the demo writes its rollouts into the ``rollouts-data`` volume, which the viewer
+reads (read-only) on 127.0.0.1:9096, where the rollout links point. Secrets never enter the
+repository: the receivers' key/URL files are read from ``./secrets/`` (git-ignored), and the
+Grafana admin password from the environment.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ from __future__ import annotations
 import posixpath
 from typing import Any
 
+from rlpulse.rollouts.server import VIEWER_PORT
 from rlpulse.stack.config import Config
 from rlpulse.stack.output import dump, header
 
@@ -26,6 +30,7 @@ SECRETS_DIR = "./secrets"
 # what the demo service installs: rlpulse itself (never the project the file was generated in);
 # RLPULSE_PIP_SPEC overrides it at `docker compose up` time (a fork, a branch, a release)
 RLPULSE_PIP_SPEC = "rlpulse @ git+https://github.com/rlpulse/rlpulse"
+ROLLOUTS_DATA = "/var/lib/rlpulse"  # the rollout stores, shared by trainers and the viewer
 
 
 def _secret_mounts(config: Config) -> list[str]:
@@ -35,6 +40,17 @@ def _secret_mounts(config: Config) -> list[str]:
     files = [pd.routing_key_file, pd.infra_routing_key_file, receivers.slack.api_url_file]
     dirs = sorted({posixpath.dirname(f) for f in files if f})
     return [f"{SECRETS_DIR}:{d}:ro" for d in dirs]
+
+
+def install_and_run(command: str) -> list[str]:
+    """A shell command line that installs rlpulse (``RLPULSE_PIP_SPEC`` overrides what) unless
+    the image has it, then runs ``command``."""
+    return [
+        "sh",
+        "-c",
+        f"command -v rlpulse >/dev/null || pip install --no-cache-dir "
+        f'"${{RLPULSE_PIP_SPEC:-{RLPULSE_PIP_SPEC}}}" && exec {command}',
+    ]
 
 
 def services(config: Config) -> dict[str, Any]:
@@ -90,20 +106,32 @@ def services(config: Config) -> dict[str, Any]:
                 ],
                 "depends_on": ["prometheus", "alertmanager"],
             },
+            "rollouts": {
+                "image": PYTHON_IMAGE,
+                "network_mode": "host",
+                "restart": "unless-stopped",
+                "working_dir": "/tmp",
+                "command": install_and_run(
+                    f"rlpulse rollouts serve --data-dir {ROLLOUTS_DATA} --port {VIEWER_PORT}"
+                ),
+                "volumes": [f"rollouts-data:{ROLLOUTS_DATA}:ro"],
+            },
             "demo": {
                 "image": PYTHON_IMAGE,
                 "network_mode": "host",
                 "working_dir": "/tmp",
-                "command": [
-                    "sh",
-                    "-c",
-                    f'pip install --no-cache-dir "${{RLPULSE_PIP_SPEC:-{RLPULSE_PIP_SPEC}}}"'
-                    " && exec rlpulse demo",
-                ],
-                "depends_on": ["prometheus"],
+                "environment": {"RLPULSE_DATA_DIR": ROLLOUTS_DATA},
+                "command": install_and_run("rlpulse demo"),
+                "volumes": [f"rollouts-data:{ROLLOUTS_DATA}"],
+                "depends_on": ["prometheus", "rollouts"],
             },
         },
-        "volumes": {"prometheus-data": {}, "alertmanager-data": {}, "grafana-data": {}},
+        "volumes": {
+            "prometheus-data": {},
+            "alertmanager-data": {},
+            "grafana-data": {},
+            "rollouts-data": {},
+        },
     }
 
 

@@ -21,6 +21,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 import yaml
 
 from rlpulse import keys
+from rlpulse.rollouts.server import VIEWER_URL
 from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack.knobs import _DURATION_RE, _doc
 from rlpulse.stack.knobs import Duration as Duration
@@ -362,6 +363,13 @@ class Links:
         default="https://github.com/rlpulse/rlpulse/blob/main/docs/runbooks.md",
         metadata=_doc("Base URL of docs/runbooks.md; each alert links to its #anchor."),
     )
+    rollouts_url: str = field(
+        default=VIEWER_URL,
+        metadata=_doc(
+            "Base URL of the rollout viewer (`rlpulse rollouts serve`, started by `rlpulse "
+            "stack up`): the rollout links of pages, panels and exemplars open it."
+        ),
+    )
 
 
 @dataclass(frozen=True)
@@ -449,6 +457,20 @@ class Kubernetes:
     )
     dashboard_folder: str = field(
         default="rlpulse", metadata=_doc("Grafana folder of the dashboards.")
+    )
+    rollouts_claim: str = field(
+        default="rlpulse-rollouts",
+        metadata=_doc(
+            "PersistentVolumeClaim (ReadWriteMany) holding the rollout stores: trainers mount it "
+            "at $RLPULSE_DATA_DIR, the rollout viewer reads it."
+        ),
+    )
+    rollouts_storage: str = field(
+        default="10Gi", metadata=_doc("Size requested for rollouts_claim.")
+    )
+    viewer_image: str = field(
+        default="python:3.11-slim-bookworm",
+        metadata=_doc("Image of the rollout viewer (rlpulse is installed at start if missing)."),
     )
 
 

@@ -26,6 +26,7 @@ from rlpulse.stack.alerts.rl import ENTROPY_COLLAPSE
 from rlpulse.stack.alerts.step import StepAlert
 from rlpulse.stack.config import Config
 from rlpulse.stack.grafana_common import (
+    CHOSEN_RUN,
     NATS,
     SCIENTIFIC,
     SIGNAL_UNITS,
@@ -56,7 +57,6 @@ from rlpulse.stack.grafana_common import (
     zero_line,
     zero_when_absent,
 )
-from rlpulse.stack.panels import rollout_api
 
 SEL = Selector(("job", "run_id", "rank"))
 REC = Recorded(("job", "run_id"))
@@ -166,7 +166,8 @@ def alert_signals(cfg: Config) -> list[timeseries.Panel]:
 
 
 def reward_band() -> timeseries.Panel:
-    """Mean reward inside its min/max band, eval score overlaid."""
+    """Mean reward inside its min/max band, eval score overlaid; links to the run's best and
+    worst rollouts (a spike: what the highest rewards were paid for)."""
     panel = graph(
         t.REWARD,
         unit_of("rl_reward_mean"),
@@ -182,6 +183,7 @@ def reward_band() -> timeseries.Panel:
         ],
     )
     band = [dm.DynamicConfigValue(id_val="custom.lineWidth", value=0)]
+    panel = rollout_links(panel, ("best", "worst"), CHOSEN_RUN)
     return (
         right_axis(panel, 3, unit_of("rl_eval_score"))
         .fill_opacity(0)
@@ -198,11 +200,14 @@ def reward_band() -> timeseries.Panel:
 
 
 def reward_components() -> timeseries.Panel:
-    return graph(
-        t.REWARD_COMPONENTS,
-        unit_of("rl_reward_component_mean"),
-        "Mean of each reward component: shows which term drives (or games) the total.",
-        [Query(avg_run("rl_reward_component_mean", "component"), "{{component}} · " + RUN)],
+    return rollout_links(
+        graph(
+            t.REWARD_COMPONENTS,
+            unit_of("rl_reward_component_mean"),
+            "Mean of each reward component: shows which term drives (or games) the total.",
+            [Query(avg_run("rl_reward_component_mean", "component"), "{{component}} · " + RUN)],
+        ),
+        ("best", "worst"),
     )
 
 
@@ -405,7 +410,8 @@ def response_length() -> timeseries.Panel:
                 *(Query(REC(name), f"{q} · {RUN}") for q, name in rules.LENGTH_QUANTILES.items()),
             ],
             span=12,
-        )
+        ),
+        ("longest",),
     )
 
 
@@ -511,7 +517,7 @@ def build(uid: str, cfg: Config) -> dict[str, Any]:
             label_variable("run_id", "Run", "rl_run_info", Selector(("job",)), multi=False)
         )
         .with_variable(label_variable("rank", "Rank", "rl_run_info", Selector(("job", "run_id"))))
-        .with_variable(rollouts_variable(rollout_api(cfg.scrape.static_targets)))
+        .with_variable(rollouts_variable(cfg.links.rollouts_url))
         .annotation(alerts_annotation(SEL))
     )
     for variable in step_range_variables(REC(rules.aggregate_name("run", rules.STEP, "max"))):

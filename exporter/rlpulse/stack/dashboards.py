@@ -20,7 +20,6 @@ from rlpulse.stack import (
 )
 from rlpulse.stack.config import Config
 from rlpulse.stack.output import dump, header
-from rlpulse.stack.panels import rollout_api
 
 DASHBOARD_DIR = "grafana/dashboards"
 PROVISIONING_DIR = "grafana/provisioning"
@@ -59,8 +58,7 @@ def datasources(config: Config) -> dict[str, Any]:
                     "exemplarTraceIdDestinations": [
                         {
                             "name": "rollout_id",
-                            "url": rollout_api(config.scrape.static_targets)
-                            + "/rollout?id=${__value.raw}",
+                            "url": config.links.rollouts_url + "/view?id=${__value.raw}",
                         }
                     ],
                 },

@@ -529,12 +529,12 @@ ROLLOUTS_VARIABLE = "rollouts"
 
 
 def rollouts_variable(default: str) -> db.TextBoxVariable:
-    """The rollout API's base URL (an exporter with the API mounted, or ``rlpulse rollouts
-    serve``), which the rollout links of the panels open."""
+    """The rollout viewer's base URL (``rlpulse rollouts serve``, started by ``rlpulse stack
+    up``; ``links.rollouts_url``), which the rollout links of the panels open."""
     return (
         db.TextBoxVariable(ROLLOUTS_VARIABLE)
-        .label("Rollout API")
-        .description("Base URL of the rollout API (docs/rollouts.md)")
+        .label("Rollout viewer")
+        .description("Base URL of the rollout viewer (docs/rollouts.md)")
         .default_value(default)
     )
 
@@ -559,27 +559,34 @@ def step_range_variables(step: str) -> list[db.QueryVariable]:
     ]
 
 
-def rollout_links(panel: P) -> P:
-    """Data links from a run's series to its worst rollouts in the rollout API: up to the
-    clicked point of the visible time range, in the visible step range, and in the whole run
-    (``rlpulse rollouts show`` with the same filters prints them from the command line)."""
-    run = "${__field.labels.run_id}"
-    base = "${" + ROLLOUTS_VARIABLE + "}/rollouts?run=" + run
-    worst = panels.WORST_ROLLOUTS
+SERIES_RUN = "${__field.labels.run_id}"  # the clicked series' run
+CHOSEN_RUN = "${run_id}"  # the dashboard's run, for panels that aggregate over runs
+ORDER_TITLES = {"worst": "Lowest-reward", "best": "Highest-reward", "longest": "Longest"}
+
+
+def rollout_links(panel: P, orders: Sequence[str] = ("worst",), run: str = SERIES_RUN) -> P:
+    """Data links from a run's series to its rollouts in the viewer, in each of ``orders``: up
+    to the clicked point of the visible time range and in the visible step range, then the
+    whole run (``rlpulse rollouts show`` with the same filters prints them and the link)."""
+    base = "${" + ROLLOUTS_VARIABLE + "}/view?run=" + run.replace("}", ":percentencode}")
+    n = panels.WORST_ROLLOUTS
     low, high = ("${" + name + "}" for name in STEP_RANGE)
-    cli = f"rlpulse rollouts show --run {run} --worst {worst}"
-    links = [
-        (
-            f"Worst rollouts of {run} up to this point",
-            f"since=${{__from}}&until=${{__value.time}}&worst={worst}",
-        ),
-        (
-            f"Worst rollouts of {run} in the steps shown, {low} to {high} "
-            f"({cli} --step-min {low} --step-max {high})",
-            f"step_min={low}&step_max={high}&worst={worst}",
-        ),
-        (f"Worst rollouts of {run} ({cli})", f"worst={worst}"),
-    ]
+    links = []
+    for order in orders:
+        what = f"{ORDER_TITLES[order]} rollouts of {run}"
+        flag = f"--{order} {n}" if order in ("worst", "best") else f"--limit {n}"
+        cli = f"rlpulse rollouts show --run {run} {flag}"
+        picked = f"order={order}&limit={n}"
+        links += [
+            (f"{what} up to this point", f"since=${{__from}}&until=${{__value.time}}&{picked}"),
+            (
+                f"{what} in the steps shown, {low} to {high} "
+                f"({cli} --step-min {low} --step-max {high})",
+                f"step_min={low}&step_max={high}&{picked}",
+            ),
+        ]
+    whole = f"rlpulse rollouts list --run {run}"
+    links.append((f"Rollouts of {run}, newest steps first ({whole})", "order=recent"))
     built = [
         db.DashboardLink(title).url(f"{base}&{query}").target_blank(True) for title, query in links
     ]

@@ -1,7 +1,8 @@
 """prometheus-operator manifests (``rlpulse generate --kubernetes``), from the same objects as the
 Prometheus files: a PodMonitor that scrapes the trainer pods like prometheus.yml's job, a
 PrometheusRule holding the groups of ``rlpulse.stack.rules``, and one ConfigMap per Grafana
-dashboard for the Grafana dashboard sidecar (kube-prometheus-stack, the grafana Helm chart).
+dashboard for the Grafana dashboard sidecar (kube-prometheus-stack, the grafana Helm chart), and
+the rollout viewer: a Deployment and Service reading the claim the trainers' rollout stores live on.
 
 The exporter labels its own series with ``run_id``, ``rank``, ``local_rank`` and ``node``
 (``catalog.IDENTITY_LABELS``, from ``RLPULSE_RUN_ID``, ``RANK``, ``LOCAL_RANK``,
@@ -17,7 +18,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rlpulse.stack import dashboards, rules
+from rlpulse.rollouts.server import VIEWER_PORT
+from rlpulse.stack import compose, dashboards, rules
 from rlpulse.stack.config import Config
 from rlpulse.stack.generate import KUBERNETES_DIR as DIR
 from rlpulse.stack.output import dump, header
@@ -143,11 +145,80 @@ def dashboard_config_maps(cfg: Config) -> dict[str, dict[str, Any]]:
     return out
 
 
+def rollout_viewer(cfg: Config) -> dict[str, dict[str, Any]]:
+    """The rollout viewer (``rlpulse rollouts serve``) over the claim the trainers write their
+    rollout stores to: the claim, a Deployment reading it read-only, and its Service."""
+    k = cfg.kubernetes
+    name = f"{k.name}-rollouts"
+    selector = {"app.kubernetes.io/name": name}
+    meta = _metadata(cfg, name)
+    meta["labels"] = {**meta["labels"], **selector}
+    data = compose.ROLLOUTS_DATA
+    serve = f"rlpulse rollouts serve --addr 0.0.0.0 --port {VIEWER_PORT} --data-dir {data}"
+    claim = {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {**_metadata(cfg, k.rollouts_claim)},
+        "spec": {
+            "accessModes": ["ReadWriteMany"],
+            "resources": {"requests": {"storage": k.rollouts_storage}},
+        },
+    }
+    container = {
+        "name": "viewer",
+        "image": k.viewer_image,
+        "command": compose.install_and_run(serve),
+        "ports": [{"name": "http", "containerPort": VIEWER_PORT}],
+        "readinessProbe": {"httpGet": {"path": "/-/ready", "port": "http"}},
+        "volumeMounts": [{"name": "rollouts", "mountPath": data, "readOnly": True}],
+        "securityContext": {"allowPrivilegeEscalation": False},
+    }
+    deployment = {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": meta,
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": selector},
+            "template": {
+                "metadata": {"labels": selector},
+                "spec": {
+                    "containers": [container],
+                    "volumes": [
+                        {
+                            "name": "rollouts",
+                            "persistentVolumeClaim": {
+                                "claimName": k.rollouts_claim,
+                                "readOnly": True,
+                            },
+                        }
+                    ],
+                },
+            },
+        },
+    }
+    service = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta,
+        "spec": {
+            "selector": selector,
+            "ports": [{"name": "http", "port": VIEWER_PORT, "targetPort": "http"}],
+        },
+    }
+    return {
+        f"{DIR}/rollouts-claim.yaml": claim,
+        f"{DIR}/rollouts-deployment.yaml": deployment,
+        f"{DIR}/rollouts-service.yaml": service,
+    }
+
+
 def objects(cfg: Config) -> dict[str, dict[str, Any]]:
     """Relative path -> the Kubernetes object written there."""
     files = {
         f"{DIR}/podmonitor.yaml": pod_monitor(cfg),
         f"{DIR}/prometheusrule.yaml": prometheus_rule(cfg),
+        **rollout_viewer(cfg),
     }
     for name, cm in dashboard_config_maps(cfg).items():
         files[f"{DIR}/dashboard-{name.removesuffix('.json')}.yaml"] = cm

@@ -86,9 +86,3 @@ def references(text: str) -> list[tuple[str, str]]:
         for part in text.split(SEPARATOR)
         for dashboard, title in [part.split(ARROW, 1)]
     ]
-
-
-def rollout_api(static_targets: tuple[str, ...] | list[str]) -> str:
-    """The rollout API's default base URL: the first static scrape target (an exporter with the
-    API mounted), or the exporter's default port."""
-    return f"http://{static_targets[0] if static_targets else '127.0.0.1:9400'}"

@@ -279,10 +279,25 @@ def _annotate(alert: Alert, area: Area, cfg: Config) -> Alert:
     return Alert(**{**alert.__dict__, "annotations": notes, "labels": owner_labels(area, cfg)})
 
 
+# the rollouts that show an alert's failure first (the viewer's ``order`` or filter); other
+# RL/task alerts open the lowest rewards
+ROLLOUT_ORDER = {
+    "RLRewardHacking": "order=best",
+    "RLRewardCollapse": "order=worst",
+    "RLResponseLengthExplosion": "order=longest",
+    "RLResponseLengthDrift": "order=longest",
+    "RLResponseLengthCollapse": "order=shortest",
+    "RLTruncationHigh": "truncated=1",
+    "RLNonFiniteLoss": "nonfinite=1",
+    "RLGraderErrors": "order=errors",
+}
+
+
 def links(name: str, area: Area, cfg: Config) -> dict[str, str]:
     """The link annotations of alert ``name``: its runbook section, its dashboard on the run
-    (and node) over the baseline window, and for RL/task alerts the run's worst rollouts in the
-    rollout API (what ``rlpulse rollouts show --run RUN --worst 20`` prints)."""
+    (and node) over the baseline window, and for RL/task alerts (and grader errors) the run's
+    rollouts in the viewer from the last good step on, in the order that shows the failure
+    (``ROLLOUT_ORDER``; ``rlpulse rollouts show`` prints the same and the link)."""
     links = cfg.links
     run = "{{ $labels.run_id }}"
     uid = links.system_dashboard_uid if area == "system" else links.training_dashboard_uid
@@ -292,10 +307,12 @@ def links(name: str, area: Area, cfg: Config) -> dict[str, str]:
         "dashboard_url": f"{links.grafana_url}/d/{uid}?var-run_id={run}{node}"
         f"&from=now-{cfg.windows.baseline}&to=now",
     }
-    if area != "system":
-        api = panels.rollout_api(cfg.scrape.static_targets)
+    if area != "system" or name in ROLLOUT_ORDER:
+        order = ROLLOUT_ORDER.get(name, "order=worst")
         out["rollouts_url"] = (
-            f"{api}/rollouts?run={run}{step_min(name)}&worst={panels.WORST_ROLLOUTS}"
+            f"{links.rollouts_url}/view?run={{{{ $labels.run_id | urlquery }}}}{step_min(name)}"
+            f"&{order}"
+            f"&limit={panels.WORST_ROLLOUTS}"
         )
     return out
 

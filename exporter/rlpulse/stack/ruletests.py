@@ -15,6 +15,7 @@ import math
 import re
 from collections.abc import Sequence
 from typing import Any
+from urllib.parse import quote_plus
 
 from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack import rules
@@ -98,7 +99,7 @@ def go_duration(value: float) -> str:
     return f"{sign}{v:.4g}s"
 
 
-_LABEL = re.compile(r"\{\{ \$labels\.(\w+) \}\}")
+_LABEL = re.compile(r"\{\{ \$labels\.(\w+)( \| urlquery)? \}\}")  # urlquery: Go's QueryEscape
 # {{ with $labels.x }}…{{ . }}…{{ end }}: the text with the label's value, or nothing
 _WITH_LABEL = re.compile(r"\{\{ with \$labels\.(\w+) \}\}(.*?)\{\{ end \}\}")
 _PRINTERS = {G3: go_g3, HUMANIZE: go_humanize, PERCENT: go_percentage, AGO: go_duration}
@@ -127,7 +128,9 @@ def fill(
         lambda m: m.group(2).replace("{{ . }}", got) if (got := labels.get(m.group(1))) else "",
         template,
     )
-    return _LABEL.sub(lambda m: labels.get(m.group(1), ""), template)
+    return _LABEL.sub(
+        lambda m: (quote_plus if m.group(2) else str)(labels.get(m.group(1), "")), template
+    )
 
 
 def _expected(alert: Alert, area: str, exp: Expect) -> dict[str, Any]:

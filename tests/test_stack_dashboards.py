@@ -585,7 +585,12 @@ def test_docker_compose_config_accepts_the_file(compose_dir: Path) -> None:
     )
     assert run.returncode == 0, run.stderr
     resolved = yaml.safe_load(run.stdout)["services"]
-    assert set(resolved) == {"prometheus", "alertmanager", "grafana", "demo"}
+    assert set(resolved) == {"prometheus", "alertmanager", "grafana", "rollouts", "demo"}
+    # the demo writes its rollouts where the viewer reads them
+    assert resolved["demo"]["environment"]["RLPULSE_DATA_DIR"] == "/var/lib/rlpulse"
+    assert (
+        "rlpulse rollouts serve --data-dir /var/lib/rlpulse" in resolved["rollouts"]["command"][-1]
+    )
     for service in resolved.values():
         image = service["image"]
         assert ":" in image and not image.endswith(":latest"), image
@@ -615,7 +620,8 @@ def test_compose_mounts_secrets_where_alertmanager_reads_them() -> None:
     assert spec["services"]["grafana"]["environment"]["GF_SECURITY_ADMIN_PASSWORD"].startswith("${")
     demo = spec["services"]["demo"]
     assert "rlpulse demo" in " ".join(demo["command"])
-    assert "volumes" not in demo  # it installs rlpulse, never the project it was generated in
+    # it installs rlpulse, never the project it was generated in; a named volume holds rollouts
+    assert demo["volumes"] == ["rollouts-data:/var/lib/rlpulse"]
     assert compose.RLPULSE_PIP_SPEC in " ".join(demo["command"])
 
 

@@ -723,6 +723,7 @@ _URLS = (
     ("links.prometheus_url", lambda c: c.links.prometheus_url),
     ("links.alertmanager_url", lambda c: c.links.alertmanager_url),
     ("links.runbook_url", lambda c: c.links.runbook_url),
+    ("links.rollouts_url", lambda c: c.links.rollouts_url),
     ("receivers.pagerduty.url", lambda c: c.receivers.pagerduty.url),
     ("receivers.webhook.url", lambda c: c.receivers.webhook.url),
 )
@@ -749,7 +750,7 @@ def _check_plumbing(cfg: Config) -> None:
             raise ConfigError(
                 f"{where}: {_shown(get(cfg))} is not an http(s) URL without spaces or braces"
             )
-    for where, get in _HOST_PORTS:  # static_targets[0] is the rollout link of every alert
+    for where, get in _HOST_PORTS:
         for i, target in enumerate(get(cfg)):
             if not _HOST_PORT_RE.match(target):
                 raise ConfigError(f"{where}[{i}]: {_shown(target)} is not a host:port")

@@ -5,6 +5,7 @@ HTTP and compared with what the trainer logged."""
 from __future__ import annotations
 
 import string
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,8 @@ import rlpulse
 from rlpulse import catalog, keys
 from rlpulse.exporter import Exporter
 from rlpulse.integrations.trl import RlpulseCallback
+from rlpulse.rollouts.query import Filter, open_run, query
+from rlpulse.rollouts.server import serve
 from tests.conftest import promtool_check_metrics, samples, scrape, value
 
 SPECIALS = ["[PAD]", "[UNK]", "[BOS]", "[EOS]"]
@@ -159,8 +162,12 @@ def test_train_end_finishes_only_an_exporter_the_callback_started(exporter: Expo
 
 
 @pytest.mark.heavy
-def test_grpo_trainer_exports_rewards_kl_and_lengths(tmp_path: Path, exporter: Exporter) -> None:
+def test_grpo_trainer_exports_rewards_kl_and_lengths(
+    tmp_path: Path, exporter: Exporter, monkeypatch: pytest.MonkeyPatch
+) -> None:
     from trl import GRPOConfig, GRPOTrainer
+
+    monkeypatch.setenv("RLPULSE_DATA_DIR", str(tmp_path / "data"))  # the rollout stores
 
     tokenizer = char_tokenizer()
 
@@ -204,3 +211,21 @@ def test_grpo_trainer_exports_rewards_kl_and_lengths(tmp_path: Path, exporter: E
     reward = keys.resolve("reward", "trl")
     assert reward is not None
     assert value(text, catalog.get(reward.metric).name) == pytest.approx(last["reward"])
+    # every step's generations were recorded, with the reward function as a component, and the
+    # viewer shows them after the run ended, best first, one click from the Reward panel's link
+    assert exporter._recorder.flush(30)
+    stored = query(open_run("test-run", tmp_path / "data"), Filter(order="best", limit=1000))
+    assert {r["step"] for r in stored} == {1, 2, 3}
+    assert all(set(r["components"]) == {"vowels"} for r in stored)
+    assert [r["reward"] for r in stored] == sorted((r["reward"] for r in stored), reverse=True)
+    assert all(r["prompt"] in ("the cat", "a dog", "we go", "to sea") for r in stored)
+    assert all(r["advantage"] is not None and r["group_id"] for r in stored)
+    viewer = serve(tmp_path / "data")
+    try:
+        url = f"http://127.0.0.1:{viewer.port}/view?run=test-run&order=best&step_min=2"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            page = resp.read().decode()
+        assert f'id="r-{stored[0]["rollout_id"]}"' in page or "vowels" in page
+        assert "<th>vowels</th>" in page
+    finally:
+        viewer.close()

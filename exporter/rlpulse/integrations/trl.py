@@ -13,6 +13,14 @@ its step (liveness), its step times and, with ``gpu``/``host`` left on, its node
 the gathered batch statistics and the hyperparameters stay on process zero, so no series is
 duplicated across ranks (docs/scaling.md).
 
+Rollouts are recorded by default (``rollouts=False`` turns it off): after each optimizer step
+process zero offers the newest generation batch GRPOTrainer keeps for its completion log
+(``trainer._logs``: prompts, completions, each reward function's value, advantages) to the run's
+bounded rollout store, with the weighted total as the reward, a group id per prompt
+(``num_generations`` consecutive completions), lengths in characters and the completion's tool
+calls, so ``rlpulse rollouts serve`` shows them. The trainer is found on the call stack of
+``on_train_begin`` (transformers hands callbacks no trainer) and held by a weak reference.
+
 With ``rlpulse.start(on_alert=...)`` (``rlpulse.control``) the run acts on its alerts at the
 next optimizer step: ``control.should_save`` (the Trainer saves ``checkpoint-<global_step>``) and,
 on a stop, ``control.should_training_stop``; every checkpoint the Trainer saves is reported as a
@@ -24,8 +32,10 @@ rank yourself (docs/integrations/trl.md).
 from __future__ import annotations
 
 import importlib.metadata
+import inspect
 import os
 import time
+import weakref
 from collections.abc import Mapping
 from typing import Any
 
@@ -99,8 +109,12 @@ class RlpulseCallback(TrainerCallback):
         start: bool = True,
         all_ranks: bool = False,
         framework: str = "trl",
+        rollouts: bool = True,
         **start_kwargs: Any,
     ) -> None:
+        self.rollouts = rollouts
+        self._trainer: weakref.ref[Any] | None = None
+        self._recorded: tuple[Any, ...] | None = None  # the batch recorded last
         self._given = exporter
         self._start = start
         self.all_ranks = all_ranks
@@ -133,6 +147,8 @@ class RlpulseCallback(TrainerCallback):
         if self.exporter is not None and state.is_world_process_zero:
             params = {k: getattr(args, k, None) for k in HYPERPARAMETERS}
             set_hyperparameters(self.exporter, params)
+            trainer = _calling_trainer() if self.rollouts else None
+            self._trainer = weakref.ref(trainer) if trainer is not None else None
 
     def on_step_begin(
         self,
@@ -153,10 +169,49 @@ class RlpulseCallback(TrainerCallback):
         if self._step_t0 is not None and self.exporter is not None:
             self.exporter.observe(PHASE, time.perf_counter() - self._step_t0, phase=STEP_PHASE)
         self._step_t0 = None
+        trainer = self._trainer() if self._trainer is not None else None
+        if trainer is not None and self.exporter is not None:
+            self._record_rollouts(trainer, int(state.global_step))
         c = rlpulse_control.of(self.exporter) if self.exporter is not None else None
         if c is not None and c.action() is not None:
             control.should_save = control.should_save or c.should_save()
             control.should_training_stop = control.should_training_stop or c.should_stop()
+
+    def _record_rollouts(self, trainer: Any, step: int) -> None:
+        """Offer GRPOTrainer's newest generation batch to the rollout store, once."""
+        logs = getattr(trainer, "_logs", None)
+        if not isinstance(logs, Mapping) or not logs.get("completion"):
+            return
+        prompts, completions = list(logs["prompt"]), list(logs["completion"])
+        advantages = list(logs.get("advantages") or [])
+        batch = (id(completions[-1]), len(completions), tuple(advantages[-8:]))
+        if batch == self._recorded:
+            return  # no new generation since the last step (steps_per_generation > 1)
+        self._recorded = batch
+        n = len(completions)
+        components = {
+            str(name): [nan_if_none(v) for v in list(values)[-n:]]
+            for name, values in (logs.get("rewards") or {}).items()
+        }
+        raw = getattr(trainer, "reward_weights", None)
+        weights = list(raw.tolist()) if raw is not None else [1.0] * len(components)
+        totals = [
+            sum(w * v for w, v in zip(weights, column, strict=False) if v == v)
+            for column in zip(*components.values(), strict=True)
+        ] or None
+        group = max(int(getattr(trainer, "num_generations", 1) or 1), 1)
+        texts = [_text(c) for c in completions]
+        self.exporter.record_rollouts(  # type: ignore[union-attr]
+            step=step,
+            group_ids=[f"{step}-{i // group}" for i in range(n)],
+            prompts=[_text(p) for p in prompts],
+            responses=texts,
+            rewards=totals,
+            components=components or None,
+            advantages=advantages if len(advantages) == n else None,
+            lengths=[len(t) for t in texts],
+            tool_calls=[_tool_calls(c) for c in completions],
+        )
 
     def on_save(
         self,
@@ -204,3 +259,42 @@ class RlpulseCallback(TrainerCallback):
         if c is not None and c.should_stop():
             c.stopped(state.global_step)
         end_run(self.exporter, self._started)
+
+
+def _calling_trainer() -> Any:
+    """The transformers ``Trainer`` whose loop is calling this callback (None if not found)."""
+    frame = inspect.currentframe()
+    try:
+        for _ in range(8):
+            frame = frame.f_back if frame is not None else None
+            if frame is None:
+                return None
+            candidate = frame.f_locals.get("self")
+            if hasattr(candidate, "callback_handler") and hasattr(candidate, "state"):
+                return candidate
+        return None
+    finally:
+        del frame
+
+
+def _text(value: Any) -> str:
+    """A prompt or completion as text: a chat (a list of messages) one ``role: content`` line
+    per message."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, list):
+        return "\n".join(
+            f"{m.get('role', '?')}: {m.get('content', '')}" if isinstance(m, Mapping) else str(m)
+            for m in value
+        )
+    return str(value)
+
+
+def _tool_calls(completion: Any) -> list[Any] | None:
+    """The tool calls of a chat completion's messages, if any."""
+    if not isinstance(completion, list):
+        return None
+    calls = [
+        call for m in completion if isinstance(m, Mapping) for call in (m.get("tool_calls") or [])
+    ]
+    return calls or None

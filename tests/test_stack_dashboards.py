@@ -207,8 +207,10 @@ def test_training_dashboard_rows() -> None:
         "Optimisation",
         "Task: responses",
         "System: throughput, phases, liveness",
+        "By training step",
     ]
-    assert not [r for r in rows if r["collapsed"]]  # classic RL has a dashboard of its own
+    # classic RL has a dashboard of its own; the by-step twins open on a click
+    assert [r["title"] for r in rows if r["collapsed"]] == ["By training step"]
 
 
 def test_classic_dashboard_names_what_it_counts_and_collapses_what_does_not_apply() -> None:
@@ -271,8 +273,7 @@ def test_reward_band_log_scales_and_units() -> None:
     legends = {t["legendFormat"] for t in band["targets"]}
     assert {"mean", "min", "max"} <= legends
     for title in (panels.GRAD_NORM, panels.KL_REFERENCE):  # values spanning decades
-        scale = panel[title]["fieldConfig"]["defaults"]["custom"]["scaleDistribution"]
-        assert scale == {"type": "log", "log": 10}, title
+        assert _scale(panel[title]) == {"type": "log", "log": 10}, title
     units = {title: p["fieldConfig"]["defaults"]["unit"] for title, p in panel.items()}
     assert units[panels.ENTROPY] == units[panels.KL_REFERENCE] == "suffix: nats"
     assert units[panels.LEARNING_RATE] == "sci"
@@ -339,7 +340,9 @@ def test_runbooks_name_panels_that_exist() -> None:
 
 
 def test_counters_read_zero_before_their_first_increment() -> None:
-    """Error panels show 0 on a healthy run instead of "No data"."""
+    """Error panels show 0 on a healthy run instead of "No data", as a series that carries the
+    labels its legend names (``none`` for the label the counter splits by), never a
+    label-less ``vector(0)``."""
     system, training = by_title("rl-system.json"), by_title("rl-training.json")
     targets = [
         *system[panels.EXPORTER_ERRORS]["targets"],
@@ -347,7 +350,73 @@ def test_counters_read_zero_before_their_first_increment() -> None:
         *training[panels.NONFINITE]["targets"],
     ]
     for target in targets:
-        assert target["expr"].endswith(" or on() vector(0)"), target["expr"]
+        assert "vector(0)" not in target["expr"], target["expr"]
+        assert "0 * group" in target["expr"], target["expr"]
+    (nonfinite,) = training[panels.NONFINITE]["targets"]
+    assert nonfinite["expr"].endswith(
+        'or on(run_id) label_replace(0 * group by (run_id) (rl_run_info{job=~"$job",'
+        'run_id=~"$run_id",rank=~"$rank"}), "metric", "none", "", "")'
+    )
+
+
+def test_no_label_less_fallbacks_in_graphs() -> None:
+    """``or vector(0)`` adds a series without labels: in a graph whose legend names labels it
+    is an empty entry. Only label-less legends may use it (the untimed rest, a count)."""
+    for model in MODELS.values():
+        for panel in content_panels(model):
+            for target in panel.get("targets", []):
+                if "vector(0)" in target["expr"]:
+                    assert "{{" not in target["legendFormat"], (panel["title"], target)
+
+
+def test_legends_separate_labels() -> None:
+    for model in MODELS.values():
+        for panel in content_panels(model):
+            for target in panel.get("targets", []):
+                assert "}}{{" not in target.get("legendFormat", ""), panel["title"]
+
+
+def test_graphs_show_an_outage_as_a_gap() -> None:
+    for model in MODELS.values():
+        for panel in content_panels(model):
+            if panel["type"] in ("timeseries", "trend"):
+                custom = panel["fieldConfig"]["defaults"]["custom"]
+                assert custom["spanNulls"] is False, panel["title"]
+
+
+def _scale(panel: dict[str, Any]) -> Any:
+    return panel["fieldConfig"]["defaults"]["custom"]["scaleDistribution"]
+
+
+def test_kl_axes() -> None:
+    """KL spans decades (log axis) while beta, on the right, is often 0: beta's axis stays
+    linear. The KL z-score (values to thousands against a level of 8) is symlog; the
+    comparison KL is log, with units."""
+    training = by_title("rl-training.json")
+    kl = training[panels.KL_REFERENCE]
+    assert _scale(kl)["type"] == "log"
+    beta = [o for o in kl["fieldConfig"]["overrides"] if o["matcher"]["options"] == "B"]
+    props = {p["id"]: p["value"] for o in beta for p in o["properties"]}
+    assert props["custom.scaleDistribution"] == {"type": "linear"}
+    assert props["custom.axisPlacement"] == "right"
+    zscore = training[panels.alert_signal("RLKLReferenceSpike", "kl_reference_zscore")]
+    assert _scale(zscore)["type"] == "symlog" and _scale(zscore)["log"] == 10
+    comparison = by_title("rl-comparison.json")
+    assert _scale(comparison["KL to reference"]) == {"type": "log", "log": 10}
+    for title in ("KL to reference", "Policy entropy"):
+        assert comparison[title]["fieldConfig"]["defaults"]["unit"] == "suffix: nats", title
+
+
+def test_one_run_dashboards_open_on_the_firing_or_newest_run() -> None:
+    for name in ("rl-training.json", "rl-classic.json"):
+        variables = {v["name"]: v for v in MODELS[name]["templating"]["list"]}
+        run = variables["run_id"]
+        assert run["sort"] == 0  # options keep the query's order: the first is the default
+        assert not run.get("current")
+        assert run["query"].startswith("query_result(sort_desc(")
+        assert "rl_exporter_start_timestamp_seconds" in run["query"]
+        assert 'ALERTS{job=~"$job",alertstate="firing"}' in run["query"]
+        assert "[$__range]" in run["query"] and run["regex"] == '/run_id="([^"]+)"/'
 
 
 def test_phase_shares_skip_a_stalled_run() -> None:
@@ -355,6 +424,7 @@ def test_phase_shares_skip_a_stalled_run() -> None:
     for name, title in (("rl-system.json", panels.PHASE_BREAKDOWN),):
         (target,) = by_title(name)[title]["targets"]
         assert f"{rules.PHASE_SHARE}" in target["expr"] and ">= 0)" in target["expr"]
+        assert "group_left() count(count by (job, run_id) (" in target["expr"]
 
 
 def test_import_metadata_links_and_schema() -> None:
@@ -397,16 +467,76 @@ def test_rollout_links_from_the_alert_signals() -> None:
         assert variables[name]["hide"] == 2 and "[$__range]" in variables[name]["query"]
 
 
-def test_comparison_by_step() -> None:
-    trends = [p for p in content_panels(MODELS["rl-comparison.json"]) if p["type"] == "trend"]
-    assert len(trends) == 4
-    for panel in trends:
-        assert panel["options"]["xField"] == "step"
+# each training curve and its by-step twin (the eval panel is split by split already)
+BY_STEP = {
+    **{
+        title: f"{title} by step"
+        for title in (
+            panels.REWARD,
+            panels.REWARD_COMPONENTS,
+            panels.REWARD_SPREAD,
+            panels.ENTROPY,
+            panels.KL_REFERENCE,
+            panels.UPDATE_KL,
+            panels.MISMATCH,
+            panels.GRAD_NORM,
+            panels.NONFINITE,
+            panels.LEARNING_RATE,
+            panels.LOSSES,
+            panels.EXPLAINED_VARIANCE,
+            panels.ADVANTAGES,
+            panels.RESPONSE_LENGTH,
+            panels.RESPONSE_QUALITY,
+        )
+    },
+    panels.EVAL_SCORES: "Eval scores by step",
+}
+
+
+def test_by_step_panels() -> None:
+    """Both the training and the comparison dashboard plot every training curve against the
+    step: x = step, one point per scrape at most (interval = the scrape interval) where the
+    step advanced, split by run and series, legends from both labels."""
+    rows = {p["title"]: p for p in MODELS["rl-training.json"]["panels"] if p["type"] == "row"}
+    curves = {
+        p["title"]
+        for row in ("Reward", "Policy: entropy and divergence", "Optimisation", "Task: responses")
+        for p in _row_panels(MODELS["rl-training.json"], row)
+    }
+    assert curves == set(BY_STEP)
+    training = rows["By training step"]["panels"]
+    comparison = [p for p in content_panels(MODELS["rl-comparison.json"]) if p["type"] == "trend"]
+    assert [p["title"] for p in training] == [p["title"] for p in comparison]
+    assert sorted(p["title"] for p in training) == sorted(BY_STEP.values())
+    for panel in training + comparison:
+        assert panel["type"] == "trend" and panel["options"]["xField"] == "step"
+        assert panel["interval"] == "15s" and panel["maxDataPoints"] == 11_000
         step, value = panel["targets"]
-        assert metric_names(step["expr"]) == {"rl_step"}
+        assert "rl_step" in metric_names(step["expr"])
+        assert "offset $__interval" in value["expr"]  # only where the step advanced
         assert step["format"] == value["format"] == "table"
         ids = [t["id"] for t in panel["transformations"]]
         assert ids == ["merge", "organize", "partitionByValues"]
+        assert panel["transformations"][2]["options"]["fields"] == ["run_id", "series"]
+        (override,) = panel["fieldConfig"]["overrides"]
+        assert override["properties"][0]["value"] == (
+            "${__field.labels.run_id} · ${__field.labels.series}"
+        )
+    by = {p["title"]: p for p in training}
+    assert _scale(by["Gradient norm by step"])["type"] == "log"
+    assert _scale(by["KL to reference by step"])["type"] == "symlog"
+
+
+def _row_panels(model: dict[str, Any], row: str) -> list[dict[str, Any]]:
+    """The panels under the open row titled ``row``."""
+    out: list[dict[str, Any]] = []
+    current = None
+    for panel in model["panels"]:
+        if panel["type"] == "row":
+            current = panel["title"]
+        elif current == row:
+            out.append(panel)
+    return out
 
 
 def test_comparison_tables() -> None:
@@ -418,6 +548,9 @@ def test_comparison_tables() -> None:
     for panel in (runs, hparams):
         assert panel["type"] == "table"
         assert panel["targets"][0]["instant"] and panel["targets"][0]["format"] == "table"
+        # finished runs too: the last value in the time range, not the live series
+        assert "last_over_time(" in panel["targets"][0]["expr"]
+        assert "[$__range]" in panel["targets"][0]["expr"]
     assert hparams["transformations"][0]["id"] == "groupingToMatrix"
 
 

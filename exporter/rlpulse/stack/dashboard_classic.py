@@ -39,6 +39,7 @@ from rlpulse.stack.grafana_common import (
     graph,
     label_variable,
     new_dashboard,
+    newest_run_variable,
     phase_wall_share,
     right_axis,
     single_stat,
@@ -55,7 +56,10 @@ ENV_STEPS_PER_SECOND = "suffix: env steps/s"
 
 def logged_step() -> stat.Panel:
     step = f"max by (run_id) ({REC(rules.aggregate_name('run', rules.STEP, 'max'))})"
-    framework = f"max by (run_id, framework) ({SEL('rl_run_info')})"
+    framework = (  # a run that names no framework logs through rlpulse.log()
+        f"label_replace(max by (run_id, framework) ({SEL('rl_run_info')}), "
+        '"framework", "logged", "framework", "")'
+    )
     return single_stat(
         t.LOGGED_STEP,
         unit_of("rl_step"),
@@ -242,9 +246,7 @@ def build(uid: str) -> dict[str, Any]:
         )
         .with_variable(datasource_variable())
         .with_variable(label_variable("job", "Job", "rl_run_info", Selector(())))
-        .with_variable(
-            label_variable("run_id", "Run", "rl_run_info", Selector(("job",)), multi=False)
-        )
+        .with_variable(newest_run_variable(Selector(("job",))))
         .with_variable(label_variable("rank", "Rank", "rl_run_info", Selector(("job", "run_id"))))
         .annotation(alerts_annotation(SEL))
     )

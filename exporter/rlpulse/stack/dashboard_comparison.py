@@ -10,21 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
-from grafana_foundation_sdk.builders import table, timeseries, trend
+from grafana_foundation_sdk.builders import table, timeseries
 from grafana_foundation_sdk.models import dashboard as dm
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from rlpulse import catalog
+from rlpulse.stack import dashboard_steps, rules
 from rlpulse.stack import panels as t
-from rlpulse.stack import rules
+from rlpulse.stack.config import Config
 from rlpulse.stack.grafana_common import (
+    NATS,
     Query,
     Recorded,
     Row,
     Selector,
     alerts_annotation,
     assemble,
-    by_step,
     datasource_variable,
     graph,
     grid,
@@ -40,13 +41,14 @@ RUN = "{{run_id}}"
 
 
 def curve(
-    title: str, name: str, description: str, by: str = "", **matchers: str
+    title: str, name: str, description: str, by: str = "", unit: str = "", **matchers: str
 ) -> timeseries.Panel:
-    """One line per run (and per label ``by``) of catalog gauge ``name``, averaged over ranks."""
+    """One line per run (and per label ``by``) of catalog gauge ``name``, averaged over ranks,
+    in ``unit`` (default: the catalog's)."""
     labels = ", ".join(["run_id", by] if by else ["run_id"])
     legend = RUN + (" · {{" + by + "}}" if by else "")
     expr = f"avg by ({labels}) ({SEL(name, **matchers)})"
-    return graph(title, unit_of(name), description, [Query(expr, legend)])
+    return graph(title, unit or unit_of(name), description, [Query(expr, legend)])
 
 
 def reward() -> timeseries.Panel:
@@ -64,11 +66,19 @@ def eval_score() -> timeseries.Panel:
 
 
 def entropy() -> timeseries.Panel:
-    return curve("Policy entropy", "rl_entropy", "Mean token entropy per run, in nats.")
+    return curve("Policy entropy", "rl_entropy", "Mean token entropy per run, in nats.", unit=NATS)
 
 
 def kl_reference() -> timeseries.Panel:
-    return curve("KL to reference", "rl_kl_reference", "KL of the policy to its reference.")
+    return log_scale(
+        curve(
+            "KL to reference",
+            "rl_kl_reference",
+            "KL of the policy to its reference, in nats (log axis: one run's blow-up does not "
+            "flatten the others).",
+            unit=NATS,
+        )
+    )
 
 
 def response_length() -> timeseries.Panel:
@@ -108,32 +118,6 @@ def throughput() -> timeseries.Panel:
 PER_PROCESS_LABELS = ("host",)
 
 
-def step_curve(title: str, name: str, description: str) -> trend.Panel:
-    """Catalog gauge ``name`` of each run (averaged over ranks) against the run's step."""
-    return by_step(
-        title,
-        unit_of(name),
-        description,
-        f"max by (run_id) ({SEL('rl_step')})",
-        f"avg by (run_id) ({SEL(name)})",
-    )
-
-
-def by_step_panels() -> list[trend.Panel]:
-    return [
-        step_curve("Reward mean by step", "rl_reward_mean", "Mean batch reward against the step."),
-        step_curve("Policy entropy by step", "rl_entropy", "Mean token entropy against the step."),
-        step_curve(
-            "Response length by step",
-            "rl_response_length_mean_tokens",
-            "Mean response length against the step.",
-        ),
-        step_curve(
-            "Episode return by step", "rl_episode_return", "Mean episode return against the step."
-        ),
-    ]
-
-
 def _organize(exclude: list[str], first: list[str]) -> dm.DataTransformerConfig:
     return dm.DataTransformerConfig(
         id_val="organize",
@@ -150,11 +134,12 @@ def run_metadata() -> table.Panel:
     return grid(
         "Runs",
         "none",
-        "rl_run_info: model, framework, benchmark, grader and code version of each run, one "
-        "row per run (the host of each rank is left out).",
+        "rl_run_info: model, framework, benchmark, grader and code version of each run seen in "
+        "the time range, finished ones included, one row per run (the host of each rank is "
+        "left out).",
         [
             Query(
-                f"max by ({labels}) ({SEL('rl_run_info')})",
+                f"max by ({labels}) (last_over_time({SEL('rl_run_info')}[$__range]))",
                 instant=True,
                 format=PromQueryFormat.TABLE,
             )
@@ -167,11 +152,12 @@ def hyperparameters() -> table.Panel:
     return grid(
         "Hyperparameters",
         "none",
-        "rl_hyperparameter: one row per hyperparameter, one column per run; a row whose values "
-        "differ is what the runs vary.",
+        "rl_hyperparameter: one row per hyperparameter, one column per run seen in the time "
+        "range (the last value each run exported); a row whose values differ is what the runs "
+        "vary.",
         [
             Query(
-                f"max by (run_id, name) ({SEL('rl_hyperparameter')})",
+                f"max by (run_id, name) (last_over_time({SEL('rl_hyperparameter')}[$__range]))",
                 instant=True,
                 format=PromQueryFormat.TABLE,
             )
@@ -186,7 +172,7 @@ def hyperparameters() -> table.Panel:
     )
 
 
-def build(uid: str) -> dict[str, Any]:
+def build(uid: str, cfg: Config) -> dict[str, Any]:
     """The run-comparison dashboard as Grafana JSON."""
     dashboard = (
         new_dashboard(
@@ -204,7 +190,7 @@ def build(uid: str) -> dict[str, Any]:
         Row("Runs", [run_metadata(), hyperparameters()]),
         Row("Outcome", [reward(), eval_score(), success(), episode_return()]),
         Row("Policy", [entropy(), kl_reference(), response_length(), grad_norm()]),
-        Row("By training step", by_step_panels()),
+        Row("By training step", dashboard_steps.panels(SEL, cfg.scrape.interval)),
         Row("Speed", [throughput()]),
     ]
     return assemble(dashboard, rows)

@@ -234,14 +234,17 @@ def rollout_quantiles() -> timeseries.Panel:
 
 
 def phase_breakdown() -> timeseries.Panel:
+    shares = f"{RUN_REC(rules.PHASE_SHARE)} >= 0"  # a stalled run's 0/0 is left out
+    runs = f"count(count by (job, run_id) ({shares}))"
     return stacked_percent(
         graph(
             t.PHASE_BREAKDOWN,
             "percentunit",
-            "Share of wall time per phase (rollout, reward, ref, update, sync, eval, checkpoint), "
-            "averaged over the selected runs that timed a phase in the window (a stalled run's "
-            "0/0 is left out).",
-            [Query(f"avg by (phase) ({RUN_REC(rules.PHASE_SHARE)} >= 0)", "{{phase}}")],
+            "Each phase's share of the timed time (rollout, reward, ref, update, sync, eval, "
+            "checkpoint), averaged over the selected runs that timed a phase in the window, "
+            "each run counting once (a phase a run does not time is 0 for it; a stalled run's "
+            "0/0 is left out), so the phases add up to 100 %.",
+            [Query(f"sum by (phase) ({shares}) / on() group_left() {runs}", "{{phase}}")],
         )
     )
 
@@ -277,7 +280,12 @@ def grader_calls() -> timeseries.Panel:
         [
             Query(RUN_REC(rules.rate_name(rules.GRADER_CALLS)), "calls · " + RUN),
             Query(
-                zero_when_absent(RUN_REC(rules.rate_name(rules.GRADER_ERRORS))), "errors · " + RUN
+                zero_when_absent(
+                    RUN_REC(rules.rate_name(rules.GRADER_ERRORS)),
+                    ["job", "run_id"],
+                    RUN_REC(rules.rate_name(rules.GRADER_CALLS)),
+                ),
+                "errors · " + RUN,
             ),
             Query(RUN_REC(rules.GRADER_ERROR_RATIO), "error ratio · " + RUN),
         ],
@@ -292,10 +300,11 @@ def tool_calls() -> timeseries.Panel:
     panel = graph(
         "Tool calls and errors",
         PER_SECOND,
-        "Tool calls per second by tool (left) and each tool's error ratio (right).",
+        "Tool calls per second by tool (left) and each tool's error ratio (right; none while "
+        "the tool is not called).",
         [
             Query(calls, "{{tool}} · " + RUN),
-            Query(f"{errors} / {calls}", "{{tool}} errors · " + RUN),
+            Query(f"({errors} or 0 * {calls}) / ({calls} > 0)", "{{tool}} errors · " + RUN),
         ],
         span=8,
     )
@@ -328,18 +337,34 @@ def exporter_errors() -> timeseries.Panel:
         t.EXPORTER_ERRORS,
         PER_SECOND,
         "Collector failures, dropped values (by reason) and label-cap overflows per second, 0 "
-        "until the first one: anything non-zero means some data is not on these dashboards.",
+        "(as none) until the first one while a run is up: anything non-zero means some data is "
+        "not on these dashboards.",
         [
             Query(
-                zero_when_absent(f"sum by (collector) ({RUN_REC(rules.COLLECTOR_ERROR_RATE)})"),
+                zero_when_absent(
+                    f"sum by (collector) ({RUN_REC(rules.COLLECTOR_ERROR_RATE)})",
+                    [],
+                    SEL("rl_run_info"),
+                    "collector",
+                ),
                 "collector {{collector}}",
             ),
             Query(
-                zero_when_absent(f"sum by (reason) ({SEL.rate('rlpulse_dropped_values_total')})"),
+                zero_when_absent(
+                    f"sum by (reason) ({SEL.rate('rlpulse_dropped_values_total')})",
+                    [],
+                    SEL("rl_run_info"),
+                    "reason",
+                ),
                 "dropped {{reason}}",
             ),
             Query(
-                zero_when_absent(f"sum by (label) ({SEL.rate('rlpulse_label_overflow_total')})"),
+                zero_when_absent(
+                    f"sum by (label) ({SEL.rate('rlpulse_label_overflow_total')})",
+                    [],
+                    SEL("rl_run_info"),
+                    "label",
+                ),
                 "overflow {{label}}",
             ),
         ],

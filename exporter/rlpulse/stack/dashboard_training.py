@@ -19,8 +19,8 @@ from grafana_foundation_sdk.builders import stat, timeseries
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 
+from rlpulse.stack import dashboard_steps, rules
 from rlpulse.stack import panels as t
-from rlpulse.stack import rules
 from rlpulse.stack.alerts import STEP_ALERTS
 from rlpulse.stack.alerts.rl import ENTROPY_COLLAPSE
 from rlpulse.stack.alerts.step import StepAlert
@@ -44,6 +44,7 @@ from rlpulse.stack.grafana_common import (
     label_variable,
     log_scale,
     new_dashboard,
+    newest_run_variable,
     phase_wall_share,
     right_axis,
     rollout_links,
@@ -51,6 +52,7 @@ from rlpulse.stack.grafana_common import (
     single_stat,
     stacked,
     step_range_variables,
+    symlog_scale,
     threshold_lines,
     thresholds,
     unit_of,
@@ -97,8 +99,15 @@ def since_last_log() -> stat.Panel:
     return single_stat(
         "Since last log",
         "s",
-        "Seconds since the trainer last called log() on any rank: grows while a loop hangs.",
-        [Query(f"time() - max by (run_id) ({REC(LAST_LOG_NEWEST)})", RUN)],
+        "Seconds since the trainer last called log() on any rank, from the last log time seen "
+        "in the time range: grows while a loop hangs and keeps growing after the process died "
+        "(its series are gone, their last value is not).",
+        [
+            Query(
+                f"time() - max by (run_id) (last_over_time({REC(LAST_LOG_NEWEST)}[$__range]))",
+                RUN,
+            )
+        ],
     ).thresholds(thresholds((None, "green"), (120.0, "orange"), (600.0, "red")))
 
 
@@ -111,21 +120,35 @@ def alerts_now() -> stat.Panel:
     ).thresholds(thresholds((None, "green"), (1.0, "red")))
 
 
+RUNNING = "running"
+DIED = "died (no end recorded)"
+
+
+def outcome_expr() -> str:
+    """The run's state at the end of the time range, as an ``outcome`` label: the outcome it
+    exported (``rl_run_outcome``, while its final scrape is fresh), ``running`` while it is
+    scraped without one (a run resumed after an earlier end), else the last outcome in the
+    time range, else ``died (no end recorded)`` (seen in the range, gone without an outcome:
+    a kill, an OOM, a lost node)."""
+    ended = f"max by (outcome, reason) ({SEL('rl_run_outcome')})"
+    up = f'label_replace(max({SEL("rl_run_info")}), "outcome", "{RUNNING}", "", "")'
+    last = f"max by (outcome, reason) (last_over_time({SEL('rl_run_outcome')}[$__range]))"
+    seen = f"max(last_over_time({SEL('rl_run_info')}[$__range]))"
+    died = f'label_replace({seen}, "outcome", "{DIED}", "", "")'
+    return " or on() ".join((ended, up, last, died))
+
+
 def outcome() -> stat.Panel:
     return (
         single_stat(
             "Outcome",
             "none",
-            "How the run ended (rl_run_outcome): finished, crashed (pages RLRunCrashed), "
-            "interrupted, or stopped by one of its own alerts (rlpulse.start(on_alert=...); "
-            "reason names the alert, no page); running until then.",
-            [
-                Query(
-                    f"max by (outcome, reason) ({SEL('rl_run_outcome')}) "
-                    'or on() label_replace(vector(0), "outcome", "running", "", "")',
-                    "{{outcome}} {{reason}}",
-                )
-            ],
+            "How the run ended (rl_run_outcome, the last one in the time range): finished, "
+            "crashed (pages RLRunCrashed), interrupted, or stopped by one of its own alerts "
+            "(rlpulse.start(on_alert=...); reason names the alert, no page); running while it "
+            f"is scraped without one; '{DIED}' when it went away without one (a kill: "
+            "RLTargetDown pages).",
+            [Query(outcome_expr(), "{{outcome}} {{reason}}", instant=True)],
             span=4,
         )
         .text_mode(cm.BigValueTextMode.NAME)
@@ -136,13 +159,21 @@ def outcome() -> stat.Panel:
 # ---- what the alerts test --------------------------------------------------------------------
 
 
+# signal units whose values span decades (z-scores, multiples of a baseline): symlog axes
+SPANNING_UNITS = ("sigma", "multiple")
+
+
 def alert_signal(alert: StepAlert, cfg: Config) -> timeseries.Panel:
     """The step signal ``alert`` thresholds, against its warning and critical levels."""
     sig = alert.sig
     knobs = getattr(cfg.alerts, alert.key)
     levels = alert.tiers(knobs)
     worst = "max" if alert.above else "min"
-    expr = f"{worst} by (run_id, series) ({SEL('rl_step_signal', signal=sig.name)})"
+    watched = sig.metric.removeprefix("rl_")  # names the line of a signal without sub-series
+    expr = (
+        f"label_replace({worst} by (run_id, series) ({SEL('rl_step_signal', signal=sig.name)}), "
+        f'"series", "{watched}", "series", "")'
+    )
     described = ", ".join(f"{sev} {level:g}" for sev, level in levels)
     panel = graph(
         t.alert_signal(alert.name, sig.name),
@@ -150,10 +181,12 @@ def alert_signal(alert: StepAlert, cfg: Config) -> timeseries.Panel:
         f"What {alert.name} tests: {sig.doc} It fires "
         f"{'above' if alert.above else 'below'} the dashed lines ({described}; "
         f"alerts.{alert.key} of the rlpulse config), per logged step of {sig.metric}.",
-        [Query(expr, RUN + "{{series}}")],
+        [Query(expr, RUN + " · {{series}}")],
         span=8,
         height=6,
     )
+    if sig.unit in SPANNING_UNITS:  # a z-score of 3,600 next to a level of 8
+        panel = symlog_scale(panel)
     return rollout_links(threshold_lines(panel, alert_levels(levels)))
 
 
@@ -262,14 +295,15 @@ def kl_reference() -> timeseries.Panel:
         t.KL_REFERENCE,
         NATS,
         "KL of the policy to the frozen reference in nats (left, log axis: one spike does not "
-        "flatten the rest) and the KL coefficient beta (right). KL climbing fast while beta is 0 "
+        "flatten the rest) and the KL coefficient beta (right, linear). KL climbing fast while "
+        "beta is 0 "
         "or tiny is a drifting policy.",
         [
             Query(avg_run("rl_kl_reference"), "KL · " + RUN),
             Query(avg_run("rl_kl_coefficient"), "beta · " + RUN),
         ],
     )
-    return log_scale(right_axis(panel, 1, SCIENTIFIC))
+    return log_scale(right_axis(panel, 1, SCIENTIFIC), 1)  # beta (often 0) stays linear
 
 
 def update_kl_and_clipping() -> timeseries.Panel:
@@ -331,9 +365,15 @@ def nonfinite_values() -> timeseries.Panel:
     return graph(
         t.NONFINITE,
         "short",
-        "NaN or ±Inf values logged, per metric they were logged to (0 until the first one). "
+        "NaN or ±Inf values logged, per metric they were logged to (0, as metric none, until "
+        "the first one). "
         "Anything above 0 is a bug or a diverged run.",
-        [Query(zero_when_absent(increase), "{{metric}} · " + RUN)],
+        [
+            Query(
+                zero_when_absent(increase, ["run_id"], SEL("rl_run_info"), "metric"),
+                "{{metric}} · " + RUN,
+            )
+        ],
         span=8,
     ).draw_style(cm.GraphDrawStyle.BARS)
 
@@ -513,9 +553,7 @@ def build(uid: str, cfg: Config) -> dict[str, Any]:
         )
         .with_variable(datasource_variable())
         .with_variable(label_variable("job", "Job", "rl_run_info", Selector(())))
-        .with_variable(
-            label_variable("run_id", "Run", "rl_run_info", Selector(("job",)), multi=False)
-        )
+        .with_variable(newest_run_variable(Selector(("job",))))
         .with_variable(label_variable("rank", "Rank", "rl_run_info", Selector(("job", "run_id"))))
         .with_variable(rollouts_variable(cfg.links.rollouts_url))
         .annotation(alerts_annotation(SEL))
@@ -548,6 +586,11 @@ def build(uid: str, cfg: Config) -> dict[str, Any]:
         Row(
             "System: throughput, phases, liveness",
             [samples_rate(), steps_rate(), tokens_rate(), phase_times(), liveness()],
+        ),
+        Row(
+            "By training step",
+            dashboard_steps.panels(SEL, cfg.scrape.interval),
+            collapsed=True,
         ),
     ]
     return assemble(dashboard, rows)

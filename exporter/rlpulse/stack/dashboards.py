@@ -35,7 +35,7 @@ def dashboards(config: Config) -> dict[str, dict[str, Any]]:
     return {
         "rl-training.json": dashboard_training.build(links.training_dashboard_uid, config),
         "rl-system.json": dashboard_system.build(links.system_dashboard_uid, config),
-        "rl-comparison.json": dashboard_comparison.build(links.comparison_dashboard_uid),
+        "rl-comparison.json": dashboard_comparison.build(links.comparison_dashboard_uid, config),
         "rl-classic.json": dashboard_classic.build(CLASSIC_UID),
     }
 
@@ -121,19 +121,37 @@ Four Grafana dashboards ship in `grafana/dashboards/`:
   import asks for the Prometheus datasource (`__inputs`), which becomes the *Data source*
   variable's value. No datasource uid is hard-coded (`schemaVersion` 41, Grafana 11.6 / 12).
 
-The training dashboard opens on one run (its `run_id` variable is single-valued); the system and
+The training and classic dashboards open on one run (their `run_id` variable is single-valued): the
+run with a firing alert, else the newest (by `rl_exporter_start_timestamp_seconds`; the variable
+lists the runs seen in the time range in that order and Grafana picks the first); the system and
 comparison dashboards filter by their variables (*All* is the default). Every dashboard draws the
 alerts firing for the selection as red annotations (the `ALERTS` series) and links to the other
-two, keeping the time range and the run. The row *What the alerts test* plots each step signal
-an alert thresholds (`rl_step_signal{signal=…}`) with the alert's warning and critical levels as
-dashed lines, taken from the same config as the rules, so a page leads to the curve that caused
-it; the runbooks (docs/runbooks.md) name panels by their titles here. Rows a kind of run cannot
-fill (grader and tools) are collapsed. A Gymnasium, SB3 or CleanRL run has a dashboard of its
-own, *Classic RL*: episode return, length and success rate, episodes and env steps per second,
+two, keeping the time range and the run. The row *What the alerts test* plots each step signal an
+alert thresholds (`rl_step_signal{signal=…}`) with the alert's warning and critical levels as
+dashed lines, taken from the same config as the rules, so a page leads to the curve that caused it;
+the runbooks (docs/runbooks.md) name panels by their titles here. Rows a kind of run cannot fill
+(grader and tools) are collapsed. A Gymnasium, SB3 or CleanRL run has a dashboard of its own,
+*Classic RL*: episode return, length and success rate, episodes and env steps per second,
 exploration (epsilon or entropy), losses, Q-values, and each phase's share of wall time with the
 untimed rest shown (so does the training dashboard); policy-gradient details are collapsed. The
-comparison dashboard also plots the runs against the training step (*trend* panels, x =
-`rl_step`), so runs that did not run at the same time overlay.
+*Outcome* says how the run ended, from the last `rl_run_outcome` in the time range (finished,
+crashed, interrupted, stopped), `running` while it is scraped without one, and `died (no end
+recorded)` when it went away without one (a kill); *Since last log* counts from the last log time
+seen in the range, so it keeps counting after a kill. Graphs leave a gap where a run has no samples
+(no `spanNulls`); quantiles and ratios of an idle window are left out rather than NaN; phase shares
+never exceed 100 % (overlapping phases are shares of the timed total).
+
+**By training step.** The training dashboard (collapsed row) and the comparison dashboard plot
+every training curve of the Reward, Policy, Optimisation and Task rows against the step
+(*trend* panels, x = `rl_step`), one line per run and series, so runs that did not run at the
+same time overlay at the same step. What they can show is what Prometheus holds: one sample
+per scrape. Each panel asks for one point per scrape interval (its `interval`) and keeps the
+points where the run's step advanced, so a run that logs slower than it is scraped has one
+point per logged step, and a faster one has the step reached at each scrape — the steps logged
+between two scrapes never reach Prometheus (at the default 15 s scrape, a run logging a step a
+second shows every 15th step). For every logged step, replay the run's log
+(`rlpulse replay`, docs/replay.md). A run restarted with the same `run_id` whose step goes
+back draws its second part over the first.
 
 From a curve to the rollouts behind it: the alert-signal, gradient-norm and response panels have
 data links to the worst rollouts of the run in the rollout API (docs/rollouts.md; the *Rollout
@@ -144,7 +162,15 @@ variables computed from `rl_step` over the time range), and in the whole run;
 `rlpulse rollouts show --run RUN --step-min A --step-max B --worst 20` prints the same.
 Exemplars (the `rollout_id` of single rollouts) on the rollout-latency and response-length
 histograms open `/rollout?id=…` through the Prometheus datasource's exemplar link. Rates use
-`$__rate_interval`; error counters read 0 until their first increment (`or on() vector(0)`).
+`$__rate_interval`; error counters read 0 for each run that is up until their first increment
+(labelled `none`, never a label-less `vector(0)`).
+
+Grafana does not run in this project's tests: tests/test_stack_dashboards_prometheus.py runs
+every panel query, as Grafana would send it, against a real Prometheus scraping four runs (one
+finished, one crashed, one killed with SIGKILL, one running with overlapping phases and idle
+histogram windows) and checks the values (no NaN, no share above 100 %, each legend's labels
+set, each run's outcome, the tables, the Run variable's order); tests/test_stack_dashboards.py
+checks the JSON (units, axes and overrides, `spanNulls`, variables, transformations).
 
 ## The stack with docker compose
 
@@ -203,18 +229,29 @@ def panel_queries(dashboard_json: Mapping[str, Any]) -> list[tuple[str, str]]:
 _VARIABLE = re.compile(r"\$\{(\w+)(?::\w+)?\}|\$(\w+)")
 
 
-def expand(expr: str, values: Mapping[str, str] | None = None, *, rate_interval: str = "1m") -> str:
+def expand(
+    expr: str,
+    values: Mapping[str, str] | None = None,
+    *,
+    rate_interval: str = "1m",
+    interval: str = "",
+    range_: str = "1h",
+) -> str:
     """``expr`` with Grafana's variables replaced as Grafana would before querying.
 
-    ``$__rate_interval``/``$__interval``/``$__range`` become ``rate_interval``; a dashboard
-    variable takes its value from ``values``, or ``.*`` (the "All" value) when absent.
+    ``$__rate_interval`` becomes ``rate_interval``, ``$__interval`` ``interval`` (default
+    ``rate_interval``), ``$__range`` ``range_``; a dashboard variable takes its value from
+    ``values``, or ``.*`` (the "All" value) when absent.
     """
     given = dict(values or {})
+    builtin = {
+        "__rate_interval": rate_interval,
+        "__interval": interval or rate_interval,
+        "__range": range_,
+    }
 
     def sub(match: re.Match[str]) -> str:
         name = match.group(1) or match.group(2)
-        if name in ("__rate_interval", "__interval", "__range"):
-            return rate_interval
-        return given.get(name, ".*")
+        return builtin.get(name) or given.get(name, ".*")
 
     return _VARIABLE.sub(sub, expr)

@@ -128,9 +128,18 @@ class Query:
     exemplar: bool = False
 
 
-def zero_when_absent(expr: str) -> str:
-    """``expr``, or a single 0 while it has no series (a counter before its first increment)."""
-    return f"{expr} or on() vector(0)"
+NONE_YET = "none"  # the label value of the 0 a counter reads before its first increment
+
+
+def zero_when_absent(expr: str, by: Sequence[str], alive: str, label: str = "") -> str:
+    """``expr`` (aggregated ``by`` those labels), or 0 for each ``by`` group of ``alive`` (a
+    series every scraped run has) where ``expr`` has no series yet: a counter before its first
+    increment reads 0 for the runs that are up, with ``label`` (the label ``expr`` splits by
+    beyond ``by``) set to ``none``, never an entry without labels; a run that is gone leaves
+    a gap."""
+    group = f"0 * group by ({', '.join(by)}) ({alive})" if by else f"0 * group({alive})"
+    zero = f'label_replace({group}, "{label}", "{NONE_YET}", "", "")' if label else group
+    return f"{expr} or on({', '.join(by)}) {zero}"
 
 
 def ref_id(index: int) -> str:
@@ -205,7 +214,7 @@ def graph(
         .line_width(1)
         .fill_opacity(8)
         .show_points(cm.VisibilityMode.NEVER)
-        .span_nulls(True)
+        .span_nulls(False)  # an outage (no samples) is a gap, not a straight line
         .legend(
             cb.VizLegendOptions()
             .display_mode(cm.LegendDisplayMode.TABLE)
@@ -229,11 +238,24 @@ def right_axis(panel: timeseries.Panel, query_index: int, unit: str) -> timeseri
     )
 
 
-def log_scale(panel: timeseries.Panel) -> timeseries.Panel:
-    """Log-10 y axis (for norms and rates that span decades)."""
-    return panel.scale_distribution(
-        cb.ScaleDistributionConfig().type(cm.ScaleDistribution.LOG).log(10)
-    )
+def log_scale(panel: P, *linear_queries: int) -> P:
+    """Log-10 y axis (for norms and rates that span decades); the series of the panel's
+    ``linear_queries``-th queries (on a right axis, values that can be 0) keep a linear one."""
+    log = cb.ScaleDistributionConfig().type(cm.ScaleDistribution.LOG).log(10)
+    panel.scale_distribution(log)  # type: ignore[attr-defined]
+    for index in linear_queries:
+        panel.override_by_query(  # type: ignore[attr-defined]
+            ref_id(index),
+            [dm.DynamicConfigValue(id_val="custom.scaleDistribution", value={"type": "linear"})],
+        )
+    return panel
+
+
+def symlog_scale(panel: P, linear_threshold: float = 1.0) -> P:
+    """Symmetric log-10 y axis, linear within ±``linear_threshold``: statistics that sit near
+    0 and can jump by orders of magnitude (a z-score of 8 next to one of 3,600), either sign."""
+    config = cb.ScaleDistributionConfig().type(cm.ScaleDistribution.SYMLOG).log(10)
+    return panel.scale_distribution(config.linear_threshold(linear_threshold))  # type: ignore[attr-defined]
 
 
 def thresholds(*steps: tuple[float | None, str]) -> db.ThresholdsConfig:
@@ -313,6 +335,10 @@ def grid(
 
 
 STEP_FIELD = "step"
+VALUE_FIELD = "value"
+SERIES_LABEL = "series"  # the label naming each line of a by-step panel
+# Prometheus answers at most 11,000 points per series; Grafana widens the step to stay under
+MAX_POINTS = 11_000
 
 
 def by_step(
@@ -320,28 +346,70 @@ def by_step(
     unit: str,
     description: str,
     step: str,
-    value: str,
+    values: Sequence[str],
     *,
+    interval: str,
     span: int = 12,
     height: int = 8,
 ) -> trend.Panel:
-    """A trend panel with the training step on the x axis, one line per run: ``step`` and
-    ``value`` (both ``by (run_id)``) are sampled at the same scrapes, merged on time and run,
-    and split per run, so runs that did not run at the same time overlay."""
-    queries = [Query(expr, format=PromQueryFormat.TABLE) for expr in (step, value)]
-    panel = trend.Panel().x_field(STEP_FIELD).line_width(1).show_points(cm.VisibilityMode.NEVER)
+    """A trend panel with the training step on the x axis, one line per run and series.
+
+    ``step`` is the run's step selector; each of ``values`` is ``by (run_id, series)`` (the
+    ``series`` label names the line). Both queries are evaluated at the same instants, once per
+    ``interval`` (the scrape interval: one point per scrape, the densest Prometheus holds), and
+    keep only the instants where the run's step advanced since the previous one, so a run that
+    logs slower than it is scraped has one point per logged step and an idle run adds none.
+    The step query carries the value query's labels, so the two merge row by row on time, run
+    and series, and the rows split into one line per run and series: runs that did not run at
+    the same time overlay."""
+    run_step = f"max by (run_id) ({step})"
+    before = f"max by (run_id) ({step} offset $__interval)"
+    advanced = f"{run_step} unless on(run_id) ({run_step} <= {before})"
+    value = f"max by (run_id, {SERIES_LABEL}) ({' or '.join(values)}) and on(run_id) ({advanced})"
+    labels = f"run_id, {SERIES_LABEL}"
+    step_of_value = f"{run_step} * on(run_id) group_right() group by ({labels}) ({value})"
+    queries = [Query(expr, format=PromQueryFormat.TABLE) for expr in (step_of_value, value)]
+    panel = (
+        trend.Panel()
+        .x_field(STEP_FIELD)
+        .line_width(1)
+        .show_points(cm.VisibilityMode.AUTO)
+        .span_nulls(False)
+        .interval(interval)
+        .max_data_points(MAX_POINTS)
+        .legend(
+            cb.VizLegendOptions()
+            .display_mode(cm.LegendDisplayMode.LIST)
+            .placement(cm.LegendPlacement.BOTTOM)
+            .show_legend(True)
+        )
+        .tooltip(cb.VizTooltipOptions().mode(cm.TooltipDisplayMode.MULTI))
+    )
     panel.with_transformation(dm.DataTransformerConfig(id_val="merge", options={}))
     panel.with_transformation(
         dm.DataTransformerConfig(
             id_val="organize",
-            options={"renameByName": {"Value #A": STEP_FIELD, "Value #B": title}},
+            options={"renameByName": {"Value #A": STEP_FIELD, "Value #B": VALUE_FIELD}},
         )
     )
     panel.with_transformation(
         dm.DataTransformerConfig(
             id_val="partitionByValues",
-            options={"fields": ["run_id"], "keepFields": False, "naming": {"asLabels": True}},
+            options={
+                "fields": ["run_id", SERIES_LABEL],
+                "keepFields": False,
+                "naming": {"asLabels": True},
+            },
         )
+    )
+    panel.override_by_regexp(
+        f"^{VALUE_FIELD}",
+        [
+            dm.DynamicConfigValue(
+                id_val="displayName",
+                value="${__field.labels.run_id} · ${__field.labels." + SERIES_LABEL + "}",
+            )
+        ],
     )
     return _panel(panel, title, unit, description, queries, span, height)
 
@@ -402,6 +470,36 @@ def label_variable(
         .include_all(multi)
     )
     return variable.all_value(".*") if multi else variable
+
+
+RUN_ID_REGEX = '/run_id="([^"]+)"/'  # query_result's text: {run_id="…"} VALUE TIMESTAMP
+FIRST = 1e12  # added to a firing run's start time: it sorts before every run that is not
+
+
+def newest_run_variable(depends_on: Selector) -> db.QueryVariable:
+    """The single-valued Run variable of a one-run dashboard. Its options are the runs seen in
+    the time range, those with a firing alert first, then the newest start first (options
+    keep the query's order), so the dashboard opens on the run that is paging, else the
+    newest one, not the alphabetically first."""
+    start = (
+        "max by (run_id) (last_over_time("
+        f"{depends_on('rl_exporter_start_timestamp_seconds')}[$__range]))"
+    )
+    seen = f"0 * max by (run_id) (last_over_time({depends_on('rl_run_info')}[$__range]))"
+    firing = f"group by (run_id) ({firing_alerts(depends_on)})"
+    first = f"{start} + on(run_id) group_left() (0 * {firing} + {FIRST:g})"
+    order = f"sort_desc({first} or {start} or {seen})"
+    return (
+        db.QueryVariable("run_id")
+        .label("Run")
+        .datasource(PROMETHEUS)
+        .query(f"query_result({order})")
+        .regex(RUN_ID_REGEX)
+        .refresh(dm.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(dm.VariableSort.DISABLED)
+        .multi(False)
+        .include_all(False)
+    )
 
 
 def firing_alerts(selector: Selector) -> str:
@@ -596,10 +694,13 @@ def rollout_links(panel: P, orders: Sequence[str] = ("worst",), run: str = SERIE
 def phase_wall_share(sel: Selector, alive: str) -> list[Query]:
     """Each phase's share of wall time (seconds spent in it per second, averaged over ranks)
     and the untimed rest, while ``alive`` (a series of the run) exists: a loop that times one
-    phase and sleeps shows the sleep as untimed, not the phase as 100 %."""
+    phase and sleeps shows the sleep as untimed, not the phase as 100 %. Phases that overlap
+    (one timed inside another, or on several threads) add up to more than the wall time; then
+    each is its share of the timed total, so the shares never exceed 100 % and the rest is 0."""
     timed = f"avg by (phase) ({sel.rate('rl_phase_duration_seconds', '_sum')})"
+    share = f"{timed} / on() group_left() clamp_min(sum({timed}), 1)"
     rest = f"clamp_min(1 - (sum({timed}) or on() vector(0)), 0) and on() count({alive})"
-    return [Query(timed, "{{phase}}"), Query(rest, "untimed")]
+    return [Query(share, "{{phase}}"), Query(rest, "untimed")]
 
 
 def new_dashboard(uid: str, title: str, description: str, tags: Sequence[str]) -> db.Dashboard:

@@ -59,4 +59,5 @@ class Query:
         offset = f" offset {off}" if off else ""
         bucket = self.s(metric, suffix="_bucket")
         rate = f"rate({bucket}[{window or self.w.rate}]{offset})"
-        return f"histogram_quantile({q}, sum by ({RUN_BY}, le) ({rate}))"
+        # a window without observations has no quantile (0/0 is NaN): no sample, not NaN
+        return f"(histogram_quantile({q}, sum by ({RUN_BY}, le) ({rate})) >= 0)"

@@ -176,7 +176,8 @@ class GraderErrorsKnobs(Tiered):
 
 
 def _grader_ratio(q: Query, k: GraderErrorsKnobs) -> list[Recording]:
-    ratio = f"{q.run_sum_rate(GRADER_ERRORS)} / {q.run_sum_rate(GRADER_CALLS)}"
+    # no calls in the window: no ratio (not 0/0 = NaN)
+    ratio = f"{q.run_sum_rate(GRADER_ERRORS)} / ({q.run_sum_rate(GRADER_CALLS)} > 0)"
     return [Recording(GRADER_ERROR_RATIO, ratio)]
 
 

@@ -136,7 +136,7 @@ def test_a_paging_alert_saves_then_stops_naming_the_last_good_step(am: str) -> N
 def test_a_loop_that_breaks_on_should_stop_and_just_ends_is_stopped(am: str) -> None:
     """No ``stopped()`` call: the normal end is recorded as stopped (no page) and the resume
     line is still printed."""
-    exp = Exporter(port=0, run_id=RUN, gpu=False, host=False).start()
+    exp = Exporter(port=0, run_id=f"{RUN}-ends", gpu=False, host=False).start()
     out = io.StringIO()
     c = control.Control(
         exp, {"critical": "stop"}, Alertmanager(am), interval=0.1, levels=LEVELS, out=out
@@ -144,7 +144,7 @@ def test_a_loop_that_breaks_on_should_stop_and_just_ends_is_stopped(am: str) -> 
     try:
         _collapse(exp, range(1, 60), onset=40)
         c.checkpoint_saved(20, "/ckpt/checkpoint-20")
-        _post(am, "RLEntropyCollapse", "critical", signal="entropy_ratio_to_peak")
+        _post(am, "RLEntropyCollapse", "critical", f"{RUN}-ends", signal="entropy_ratio_to_peak")
         c.start()
         wait_for(lambda: c.should_stop() or None, 20, "the stop request")
     finally:
@@ -163,13 +163,15 @@ def _control(exp: Exporter, url: str | Alertmanager, rules: dict[str, Any]) -> c
 def test_silenced_and_inhibited_alerts_ask_nothing(am: str) -> None:
     exp = Exporter(port=0, run_id="ctl-quiet", gpu=False, host=False)
     other = Exporter(port=0, run_id="ctl-cause", gpu=False, host=False)
+    quiet = _control(exp, am, {"critical": "stop"})
+    cause = _control(other, am, {"RLEntropyCollapse": "save", "RLRewardCollapse": "stop"})
+    _collapse(exp, range(1, 60), onset=40)
+    _collapse(other, range(1, 60), onset=40)
     silence(am, "ctl-quiet")
     _post(am, "RLEntropyCollapse", "critical", run_id="ctl-quiet")
     # a consequence held back by its cause: the cause acts (save), the consequence (stop) not
     _post(am, "RLEntropyCollapse", "critical", run_id="ctl-cause")
     _post(am, "RLRewardCollapse", "critical", run_id="ctl-cause")
-    quiet = _control(exp, am, {"critical": "stop"})
-    cause = _control(other, am, {"RLEntropyCollapse": "save", "RLRewardCollapse": "stop"})
     for _ in range(3):  # Alertmanager settles silences and inhibitions when alerts arrive
         quiet.poller.poll()
         cause.poller.poll()

@@ -24,6 +24,16 @@ def am(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         yield url
 
 
+def failing(exp: Exporter) -> None:
+    """Logged values that confirm the alerts the tests post: entropy falling to 5 % of its peak,
+    the reward's gain lost."""
+    for step in range(1, 60):
+        late = step >= 40
+        exp.log({"rl_entropy": 0.05 if late else 1.0, "rl_reward_mean": 0.0 if late else step / 40})
+        exp.log({}, step=step)
+    exp.flush()
+
+
 @pytest.fixture
 def paged(am: str, request: pytest.FixtureRequest) -> Iterator[tuple[Exporter, control.Control]]:
     """An exporter whose run has a critical alert firing in Alertmanager, already read."""
@@ -31,6 +41,7 @@ def paged(am: str, request: pytest.FixtureRequest) -> Iterator[tuple[Exporter, c
     exp = Exporter(port=0, run_id=run_id, gpu=False, host=False, final_wait=0).start()
     c = control.attach(exp, {"critical": "stop", "RLRewardCollapse": "save"}, am, interval=30)
     assert c is not None
+    failing(exp)
     post(am, "RLEntropyCollapse", "critical", run_id, signal="entropy_ratio_to_peak")
     c.poller.poll()
     assert c.should_stop()
@@ -139,7 +150,8 @@ def test_a_save_only_alert_saves_and_training_goes_on(am: str, tmp_path: Path) -
     try:
         c = control.attach(exp, {"critical": "stop", "RLRewardCollapse": "save"}, am, interval=30)
         assert c is not None
-        post(am, "RLRewardCollapse", "critical", "act-save-only")
+        failing(exp)
+        post(am, "RLRewardCollapse", "critical", "act-save-only", series="reward_mean")
         c.poller.poll()
         assert c.should_save() and not c.should_stop()
         torch.set_num_threads(1)
@@ -160,12 +172,12 @@ def test_a_hand_written_loop_opted_in_from_the_environment(
     monkeypatch.setenv("RLPULSE_ON_ALERT", "critical=stop,warning=none")
     monkeypatch.setenv("RLPULSE_ALERTMANAGER_URL", am)
     monkeypatch.setenv("RLPULSE_ALERT_POLL_INTERVAL", "0.05")
-    post(am, "RLEntropyCollapse", "critical", run_id, signal="entropy_ratio_to_peak")
     exp = rlpulse.start(0, run_id=run_id, addr="127.0.0.1", gpu=False, host=False, final_wait=0)
+    post(am, "RLEntropyCollapse", "critical", run_id, signal="entropy_ratio_to_peak")
     line, step = "", 0
     try:
         for step in range(1, 100_000):
-            rlpulse.log({"entropy": 1.0}, step=step)
+            rlpulse.log({"entropy": 1.0 if step < 40 else 0.05}, step=step)
             if rlpulse.should_save():
                 path = tmp_path / f"checkpoint-{step}"
                 path.write_text("weights")

@@ -2,15 +2,34 @@
 
 from __future__ import annotations
 
+import base64
+import contextlib
+import http.client
+import io
 import json
+import os
+import signal
+import socket
+import ssl
 import subprocess
+import threading
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 
+from rlpulse import alertindex, control, lastgood, lifecycle
+from rlpulse import http as http_mod
+from rlpulse.alertpoll import Alertmanager, AlertmanagerError, Firing
+from rlpulse.exporter import Exporter
+from rlpulse.stack import alertindex as stack_alertindex
 from rlpulse.stack import config, rules
+from tests.amutil import alertmanager, post, silence
+from tests.conftest import bcrypt_hash, scrape, self_signed
+from tests.stackutil import free_port
 
 # ---- 9: label values inside the queries annotations run ----------------------------------------
 
@@ -74,3 +93,392 @@ def test_host_ports_that_reach_templates_are_refused_naming_the_key(doc: dict[st
         config.ConfigError, match=rf"scrape\.{section}\[\d\]: .* is not a host:port"
     ):
         config.from_dict(doc)
+
+
+# ---- 1-2: the endpoint under connection floods ---------------------------------------------------
+
+
+def _tls_auth_exporter(tmp_path: Path) -> tuple[Exporter, ssl.SSLContext, dict[str, str]]:
+    cert, key = self_signed(tmp_path)
+    web = tmp_path / "web.yml"
+    users = {"prom": bcrypt_hash("s3cret", 4)}
+    tls = {"cert_file": cert, "key_file": key}
+    web.write_text(yaml.safe_dump({"tls_server_config": tls, "basic_auth_users": users}))
+    exp = Exporter(port=0, addr="127.0.0.1", run_id="ka", gpu=False, host=False, web_config=web)
+    token = base64.b64encode(b"prom:s3cret").decode()
+    return exp.start(), ssl.create_default_context(cafile=cert), {"Authorization": f"Basic {token}"}
+
+
+def _served(port: int, ctx: ssl.SSLContext | None, headers: dict[str, str]) -> bool:
+    """One scrape on a fresh connection: whether it was answered 200."""
+    cls = http.client.HTTPSConnection if ctx else http.client.HTTPConnection
+    kw: dict[str, Any] = {"context": ctx} if ctx else {}
+    conn = cls("127.0.0.1", port, timeout=5, **kw)
+    try:
+        conn.request("GET", "/metrics", headers=headers)
+        return conn.getresponse().status == 200
+    except OSError:
+        return False
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls-auth"])
+def test_one_byte_connections_never_end_the_accept_loop(tls: bool, tmp_path: Path) -> None:
+    if tls:
+        exp, ctx, headers = _tls_auth_exporter(tmp_path)
+    else:
+        exp = Exporter(port=0, addr="127.0.0.1", run_id="b", gpu=False, host=False).start()
+        ctx, headers = None, {}
+    try:
+        answered = 0
+        for _ in range(3):
+            flood = [socket.create_connection(("127.0.0.1", exp.port)) for _ in range(33)]
+            for sock in flood:  # a byte each, or the first 3 bytes of a TLS ClientHello
+                sock.send(b"\x16\x03\x01" if tls else b"G")
+            time.sleep(0.3)
+            for sock in flood:
+                sock.close()
+            answered += _served(exp.port, ctx, headers)
+        assert exp._server is not None and exp._server._thread is not None
+        assert exp._server._thread.is_alive()
+        assert answered == 3
+        assert exp.asked_end is None  # a thread error there is never the run crashing
+    finally:
+        exp.close()
+
+
+@pytest.mark.parametrize("tls", [False, True], ids=["plain", "tls-auth"])
+def test_keep_alive_clients_that_resend_cannot_lock_the_scraper_out(
+    tls: bool, tmp_path: Path
+) -> None:
+    if tls:
+        exp, ctx, good = _tls_auth_exporter(tmp_path)
+        bad = {"Authorization": "Basic " + base64.b64encode(b"prom:wrong").decode()}
+    else:
+        exp = Exporter(port=0, addr="127.0.0.1", run_id="k", gpu=False, host=False).start()
+        ctx, good, bad = None, {}, {}
+    stop = threading.Event()
+
+    def resend() -> None:  # a keep-alive client re-sending a request every 0.2 s
+        cls = http.client.HTTPSConnection if ctx else http.client.HTTPConnection
+        kw: dict[str, Any] = {"context": ctx} if ctx else {}
+        conn = cls("127.0.0.1", exp.port, timeout=5, **kw)
+        while not stop.wait(0.2):
+            try:
+                conn.request("GET", "/metrics", headers=bad)
+                conn.getresponse().read()
+            except (OSError, http.client.HTTPException):
+                conn.close()  # evicted: http.client reconnects on the next request
+
+    clients = [
+        threading.Thread(target=resend, daemon=True) for _ in range(http_mod.MAX_CONNECTIONS)
+    ]
+    try:
+        for c in clients:
+            c.start()
+        time.sleep(1.0)
+        answered = sum(_served(exp.port, ctx, good) for _ in range(8) if not time.sleep(0.3))
+        print(f"\n{len(clients)} keep-alive clients re-sending: {answered} of 8 scrapes answered")
+        assert answered == 8
+    finally:
+        stop.set()
+        for c in clients:
+            c.join(10)
+        exp.close()
+
+
+def test_an_error_in_an_rlpulse_thread_is_not_the_run_crashing() -> None:
+    exp = Exporter(port=0, addr="127.0.0.1", run_id="t", gpu=False, host=False).start()
+    before = lifecycle._exit_outcome
+    try:
+        ours = threading.Thread(target=lambda: 1 / 0, name="rlpulse-http-0")
+        ours.start()
+        ours.join()
+        assert lifecycle._exit_outcome == before
+    finally:
+        lifecycle._exit_outcome = before
+        exp.close()
+
+
+# ---- 3-8: the alert-control path -----------------------------------------------------------------
+
+ENTROPY = {"signal": "entropy_ratio_to_peak"}
+
+
+@pytest.fixture(scope="module")
+def am(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    with alertmanager(tmp_path_factory.mktemp("am")) as url:
+        yield url
+
+
+@pytest.fixture
+def run(request: pytest.FixtureRequest) -> Iterator[Exporter]:
+    """A started exporter whose entropy collapsed (what RLEntropyCollapse reports)."""
+    exp = Exporter(port=0, run_id=f"r3-{request.node.name}"[:80], gpu=False, host=False).start()
+    yield exp
+    exp.close()
+
+
+def _collapse(exp: Exporter) -> None:
+    for step in range(1, 60):
+        exp.log({"rl_entropy": 0.05 if step >= 40 else 1.0}, step=step)
+    exp.flush()
+
+
+def _control(exp: Exporter, am: str, rules: dict[str, Any]) -> control.Control:
+    return control.Control(exp, rules, Alertmanager(am), interval=30, out=io.StringIO())
+
+
+def test_forged_foreign_and_early_alerts_never_act(am: str, run: Exporter) -> None:
+    rid = run.run_id
+    post(am, "RLEntropyCollapse", "critical", rid, **ENTROPY)  # a predecessor's, still firing
+    c = _control(run, am, {"critical": "stop", "warning": "save"})
+    _collapse(run)
+    post(am, "RLMadeUp", "critical", rid)  # a name no generated rule raises
+    post(am, "RLEntropyCollapse", "info", rid, **ENTROPY)  # a severity it never has
+    post(am, "RLEntropyCollapse", "critical", rid, instance=f"elsewhere.invalid:{run.port}")
+    post(am, "RLEntropyCollapse", "critical", rid, instance=f"127.0.0.1:{free_port()}")
+    post(am, "RLReward" + "Collapse", "critical", rid, series="reward_mean")  # values fine
+    c.poller.poll()
+    c.seen([_firing("RLEntropyCollapse", "critical", "victim")])  # a misrouted answer
+    assert c.action() is None and not c.should_stop() and not c.should_save()
+    post(am, "RLEntropyCollapse", "critical", rid, instance=f"127.0.0.1:{run.port}", **ENTROPY)
+    c.poller.poll()
+    assert c.should_stop()  # this run's, this instance's, begun now, shown by its values
+
+
+def _firing(name: str, severity: str, run_id: str, starts: float | None = None) -> Firing:
+    labels = {"alertname": name, "severity": severity, "run_id": run_id, **ENTROPY}
+    at = time.time() + 1 if starts is None else starts
+    return Firing(name, severity, labels, at, f"fp-{name}-{run_id}-{at}")
+
+
+def test_a_silence_before_the_step_ends_withdraws_the_stop(am: str, run: Exporter) -> None:
+    c = _control(run, am, {"critical": "stop"})
+    _collapse(run)
+    post(am, "RLEntropyCollapse", "critical", run.run_id, **ENTROPY)
+    c.poller.poll()
+    assert c.action() is not None  # read, the trainer not yet at its step boundary
+    silence(am, run.run_id)
+    for _ in range(3):  # Alertmanager settles the silence
+        c.poller.poll()
+    assert c.action() is None and not c.should_stop()
+
+
+def test_a_flood_of_warnings_asks_one_save(run: Exporter) -> None:
+    c = control.Control(run, {"warning": "save"}, Alertmanager("http://127.0.0.1:9"))
+    _collapse(run)
+    saves = 0
+    for i in range(18):  # a new warning firing every second
+        c.seen([_firing("RLEntropyCollapse", "warning", run.run_id, time.time() + i)])
+        if c.should_save():
+            saves += 1
+            c.checkpoint_saved(59, f"/ckpt/{i}")
+    assert saves == 1
+
+
+def test_the_alerts_judged_are_remembered_within_a_bound(run: Exporter) -> None:
+    c = control.Control(run, {"critical": "stop"}, Alertmanager("http://127.0.0.1:9"))
+    flood = [
+        _firing(f"RLForged{i}", "critical", run.run_id) for i in range(3 * control.MAX_REMEMBERED)
+    ]
+    c.seen(flood)
+    assert len(c._seen) <= control.MAX_REMEMBERED and c.action() is None
+
+
+class _Unfloatable:
+    def __float__(self) -> float:
+        raise RuntimeError("no")
+
+
+def test_odd_arguments_to_the_control_api_never_raise(run: Exporter) -> None:
+    c = control.Control(run, {"critical": "stop"}, Alertmanager("http://127.0.0.1:9"))
+    c.checkpoint_saved("abc", "/ckpt/a")  # type: ignore[arg-type]
+    c.checkpoint_saved(1, None)  # type: ignore[arg-type]
+    c.checkpoint_saved(_Unfloatable(), "/ckpt/b")  # type: ignore[arg-type]
+    c.checkpoint_saved(float("nan"), "/ckpt/c")
+    assert c.stopped("x") == ""  # type: ignore[arg-type]
+    assert run.dropped.get("bad_call") == 5
+    assert c.checkpoints.at_or_before(1e9) is None
+
+
+def test_an_alert_acting_twice_leaves_one_resume_point_the_newest(run: Exporter) -> None:
+    c = control.Control(run, {"warning": "save"}, Alertmanager("http://127.0.0.1:9"), interval=600)
+    c.start()
+    c.checkpoint_saved(16, "/ckpt/checkpoint-16")
+    _collapse(run)
+    c.seen([_firing("RLEntropyCollapse", "warning", run.run_id)])
+    c.checkpoint_saved(59, "/ckpt/checkpoint-59")
+    for step in range(60, 140):  # recovered, then a second collapse
+        run.log({"rl_entropy": 0.05 if step >= 120 else 1.0}, step=step)
+    c.checkpoint_saved(96, "/ckpt/checkpoint-96")
+    run.flush()
+    c._last_save = 0.0  # the save gap has passed
+    c.seen([_firing("RLEntropyCollapse", "warning", run.run_id, time.time() + 2)])
+    text = scrape(run.url)
+    resume = [line for line in text.splitlines() if line.startswith("rl_resume_checkpoint_step{")]
+    assert len(resume) == 1 and 'checkpoint="/ckpt/checkpoint-96"' in resume[0], resume
+
+
+def test_forked_children_never_hang_in_checkpoint_saved(run: Exporter) -> None:
+    c = control.Control(run, {"critical": "stop"}, Alertmanager("http://127.0.0.1:9"))
+    c._pending = control.Request(  # a save pending: checkpoint_saved takes Control._lock too
+        "save", _firing("RLEntropyCollapse", "warning", run.run_id), _NO_STEP, time.time()
+    )
+    stop = threading.Event()
+
+    def busy() -> None:  # another thread holds the locks as often as it can
+        while not stop.is_set():
+            c.checkpoint_saved(1, "/ckpt/1")
+            with c._lock:
+                pass
+
+    worker = threading.Thread(target=busy, daemon=True)
+    worker.start()
+    hung = 0
+    try:
+        for _ in range(40):
+            pid = os.fork()
+            if pid == 0:  # the child: report a checkpoint, then leave at once
+                c.checkpoint_saved(2, "/ckpt/2")
+                os._exit(0)
+            for _ in range(100):  # up to 5 s
+                done, _status = os.waitpid(pid, os.WNOHANG)
+                if done:
+                    break
+                time.sleep(0.05)
+            else:
+                hung += 1
+                os.kill(pid, signal.SIGKILL)
+                os.waitpid(pid, 0)
+    finally:
+        stop.set()
+        worker.join(5)
+    assert hung == 0
+
+
+_NO_STEP = lastgood.LastGood(None, None, "RLEntropyCollapse", None)
+
+
+def test_the_runtimes_alert_index_matches_the_generated_rules() -> None:
+    """The runtime reads rlpulse.alertindex, never the generator: regenerate it with
+    ``python -m rlpulse.stack.alertindex > exporter/rlpulse/alertindex.py`` and ruff format."""
+    severities, levels = stack_alertindex.tables()
+    assert severities == alertindex.SEVERITIES
+    assert levels == alertindex.LEVELS
+
+
+# ---- 5-6: what the control path prints, sends and waits for --------------------------------------
+
+
+@contextlib.contextmanager
+def _raw_server(answer: Callable[[socket.socket, threading.Event], None]) -> Iterator[int]:
+    """A TCP server on 127.0.0.1 calling ``answer`` for each connection (after reading its
+    request); its port until the ``with`` ends."""
+    listener = socket.create_server(("127.0.0.1", 0))
+    listener.settimeout(0.2)
+    done = threading.Event()
+
+    def serve() -> None:
+        while not done.is_set():
+            try:
+                conn, _ = listener.accept()
+            except TimeoutError:
+                continue
+            with conn:
+                conn.recv(65536)
+                with contextlib.suppress(OSError):
+                    answer(conn, done)
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        done.set()
+        thread.join(10)
+        listener.close()
+
+
+def _trickle(conn: socket.socket, done: threading.Event) -> None:
+    conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 200\r\n\r\n")
+    _drip(conn, done)
+
+
+def _trickle_head(conn: socket.socket, done: threading.Event) -> None:
+    conn.sendall(b"HTTP/1.1 200 OK\r\nX-Slow: ")
+    _drip(conn, done)
+
+
+def _drip(conn: socket.socket, done: threading.Event) -> None:
+    for _ in range(200):  # one byte every 0.2 s: each read is quick, the whole answer is not
+        if done.wait(0.2):
+            return
+        conn.sendall(b" ")
+
+
+def test_a_trickled_answer_is_cut_at_the_polls_total_deadline() -> None:
+    with _raw_server(_trickle) as port:
+        source = Alertmanager(f"http://127.0.0.1:{port}", timeout=1.0)
+        with pytest.raises(AlertmanagerError, match="no full answer within 1 s"):
+            source.alerts("r")
+
+
+def test_the_final_push_has_a_total_deadline(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(lifecycle, "PUSH_TIMEOUT", 1.0)
+    with _raw_server(_trickle_head) as port:
+        exp = Exporter(port=0, run_id="push", gpu=False, host=False)
+        exp.push_gateway = f"127.0.0.1:{port}"
+        started = threading.Event()
+        pushed: list[bool] = []
+
+        def push() -> None:
+            started.set()
+            pushed.append(lifecycle.push(exp))
+
+        pusher = threading.Thread(target=push)
+        pusher.start()
+        pusher.join(8)  # the trickle lasts 40 s; a push waiting per read would still be here
+        assert started.is_set() and pushed == [False]
+
+
+def test_alertmanager_credentials_in_the_url_are_refused_unprinted() -> None:
+    with pytest.raises(ValueError, match="may not hold credentials") as refused:
+        Alertmanager("http://rl:hunter2@127.0.0.1:9093")
+    assert "hunter2" not in str(refused.value)
+
+
+def test_a_redirect_is_not_followed_with_the_credentials(tmp_path: Path) -> None:
+    seen: list[bytes] = []
+
+    def other(conn: socket.socket, done: threading.Event) -> None:
+        seen.append(b"request")
+        conn.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n[]")
+
+    (tmp_path / "password").write_text("s3cret\n")
+    with _raw_server(other) as elsewhere:
+
+        def moved(conn: socket.socket, done: threading.Event) -> None:
+            where = f"http://127.0.0.1:{elsewhere}/api/v2/alerts"
+            conn.sendall(
+                f"HTTP/1.1 307 Moved\r\nLocation: {where}\r\nContent-Length: 0\r\n\r\n".encode()
+            )
+
+        with _raw_server(moved) as port:
+            source = Alertmanager(
+                f"http://127.0.0.1:{port}", username="rl", password_file=str(tmp_path / "password")
+            )
+            with pytest.raises(AlertmanagerError) as refused:
+                source.alerts("r")
+    assert refused.value.reason == "http_307" and seen == []
+
+
+def test_an_alertname_with_terminal_escapes_is_shown_inert(
+    run: Exporter, caplog: pytest.LogCaptureFixture
+) -> None:
+    c = control.Control(run, {"critical": "stop"}, Alertmanager("http://127.0.0.1:9"))
+    evil = "RLX\x1b[2J\x1b[31mPWNED\nrlpulse: stopped"
+    c.seen([_firing(evil, "critical", run.run_id)])
+    assert "\x1b" not in caplog.text and "PWNED\n" not in caplog.text
+    assert "RLX?[2J?[31mPWNED?rlpulse: stopped" in caplog.text

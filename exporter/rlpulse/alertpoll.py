@@ -11,17 +11,18 @@ as it does for the page. The options are those of rlpulse's other outbound HTTP 
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
+import http.client
 import json
 import logging
 import math
 import os
 import re
+import socket
 import ssl
 import threading
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
@@ -65,9 +66,18 @@ class Alertmanager:
     timeout: float = 5.0
 
     def __post_init__(self) -> None:
-        scheme = urllib.parse.urlsplit(self.url).scheme
-        if scheme not in ("http", "https"):
-            raise ValueError(f"rlpulse: Alertmanager url must be http(s)://..., not {self.url!r}")
+        parts = urllib.parse.urlsplit(self.url)
+        if "@" in parts.netloc:
+            raise ValueError(
+                "rlpulse: the Alertmanager url may not hold credentials (user:password@): give "
+                "username and password_file (RLPULSE_ALERTMANAGER_USERNAME, "
+                "RLPULSE_ALERTMANAGER_PASSWORD_FILE) instead"
+            )
+        scheme = parts.scheme
+        if scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(
+                f"rlpulse: Alertmanager url must be http(s)://host..., not {self.url!r}"
+            )
         if bool(self.username) != bool(self.password_file):
             raise ValueError("rlpulse: Alertmanager username and password_file go together")
         if self.username and self.bearer_token_file:
@@ -120,16 +130,9 @@ class Alertmanager:
                 "filter": f'run_id="{_escape(run_id)}"',
             }
         )
-        request = urllib.request.Request(
-            f"{self.url.rstrip('/')}/api/v2/alerts?{query}", headers=self._headers()
+        body = self._get(
+            f"{urllib.parse.urlsplit(self.url).path.rstrip('/')}/api/v2/alerts?{query}"
         )
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout, context=self._tls()) as resp:
-                body = resp.read(MAX_ANSWER_BYTES + 1)
-        except urllib.error.HTTPError as exc:
-            raise AlertmanagerError(f"http_{exc.code}", f"{self.url} answered {exc.code}") from None
-        except (OSError, ssl.SSLError) as exc:  # URLError, refused, timeout, TLS
-            raise AlertmanagerError("unreachable", f"{self.url}: {exc}") from None
         if len(body) > MAX_ANSWER_BYTES:
             raise AlertmanagerError(
                 "bad_answer", f"{self.url}: answer over {MAX_ANSWER_BYTES} bytes"
@@ -140,6 +143,42 @@ class Alertmanager:
             raise AlertmanagerError(
                 "bad_answer", f"{self.url}: not an API v2 alert list ({exc})"
             ) from None
+
+    def _get(self, path: str) -> bytes:
+        """One GET with ``timeout`` seconds in total (connect, answer and body: a trickled answer
+        is cut), redirects not followed (credentials never reach another origin)."""
+        parts = urllib.parse.urlsplit(self.url)
+        host, port = parts.hostname or "", parts.port
+        conn: http.client.HTTPConnection
+        if parts.scheme == "https":
+            conn = http.client.HTTPSConnection(
+                host, port, timeout=self.timeout, context=self._tls()
+            )
+        else:
+            conn = http.client.HTTPConnection(host, port, timeout=self.timeout)
+        headers = self._headers()
+        cut = threading.Event()
+        late = threading.Timer(self.timeout, _cut, (conn, cut))
+        late.daemon = True
+        late.start()
+        try:
+            conn.request("GET", path, headers=headers)
+            resp = conn.getresponse()
+            if resp.status != 200:
+                moved = " (a redirect: not followed)" if 300 <= resp.status < 400 else ""
+                raise AlertmanagerError(
+                    f"http_{resp.status}", f"{self.url} answered {resp.status}{moved}"
+                )
+            body = resp.read(MAX_ANSWER_BYTES + 1)
+            if cut.is_set():  # what was read is a part
+                raise TimeoutError("cut")
+            return body
+        except (OSError, ssl.SSLError, http.client.HTTPException) as exc:
+            detail = f"no full answer within {self.timeout:g} s" if cut.is_set() else str(exc)
+            raise AlertmanagerError("unreachable", f"{self.url}: {detail}") from None
+        finally:
+            late.cancel()
+            conn.close()
 
     def _headers(self) -> dict[str, str]:
         try:
@@ -165,6 +204,15 @@ class Alertmanager:
         except (OSError, ssl.SSLError) as exc:
             raise AlertmanagerError("credentials", f"cannot load the TLS files: {exc}") from None
         return ctx
+
+
+def _cut(conn: http.client.HTTPConnection, cut: threading.Event) -> None:
+    """Abort a request past its deadline (from the timer's thread)."""
+    cut.set()
+    sock = conn.sock
+    if sock is not None:
+        with contextlib.suppress(OSError):
+            sock.shutdown(socket.SHUT_RDWR)
 
 
 def _secret(path: str) -> str:

@@ -17,16 +17,18 @@ Alertmanager are counted (``rlpulse_alertmanager_errors_total``) and said once.
 from __future__ import annotations
 
 import logging
+import math
 import os
+import socket
 import sys
 import threading
 import time
 import weakref
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, TextIO
 
-from rlpulse import catalog, lastgood, notices
+from rlpulse import alertindex, catalog, lastgood, notices, scrape
 from rlpulse.alertpoll import Alertmanager, AlertmanagerError, Firing, Poller
 from rlpulse.exporter import Exporter
 
@@ -39,6 +41,9 @@ ON_ALERT_ENV = "RLPULSE_ON_ALERT"  # e.g. "critical=stop,warning=none,RLEntropyC
 POLL_ENV = "RLPULSE_ALERT_POLL_INTERVAL"
 RULES_CONFIG_ENV = "RLPULSE_RULES_CONFIG"  # the rlpulse config the rules were generated from
 POLL_INTERVAL = 5.0  # seconds between reads of Alertmanager
+SAVE_GAP = 60.0  # seconds: at most one save asked per gap (a flood of warnings is one save)
+MAX_REMEMBERED = 4096  # alert firings remembered as judged (the oldest forgotten first)
+NONFINITE_ALERT = "RLNonFiniteLoss"  # confirmed by a non-finite value the run logged
 STOPPED = "stopped"
 
 CHECKPOINT = catalog.get("rl_checkpoint_step")
@@ -46,6 +51,7 @@ ACTION_TIME = catalog.get("rl_alert_action_timestamp_seconds")
 LAST_GOOD = catalog.get("rl_last_good_step")
 RESUME = catalog.get("rl_resume_checkpoint_step")
 ERRORS = catalog.get("rlpulse_alertmanager_errors_total")
+NONFINITE = catalog.get("rl_nonfinite_values_total")
 
 Policy = Mapping[str, Action | None]
 
@@ -89,6 +95,7 @@ class Request:
     alert: Firing
     last_good: lastgood.LastGood
     asked_at: float
+    key: tuple[str, float] = ("", 0.0)  # the alert firing's (fingerprint, startsAt)
 
     @property
     def stop(self) -> bool:
@@ -105,7 +112,14 @@ class Request:
 
 
 class Control:
-    """One exporter's alert actions: the poller's side (``seen``) and the trainer's."""
+    """One exporter's alert actions: the poller's side (``seen``) and the trainer's.
+
+    An alert may act only when it is one the generated rules raise (``rlpulse.alertindex``),
+    of this run (``run_id``) and, where it names one, of this ``instance``, began after this
+    Control started (not a predecessor's still firing for a resumed run), and the run's own
+    values confirm it (its step signal past its level, or a non-finite value logged). A save is
+    asked at most once per ``SAVE_GAP`` seconds; a request whose alert no longer pages
+    (resolved or silenced) before the trainer acted on it is withdrawn."""
 
     def __init__(
         self,
@@ -124,62 +138,167 @@ class Control:
         self.rules_config = rules_config
         self._levels = levels  # None: those of rules_config, read when an alert first acts
         self.out = out
+        self.started = time.time()
         self._pending: Request | None = None
         self._saved = False  # the pending request's checkpoint was reported
-        self._acted: set[tuple[str, float]] = set()  # (fingerprint, startsAt) already acted on
+        self._committed = False  # should_stop() said True: the loop is ending
+        self._seen: dict[tuple[str, float], bool] = {}  # firing -> acted on (bounded, oldest out)
+        self._marks: dict[str, Request] = {}  # alertname -> its latest request (scrape time)
+        self._last_save = -math.inf  # time.time() of the latest save asked
+        self._locals: frozenset[str] | None = None  # this host's names and addresses
         self._failing = False  # the last read failed (said when it began, not again)
         self._told = False  # where to resume was printed
+        self._bad_calls = 0  # trainer calls with arguments that could not be used
         self._lock = threading.Lock()
         self.poller = Poller(alertmanager, exporter.run_id, interval, self.seen, self.failed)
+        _all.add(self)
 
     def start(self) -> Control:
         self.exporter.on_close(self.farewell)
+        self.exporter.sample_sources.append(self.samples)
         self.poller.start()
         self.exporter.on_close(self.poller.close)
         return self
 
+    def after_fork_in_child(self) -> None:
+        """Fresh locks in a forked child (a parent thread may have held one at the fork)."""
+        self._lock = threading.Lock()
+        self.checkpoints._lock = threading.Lock()
+
     # ---- the poller's side
     def seen(self, alerts: list[Firing]) -> None:
-        """Alertmanager's answer: act on each alert that maps to an action, once per firing."""
+        """Alertmanager's answer: act on each alert that may act and maps to an action, once
+        per firing; withdraw a request whose alert no longer pages."""
         if self._failing:
             self._failing = False
             log.info(
                 "rlpulse: run %s reads its alerts from Alertmanager again", self.exporter.run_id
             )
+        paging: set[tuple[str, float]] = set()
         for alert in sorted(alerts, key=lambda a: a.starts_at):
-            action = decide(self.rules, alert)
             key = (alert.fingerprint or alert.name, alert.starts_at)
-            if action is None or key in self._acted:
+            acted = self._seen.get(key)
+            refused = self._refused(alert)
+            if acted is None:
+                self._remember(key)
+                if refused:  # said once; judged again at each read (the values may confirm it)
+                    log.warning(
+                        "rlpulse: run %s does not act on alert %s (%s): %s",
+                        self.exporter.run_id,
+                        clean(alert.name),
+                        clean(alert.severity),
+                        refused,
+                    )
+            if refused:
                 continue
-            self._acted.add(key)
-            self._ask(action, alert)
+            paging.add(key)
+            action = decide(self.rules, alert)
+            if action is None or acted:
+                continue
+            self._seen[key] = True
+            if action == "save" and time.time() - self._last_save < SAVE_GAP:
+                log.info(
+                    "rlpulse: %s asks a save %g s after the last: not again",
+                    alert.name,
+                    time.time() - self._last_save,
+                )
+                continue
+            self._ask(action, alert, key)
+        self._withdraw_unless(paging)
 
-    def _ask(self, action: Action, alert: Firing) -> None:
-        table = self._levels if self._levels is not None else lastgood.levels(self.rules_config)
-        level = lastgood.level_of(table, alert.labels)
+    def _remember(self, key: tuple[str, float]) -> None:
+        self._seen[key] = False
+        if len(self._seen) > MAX_REMEMBERED:
+            del self._seen[next(iter(self._seen))]
+
+    def _refused(self, alert: Firing) -> str:
+        """Why ``alert`` may not act on this run ("" when it may)."""
+        labels = alert.labels
+        if labels.get("run_id") != self.exporter.run_id:
+            return "another run's alert"
+        if alert.severity not in alertindex.SEVERITIES.get(alert.name, ()):
+            return "not an alert rlpulse's rules raise"
+        instance = labels.get("instance")
+        if instance is not None and not self._ours(instance):
+            return f"another instance's ({clean(instance)})"
+        if alert.starts_at < self.started:
+            return "it began before this run started here (a predecessor's)"
+        if not self._confirmed(alert):
+            return "the run's own values do not show it"
+        return ""
+
+    def _ours(self, instance: str) -> bool:
+        """Whether Prometheus' ``instance`` (host:port) is this exporter."""
+        host, _, port = instance.rpartition(":")
+        if port != str(self.exporter.port):
+            return False
+        host = host.strip("[]").lower()
+        if self._locals is None:
+            self._locals = _local_names(self.exporter.addr)
+        return host in self._locals or bool(_addresses(host) & self._locals)
+
+    def _confirmed(self, alert: Firing) -> bool:
+        """Whether the exporter's own values show what ``alert`` reports."""
+        if alert.name == NONFINITE_ALERT:
+            store = self.exporter.store
+            return any(
+                s.metric.name == NONFINITE.name and store.values[s.slot] > 0
+                for s in list(store.by_slot)
+            )
+        level = lastgood.level_of(self._table(), alert.labels)
+        if level is None or alert.labels.get("signal", level.signal) != level.signal:
+            return False
+        series = alert.labels.get("series", "")
+        return self.exporter.detector.onset(level.signal, series, level.bad) is not None
+
+    def _table(self) -> Mapping[tuple[str, str], lastgood.Level]:
+        return self._levels if self._levels is not None else lastgood.levels(self.rules_config)
+
+    def _ask(self, action: Action, alert: Firing, key: tuple[str, float]) -> None:
+        level = lastgood.level_of(self._table(), alert.labels)
         last = lastgood.find(
             self.exporter.detector, alert.labels, level, self.checkpoints, alert.starts_at
         )
-        request = Request(action, alert, last, time.time())
+        request = Request(action, alert, last, time.time(), key)
         with self._lock:
             pending = self._pending
             if pending is None or ACTIONS.index(action) > ACTIONS.index(pending.action):
                 self._pending, self._saved = request, False
-        exp, name = self.exporter, alert.name
-        exp.writes.put(ACTION_TIME.name, request.asked_at, {"alertname": name, "action": action})
-        if last.step is not None:
-            exp.writes.put(LAST_GOOD.name, last.step, {"alertname": name})
-        if last.checkpoint is not None:
-            step, path = last.checkpoint
-            exp.writes.put(RESUME.name, step, {"alertname": name, "checkpoint": path})
+            self._marks[alert.name] = request
+            self._last_save = request.asked_at
         log.warning(
             "rlpulse: %s (%s) asks run %s to %s: %s",
             alert.name,
             alert.severity,
-            exp.run_id,
+            self.exporter.run_id,
             action,
             last.describe(),
         )
+
+    def _withdraw_unless(self, paging: set[tuple[str, float]]) -> None:
+        with self._lock:
+            pending = self._pending
+            if pending is None or self._committed or pending.key in paging:
+                return
+            self._pending = None
+        log.warning(
+            "rlpulse: %s no longer pages (resolved or silenced): run %s does not %s",
+            pending.alert.name,
+            self.exporter.run_id,
+            pending.action,
+        )
+
+    def samples(self) -> Iterator[scrape.Sample]:
+        """The latest request of each alert, at scrape time: when it asked, the last good step
+        and the one checkpoint to resume from."""
+        for name, request in sorted(self._marks.items()):
+            yield ACTION_TIME, (name, request.action), request.asked_at
+            last = request.last_good
+            if last.step is not None:
+                yield LAST_GOOD, (name,), last.step
+            if last.checkpoint is not None:
+                step, path = last.checkpoint
+                yield RESUME, (name, path), step
 
     def failed(self, exc: AlertmanagerError) -> None:
         """A read that failed: counted by reason, said once per outage."""
@@ -198,7 +317,7 @@ class Control:
             ERRORS.name,
         )
 
-    # ---- the trainer's side: attribute reads, never blocking
+    # ---- the trainer's side: attribute reads, never blocking, never raising
     def action(self) -> Request | None:
         """What an alert asks now (None: nothing)."""
         return self._pending
@@ -212,15 +331,25 @@ class Control:
         pending = self._pending
         if pending is None or not pending.stop:
             return False
+        self._committed = True
         # a loop that breaks here and just ends is a stopped run, not a finished one
         self.exporter.asked_end = (STOPPED, pending.alert.name)
         return True
 
     def checkpoint_saved(self, step: float, path: str | os.PathLike[str]) -> None:
         """The trainer saved a checkpoint at ``step``: a resume point, and the save an alert
-        asked for (a save-only request is then done)."""
-        self.checkpoints.add(float(step), os.fspath(path), time.time())
-        self.exporter.writes.put(CHECKPOINT.name, float(step))
+        asked for (a save-only request is then done). Arguments that cannot be used are
+        counted (``bad_call``) and logged once, never raised."""
+        try:
+            at = float(step)
+            where = os.fspath(path)
+            if not (math.isfinite(at) and isinstance(where, str)):
+                raise ValueError(f"step {at!r}, path {where!r}")
+        except Exception as exc:
+            self._bad_call("checkpoint_saved", exc)
+            return
+        self.checkpoints.add(at, where, time.time())
+        self.exporter.writes.put(CHECKPOINT.name, at)
         with self._lock:
             pending = self._pending
             if pending is None:
@@ -229,19 +358,28 @@ class Control:
                 self._saved = True
                 return
             self._pending = None
-        self._say(pending.message(float(step)))
+        self._say(pending.message(at))
 
     def stopped(self, step: float | None = None) -> str:
         """The trainer stopped as asked: print where to resume and end the run ``stopped``
         (named by the alert). Returns the line printed ("" when no stop was asked)."""
+        try:
+            at = None if step is None else float(step)
+        except Exception as exc:
+            self._bad_call("stopped", exc)
+            at = None
         pending = self._pending
         if pending is None or not pending.stop or self._told:
             return ""
         self._told = True
-        line = pending.message(step)
+        line = pending.message(at)
         self._say(line)
         self.exporter.end(STOPPED, pending.alert.name)
         return line
+
+    def _bad_call(self, call: str, exc: Exception) -> None:
+        self.exporter.drops("bad_call", call, exc)
+        self._bad_calls += 1
 
     def farewell(self) -> None:
         """At the end of a run that was asked to stop and never called ``stopped()``: say
@@ -256,9 +394,37 @@ class Control:
         print(line, file=self.out or sys.stderr, flush=True)
 
 
+def clean(text: str, limit: int = 120) -> str:
+    """``text`` safe to print or use as a label value: control characters (terminal escapes,
+    newlines) shown as ``?``, cut to ``limit`` characters."""
+    shown = "".join(c if c.isprintable() else "?" for c in str(text)[:limit])
+    return shown + ("..." if len(str(text)) > limit else "")
+
+
+def _local_names(addr: str) -> frozenset[str]:
+    """This host's names and addresses (loopback included), lower-cased."""
+    names = {"localhost", "127.0.0.1", "::1", socket.gethostname(), socket.getfqdn()}
+    if addr and addr not in ("0.0.0.0", "::"):
+        names.add(addr)
+    names = {n.lower() for n in names}
+    found = set(names)
+    for name in names:
+        found |= _addresses(name)
+    return frozenset(found)
+
+
+def _addresses(host: str) -> set[str]:
+    """The addresses ``host`` resolves to (empty when it does not); the poller's thread."""
+    try:
+        return {str(info[4][0]).lower() for info in socket.getaddrinfo(host, None)}
+    except (OSError, UnicodeError):
+        return set()
+
+
 # ---- one Control per exporter ---------------------------------------------------------------
 
 _controls: weakref.WeakKeyDictionary[Exporter, Control] = weakref.WeakKeyDictionary()
+_all: weakref.WeakSet[Control] = weakref.WeakSet()  # every Control (fresh locks after a fork)
 _process: Control | None = None  # the process-wide run's (rlpulse.start)
 _controls_lock = threading.Lock()
 
@@ -350,3 +516,13 @@ def stopped(step: float | None = None) -> str:
     """The loop stopped as asked: print where to resume, end the run ``stopped``."""
     c = _process
     return c.stopped(step) if c is not None else ""
+
+
+def _after_fork_in_child() -> None:
+    global _controls_lock
+    _controls_lock = threading.Lock()
+    for c in list(_all):
+        c.after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

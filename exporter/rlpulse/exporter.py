@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -87,6 +87,8 @@ class Exporter:
         self.asked_end: tuple[str, str] | None = None
         self.scraper_seen = False  # a Prometheus-style scraper has fetched /metrics
         self._recorder: Any = None  # a rollouts.Recorder, opened by the first record_rollouts()
+        # more scrape-time samples (rlpulse.control's marks): callables yielding scrape.samples'
+        self.sample_sources: list[Callable[[], Iterable[scrape.Sample]]] = []
         ttl, timeout = opts.collector_ttl, opts.collector_timeout
         if opts.gpu:
             self._readers.append(CachedReader("gpu", GpuReader(opts.nvml), ttl, timeout))

@@ -7,10 +7,13 @@ when the client asks. ``metrics_handler`` serves an exposition with content nego
 (Prometheus text 0.0.4 or OpenMetrics 1.0.0).
 
 Connections cannot exhaust the trainer's threads or file descriptors: the accept loop holds a new
-connection without a thread until its first bytes arrive, keeps at most ``MAX_CONNECTIONS`` (a
-new one past the cap evicts the oldest that has sent nothing), gives each connection
-``HEAD_TIMEOUT`` seconds in total for its TLS handshake and each request's line and headers, and
-pauses accepting (instead of spinning) while the process is out of descriptors.
+connection without a thread until its first bytes arrive, keeps at most ``MAX_CONNECTIONS``,
+gives each connection ``HEAD_TIMEOUT`` seconds in total for its TLS handshake and each request's
+line and headers, and pauses accepting (instead of spinning) while the process is out of
+descriptors. A new connection past the cap evicts the one idle longest (sent nothing yet, in its
+handshake, or between keep-alive requests), those never answered 200 first, else a non-scraper's
+request in flight: clients that keep re-sending cannot lock a scraper out. One bad connection
+never ends the accept loop.
 """
 
 from __future__ import annotations
@@ -147,19 +150,28 @@ def tls_context(certfile: str, keyfile: str | None = None) -> ssl.SSLContext:
 
 
 class _Conn:
-    """A served connection: its socket (the TLS one once wrapped) and the monotonic time by
-    which its handshake or current request head must have arrived (inf while serving)."""
+    """A served connection: its socket (the TLS one once wrapped), the monotonic time by which
+    its handshake or current request head must have arrived (inf while serving), whether it was
+    ever answered 200 (a scraper's) and whether it was cut to make room."""
 
-    __slots__ = ("deadline", "sock")
+    __slots__ = ("answered", "deadline", "evicted", "sock")
 
     def __init__(self, sock: Any, deadline: float) -> None:
         self.sock = sock
         self.deadline = deadline
+        self.answered = False
+        self.evicted = False
 
     def cut(self) -> None:
         """Abort whatever the connection's thread is blocked on."""
         with contextlib.suppress(OSError):
             self.sock.shutdown(socket.SHUT_RDWR)
+
+    def rank(self) -> tuple[int, float]:
+        """Eviction order, lowest first: idle (handshake, head) before serving, never
+        answered 200 before a scraper's, then longest idle."""
+        serving = self.deadline == math.inf
+        return (2 * serving + self.answered, 0.0 if serving else self.deadline)
 
 
 class _RequestHandler(BaseHTTPRequestHandler):
@@ -217,6 +229,7 @@ class _RequestHandler(BaseHTTPRequestHandler):
             self.wfile.write(body)
             self.wfile.flush()
             if response.status == 200:
+                self.conn.answered = True
                 app._answer(url.path, n)
 
     def log_message(self, format: str, *args: Any) -> None:
@@ -373,20 +386,43 @@ class Server:
                 for key, _ in sel.select(POLL_INTERVAL):
                     sock = key.fileobj
                     if sock is listener:
-                        if not self._accept(listener, sel):
+                        if not self._guarded(self._accept, listener, sel):
                             sel.unregister(listener)
                             resume = time.monotonic() + ACCEPT_BACKOFF
-                    else:
+                    elif sock in self._waiting:  # not evicted by an accept in this round
                         assert isinstance(sock, socket.socket)
-                        sel.unregister(sock)
-                        del self._waiting[sock]
-                        httpd.process_request(sock, key.data)  # its first bytes are here
-                self._reap(sel, time.monotonic())
+                        self._drop(sel, sock, close=False)
+                        if not self._guarded(self._hand_over, httpd, sock, key.data):
+                            sock.close()  # e.g. no thread could be started for it
+                self._guarded(self._reap, sel, time.monotonic())
         finally:
             for sock in list(self._waiting):
                 sock.close()
             self._waiting.clear()
             sel.close()
+
+    @staticmethod
+    def _guarded(step: Callable[..., Any], *args: Any) -> Any:
+        """One step of the accept loop; an error is logged and the loop goes on (False)."""
+        try:
+            return step(*args)
+        except Exception:
+            log.warning("rlpulse http: accept loop step failed (serving on)", exc_info=True)
+            return False
+
+    @staticmethod
+    def _hand_over(httpd: _HTTPServer, sock: socket.socket, address: Any) -> bool:
+        """A connection whose first bytes are here gets its thread."""
+        httpd.process_request(sock, address)
+        return True
+
+    def _drop(self, sel: selectors.BaseSelector, sock: socket.socket, close: bool = True) -> None:
+        """Stop watching a waiting socket (and close it)."""
+        del self._waiting[sock]
+        with contextlib.suppress(KeyError, ValueError):
+            sel.unregister(sock)
+        if close:
+            sock.close()
 
     def _accept(self, listener: socket.socket, sel: selectors.BaseSelector) -> bool:
         """Take one connection; False when the process is out of file descriptors."""
@@ -399,25 +435,34 @@ class Server:
                 log.debug("rlpulse http: accept paused: %s", exc)
                 return False
             raise
-        if len(self._waiting) + len(self.connections) >= MAX_CONNECTIONS:
-            if not self._waiting:
-                sock.close()  # every slot is a request being served
-                return True
-            oldest = next(iter(self._waiting))
-            sel.unregister(oldest)
-            del self._waiting[oldest]
-            oldest.close()
+        live = [c for c in list(self.connections) if not c.evicted]
+        if len(self._waiting) + len(live) >= MAX_CONNECTIONS and not self._evict(sel, live):
+            sock.close()  # every slot is a scraper's request being served
+            return True
         sel.register(sock, selectors.EVENT_READ, address)
         self._waiting[sock] = time.monotonic() + HEAD_TIMEOUT
+        return True
+
+    def _evict(self, sel: selectors.BaseSelector, live: list[_Conn]) -> bool:
+        """Make room for a new connection (see the module docstring); False when none may go."""
+        waiting = min(self._waiting.items(), key=lambda kv: kv[1], default=None)
+        conn = min(live, key=_Conn.rank, default=None)
+        if conn is not None and conn.rank()[0] == 3:
+            conn = None  # a scraper's request in flight
+        if waiting is not None and (conn is None or (0, waiting[1]) <= conn.rank()):
+            self._drop(sel, waiting[0])
+            return True
+        if conn is None:
+            return False
+        conn.evicted = True
+        conn.cut()
         return True
 
     def _reap(self, sel: selectors.BaseSelector, now: float) -> None:
         """Close connections whose handshake or request head is past its deadline."""
         for sock, deadline in list(self._waiting.items()):
             if deadline <= now:
-                sel.unregister(sock)
-                del self._waiting[sock]
-                sock.close()
+                self._drop(sel, sock)
         for conn in list(self.connections):
             if conn.deadline <= now:
                 conn.cut()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlpulse import notices
+from rlpulse import alertindex, notices
 from rlpulse.signals import Detector
 
 MAX_CHECKPOINTS = 1024  # reported checkpoints kept (oldest forgotten first)
@@ -50,11 +50,13 @@ def levels(config: str | None = None) -> Mapping[tuple[str, str], Level]:
     """(alertname, severity) -> Level of every step alert, with the thresholds of the rlpulse
     config at ``config`` (None: the shipped ones). Empty, with a notice, if they cannot be read:
     the run then acts on its alerts without naming an onset step."""
+    if not config:  # the shipped levels, without importing the generator
+        return {key: Level(*row) for key, row in alertindex.LEVELS.items()}
     try:
         from rlpulse.stack import config as stack_config
         from rlpulse.stack.alerts import STEP_ALERTS
 
-        cfg = stack_config.load(config) if config else stack_config.Config()
+        cfg = stack_config.load(config)
         out: dict[tuple[str, str], Level] = {}
         for alerts in STEP_ALERTS.values():
             for a in alerts:

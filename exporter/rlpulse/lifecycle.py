@@ -1,7 +1,8 @@
 """Process lifecycle: how a run ends when the process does.
 
 At interpreter exit every serving exporter ends its run (``end``: finished, or crashed /
-interrupted as the chained ``sys.excepthook``, ``threading.excepthook`` and ``sys.exit`` saw it),
+interrupted as the chained ``sys.excepthook``, ``threading.excepthook`` and ``sys.exit`` saw it;
+an error in one of rlpulse's own threads is logged, never the run crashing),
 waiting a bounded time for a last scrape (one deadline for all) and pushing to a Pushgateway if
 one is set; on a SIGTERM left at its default action it only closes (the signal is then
 re-delivered, so the process still dies of it, and Prometheus pages the vanished target); a user's
@@ -100,11 +101,26 @@ def await_final_scrape(exp: Served, wait: float) -> bool:
 
 def push(exp: Served) -> bool:
     """Push the run's final state to the Pushgateway, grouped by job, run_id and rank."""
-    if not exp.push_gateway:
+    gateway = exp.push_gateway
+    if not gateway:
         return False
     group = {"run_id": exp.run_id, "rank": str(exp.rank)}
+    failure: list[Exception] = []
+
+    def send() -> None:
+        try:
+            push_to_gateway(gateway, PUSH_JOB, exp.registry, group, timeout=PUSH_TIMEOUT)
+        except Exception as exc:
+            failure.append(exc)
+
+    sender = threading.Thread(target=send, name="rlpulse-push", daemon=True)
+    sender.start()
+    sender.join(PUSH_TIMEOUT)  # in total: a Pushgateway trickling its answer does not hold exit
     try:
-        push_to_gateway(exp.push_gateway, PUSH_JOB, exp.registry, group, timeout=PUSH_TIMEOUT)
+        if sender.is_alive():
+            raise TimeoutError(f"no answer within {PUSH_TIMEOUT:g} s")
+        if failure:
+            raise failure[0]
     except Exception as exc:
         notices.warn(
             "push_failed",
@@ -223,7 +239,8 @@ def _install_exit_hooks() -> None:
         previous_excepthook(exc_type, exc, tb)
 
     def thread_excepthook(args: Any) -> None:
-        _note_exception(args.exc_type, "thread: ")
+        if not getattr(args.thread, "name", "").startswith("rlpulse"):  # ours: not the run's
+            _note_exception(args.exc_type, "thread: ")
         previous_thread_hook(args)
 
     def exit(status: Any = None) -> Any:

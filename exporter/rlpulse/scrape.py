@@ -47,7 +47,10 @@ def noting_scrapers(exp: Exporter, handler: http.Handler) -> http.Handler:
     return serve
 
 
-def samples(exp: Exporter) -> Iterator[tuple[Metric, tuple[str, ...], float]]:
+Sample = tuple[Metric, tuple[str, ...], float]  # (metric, its own label values, value)
+
+
+def samples(exp: Exporter) -> Iterator[Sample]:
     """What a scrape adds to the store: (metric, its own label values, value).
 
     Run info comes first, then the self-metrics and the GPU/host readings (taken now).
@@ -70,6 +73,8 @@ def samples(exp: Exporter) -> Iterator[tuple[Metric, tuple[str, ...], float]]:
             metric = catalog.get(name)
             yield metric, tuple(labels[n] for n in metric.labels), value
     yield from exp.detector.samples()
+    for source in list(exp.sample_sources):
+        yield from source()
     if exp._recorder is not None:
         for name, labels, value in exp._recorder.metric_samples():
             metric = catalog.get(name)

@@ -461,6 +461,8 @@ class BasicAuth:
     time. A bcrypt check holds a core (and the GIL) for tens of ms, so the endpoint runs at most
     ``BCRYPT_RATE`` per second (burst ``BCRYPT_BURST``) and answers 429 past that, and both
     refusals come after ``FAILURE_DELAY``: a flood of wrong passwords cannot starve the trainer.
+    Credentials found wrong are remembered too (``MAX_WRONG``): clients re-sending them spend
+    no budget, so they cannot keep a scraper's first check waiting on 429s.
     """
 
     def __init__(self, users: Mapping[str, bytes]) -> None:
@@ -468,6 +470,7 @@ class BasicAuth:
         self._users = dict(users)
         self._key = secrets.token_bytes(32)
         self._verified: dict[str, bytes] = {}
+        self._wrong: dict[bytes, None] = {}  # keyed hashes of credentials found wrong (bounded)
         cost = max(int(h[4:6]) for h in self._users.values()) if self._users else 10
         self._dummy = _bcrypt().hashpw(secrets.token_bytes(16), _bcrypt().gensalt(cost))
 
@@ -477,6 +480,9 @@ class BasicAuth:
             return _unauthorized()
         if self._remembered(*creds):
             return None
+        if self._digest(*creds) in self._wrong:  # re-sent: refused again without a bcrypt check
+            time.sleep(FAILURE_DELAY)
+            return _unauthorized()
         refused = self._budget(request)
         if refused is None and self._verify(*creds):
             return None
@@ -502,6 +508,9 @@ class BasicAuth:
         if ok and hashed is not None:
             self._verified[user] = digest
             return True
+        self._wrong[digest] = None
+        if len(self._wrong) > MAX_WRONG:
+            self._wrong.pop(next(iter(self._wrong)), None)
         return False
 
 
@@ -524,6 +533,7 @@ def _checkpw(password: bytes, hashed: bytes) -> bool:
 
 BCRYPT_RATE = 2.0  # bcrypt checks per second for credentials not yet verified
 BCRYPT_BURST = 4
+MAX_WRONG = 1024  # wrong credentials remembered (the oldest forgotten first)
 FAILURE_DELAY = 0.5  # seconds before a wrong password (or one past the budget) is answered
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import http.client
+import http.server
 import io
 import json
 import os
@@ -12,6 +13,8 @@ import signal
 import socket
 import ssl
 import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -27,6 +30,7 @@ from rlpulse.alertpoll import Alertmanager, AlertmanagerError, Firing
 from rlpulse.exporter import Exporter
 from rlpulse.stack import alertindex as stack_alertindex
 from rlpulse.stack import config, rules
+from tests import test_run_end as run_end
 from tests.amutil import alertmanager, post, silence
 from tests.conftest import bcrypt_hash, scrape, self_signed
 from tests.stackutil import free_port
@@ -482,3 +486,82 @@ def test_an_alertname_with_terminal_escapes_is_shown_inert(
     c.seen([_firing(evil, "critical", run.run_id)])
     assert "\x1b" not in caplog.text and "PWNED\n" not in caplog.text
     assert "RLX?[2J?[31mPWNED?rlpulse: stopped" in caplog.text
+
+
+# ---- 10: how a run ends -------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        (
+            "sys.excepthook = lambda *a: print('custom hook', file=sys.stderr)\n1 / 0",
+            "ZeroDivisionError",
+        ),
+        ("exit(2)", "exit status 2"),
+    ],
+    ids=["hook-replaced-after-start", "builtin-exit"],
+)
+def test_a_crash_is_recorded_however_the_script_reports_it(body: str, reason: str) -> None:
+    ended = run_end._end(body)
+    assert (ended.outcome["outcome"], ended.outcome["reason"]) == ("crashed", reason), ended.stderr
+
+
+class _Gateway(http.server.BaseHTTPRequestHandler):
+    """A stand-in Pushgateway on 127.0.0.1: records what is pushed."""
+
+    pushed: list[bytes] = []
+
+    def do_PUT(self) -> None:
+        _Gateway.pushed.append(self.rfile.read(int(self.headers["Content-Length"])))
+        self.send_response(200)
+        self.end_headers()
+
+    do_POST = do_PUT
+
+    def log_message(self, format: str, *args: Any) -> None:
+        pass
+
+
+def test_a_second_ctrl_c_during_the_final_wait_still_pushes_the_end() -> None:
+    gateway = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Gateway)
+    threading.Thread(target=gateway.serve_forever, daemon=True).start()
+    _Gateway.pushed.clear()
+    env = {"RLPULSE_PUSHGATEWAY": f"127.0.0.1:{gateway.server_address[1]}"}
+    try:
+        with run_end._child("raise KeyboardInterrupt", **env) as proc:
+            assert proc.stdout is not None and proc.stdin is not None and proc.stderr is not None
+            url = proc.stdout.readline().strip()
+            run_end.scrape_as_prometheus(url)
+            proc.stdin.write("go\n")
+            proc.stdin.flush()
+            for line in proc.stderr:  # the final wait begins (no more scrapes come)
+                if "waiting up to" in line:
+                    break
+            proc.send_signal(signal.SIGINT)
+            _, err = proc.communicate(timeout=60)
+    finally:
+        gateway.shutdown()
+        gateway.server_close()
+    assert b'outcome="interrupted"' in b"".join(_Gateway.pushed), err
+    assert err.count("Traceback") == 0, err  # the first Ctrl-C's was before the wait began
+
+
+def test_log_from_an_atexit_handler_after_the_end_is_said(tmp_path: Path) -> None:
+    script = textwrap.dedent(
+        """
+        import atexit
+        def late():
+            import rlpulse
+            rlpulse.log({"loss": 1.0}, step=9)
+        atexit.register(late)  # before rlpulse is imported: it runs after the run ended
+        import rlpulse
+        rlpulse.start(port=0, addr="127.0.0.1", run_id="late", gpu=False, host=False)
+        rlpulse.log({"loss": 0.5}, step=1)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0
+    assert "rlpulse.log() while no exporter runs" in done.stderr and "the run ended" in done.stderr

@@ -147,9 +147,9 @@ def stopped(step: float | None = None) -> str:
 def log(metrics: Mapping[str, Any], step: int | None = None) -> None:
     """Record the trainer's metrics dict (TRL, verl, SB3, CleanRL, OpenRLHF keys)."""
     exp = _current
-    if exp is not None:
+    if exp is not None and exp.outcome is None:
         exp.log(metrics, step)
-    else:
+    else:  # e.g. from an atexit handler that runs after the run ended
         _not_running("log")
 
 

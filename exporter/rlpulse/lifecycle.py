@@ -13,6 +13,7 @@ inherited sockets and never serves. See docs/reliability.md, docs/quickstart.md#
 from __future__ import annotations
 
 import atexit
+import builtins
 import contextlib
 import logging
 import os
@@ -87,8 +88,10 @@ def await_final_scrape(exp: Served, wait: float) -> bool:
         exp.url,
         FINAL_WAIT_ENV,
     )
-    if server.wait_answered(METRICS_PATH, scrapes, wait):
+    if _cut_short(server.wait_answered, METRICS_PATH, scrapes, wait):
         return True
+    if _hurried:
+        return False  # said by the signal handler
     notices.warn(
         "final_scrape_missed",
         "rlpulse: no scrape of %s within %.3g s after the run ended: its last values are "
@@ -185,15 +188,91 @@ def _after_fork_in_child() -> None:
     _live.clear()
 
 
+class _Hurry(BaseException):
+    """A second Ctrl-C or a SIGTERM during the exit's final wait: stop waiting, still push."""
+
+
+def _hurry(signum: int, frame: Any) -> None:
+    global _hurried
+    if not _hurried:
+        _hurried = signum
+        print(
+            f"rlpulse: signal {signum} during the final wait: not waiting for the last scrape; "
+            "the run's end is still recorded and pushed",
+            file=sys.stderr,
+            flush=True,
+        )
+    if _in_wait:
+        raise _Hurry
+
+
+_hurried = 0  # the signal that hurried the exit (SIGTERM is re-delivered once done)
+_in_wait = False  # a wait a signal may cut short is under way
+
+
+def _cut_short(wait: Any, *args: Any) -> Any:
+    """``wait(*args)``, unless the exit was hurried (then, or when hurried during it: None)."""
+    global _in_wait
+    if _hurried:
+        return None
+    try:
+        _in_wait = True
+        return wait(*args)
+    except _Hurry:
+        return None
+    finally:
+        _in_wait = False
+
+
+def _uncaught() -> tuple[str, str] | None:
+    """The outcome of an uncaught exception whose report bypassed the chained hook (a hook set
+    after start(), e.g. rich.traceback.install()): the interpreter keeps it in sys.last_*."""
+    last = getattr(sys, "last_type", None)
+    if not isinstance(last, type) or issubclass(last, SystemExit):
+        return None
+    if issubclass(last, KeyboardInterrupt):
+        return ("interrupted", "KeyboardInterrupt")
+    return ("crashed", last.__name__)
+
+
 def _end_all() -> None:
     """At interpreter exit: end every serving exporter with the outcome the exit hooks saw. The
-    waits for a last scrape share one deadline, so several exporters cost one wait."""
+    waits for a last scrape share one deadline, so several exporters cost one wait; a second
+    Ctrl-C or a SIGTERM meanwhile cuts the wait short, never the end record or the push."""
+    if _exit_outcome is None or _exit_outcome[0] == "finished":
+        seen = _uncaught()
+        if seen is not None:
+            _note_outcome(*seen)
     outcome, reason = _exit_outcome or ("finished", "")
     exporters = list(_live)
-    deadline = time.monotonic() + max((exp.final_wait for exp in exporters), default=0.0)
-    for exp in exporters:
-        with contextlib.suppress(Exception):
-            exp.end(outcome, reason, wait=min(exp.final_wait, deadline - time.monotonic()))
+    if not exporters:
+        return
+    previous = _catch_signals()
+    try:
+        deadline = time.monotonic() + max((exp.final_wait for exp in exporters), default=0.0)
+        for exp in exporters:
+            with contextlib.suppress(_Hurry, Exception):
+                exp.end(outcome, reason, wait=min(exp.final_wait, deadline - time.monotonic()))
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+    if _hurried == signal.SIGTERM and previous.get(signal.SIGTERM) in (_on_sigterm, signal.SIG_DFL):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)  # die of it, as without rlpulse
+
+
+def _catch_signals() -> dict[int, Any]:
+    """Ctrl-C and SIGTERM hurry the exit (main thread only); the previous handlers."""
+    if threading.current_thread() is not threading.main_thread():
+        return {}
+    previous: dict[int, Any] = {}
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        handler = signal.getsignal(signum)
+        if handler is signal.SIG_IGN or handler is None:
+            continue
+        previous[signum] = handler
+        signal.signal(signum, _hurry)
+    return previous
 
 
 _exit_outcome: tuple[str, str] | None = None  # set by the hooks below; a crash is never replaced
@@ -250,6 +329,24 @@ def _install_exit_hooks() -> None:
     sys.excepthook = excepthook
     threading.excepthook = thread_excepthook
     sys.exit = exit
+    for name in ("exit", "quit"):  # site's exit() / quit() raise SystemExit without sys.exit
+        builtin = getattr(builtins, name, None)
+        if builtin is not None:
+            setattr(builtins, name, _Quitter(builtin))
+
+
+class _Quitter:
+    """``builtins.exit`` / ``quit`` noting the status, then doing what they did."""
+
+    def __init__(self, previous: Any) -> None:
+        self._previous = previous
+
+    def __repr__(self) -> str:
+        return repr(self._previous)
+
+    def __call__(self, code: Any = None) -> Any:
+        _note_exit_status(code)
+        return self._previous(code)
 
 
 atexit.register(_end_all)

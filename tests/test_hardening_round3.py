@@ -565,3 +565,43 @@ def test_log_from_an_atexit_handler_after_the_end_is_said(tmp_path: Path) -> Non
     )
     assert done.returncode == 0
     assert "rlpulse.log() while no exporter runs" in done.stderr and "the run ended" in done.stderr
+
+
+# ---- 13: bad RLPULSE_* values under an integration --------------------------------------------
+
+AM_URL = {"RLPULSE_ON_ALERT": "critical=stop", "RLPULSE_ALERTMANAGER_URL": "http://127.0.0.1:9"}
+BAD_ENV = [
+    ({"RLPULSE_RUN_ID": "r" * 300}, "RLPULSE_RUN_ID"),
+    ({**AM_URL, "RLPULSE_ON_ALERT": "critcal=stop"}, "RLPULSE_ON_ALERT"),
+    ({"RLPULSE_ON_ALERT": "critical=stop"}, "RLPULSE_ALERTMANAGER_URL"),
+    ({**AM_URL, "RLPULSE_ALERTMANAGER_URL": "ftp://127.0.0.1/"}, "RLPULSE_ALERTMANAGER_URL"),
+    ({**AM_URL, "RLPULSE_ALERT_POLL_INTERVAL": "0"}, "RLPULSE_ALERT_POLL_INTERVAL"),
+    ({"RLPULSE_WEB_CONFIG": "/nonexistent/web.yml"}, "RLPULSE_WEB_CONFIG"),
+    ({"RLPULSE_PORT": "abc"}, "RLPULSE_PORT"),
+]
+
+
+@pytest.mark.parametrize(("env", "variable"), BAD_ENV, ids=[v for _, v in BAD_ENV])
+def test_bad_environment_values_never_stop_sb3_training(
+    env: dict[str, str],
+    variable: str,
+    monkeypatch: pytest.MonkeyPatch,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    import torch
+    from stable_baselines3 import PPO
+
+    import rlpulse
+    from rlpulse.integrations.sb3 import RlpulseCallback
+
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    torch.set_num_threads(1)
+    model = PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=64, n_epochs=1, device="cpu")
+    try:
+        model.learn(64, callback=RlpulseCallback(gpu=False, host=False))
+    finally:
+        rlpulse.close()
+    assert model.num_timesteps == 64
+    said = [r.getMessage() for r in caplog.records if "monitoring is off" in r.getMessage()]
+    assert len(said) == 1 and variable in said[0], said

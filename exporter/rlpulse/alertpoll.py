@@ -259,12 +259,17 @@ class Poller:
         seen: Callable[[list[Firing]], None],
         failed: Callable[[AlertmanagerError], None],
     ) -> None:
-        if not (interval > 0 and math.isfinite(interval)):
-            raise ValueError(f"rlpulse: the alert poll interval must be > 0 s, not {interval}")
+        self.check(interval)
         self.source, self.run_id, self.interval = source, run_id, interval
         self._seen, self._failed = seen, failed
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rlpulse-alerts", daemon=True)
+
+    @staticmethod
+    def check(interval: float) -> None:
+        """``ValueError`` unless ``interval`` is a usable number of seconds."""
+        if not (interval > 0 and math.isfinite(interval)):
+            raise ValueError(f"rlpulse: the alert poll interval must be > 0 s, not {interval}")
 
     def start(self) -> Poller:
         self._thread.start()

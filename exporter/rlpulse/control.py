@@ -16,6 +16,7 @@ Alertmanager are counted (``rlpulse_alertmanager_errors_total``) and said once.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -445,14 +446,22 @@ def attach(
     spec = on_alert if on_alert is not None else os.environ.get(ON_ALERT_ENV)
     if not spec:
         return None
-    rules = policy(spec)
-    source = Alertmanager.of(alertmanager) if alertmanager is not None else Alertmanager.from_env()
+    with _naming(ON_ALERT_ENV, on_alert is None):
+        rules = policy(spec)
+    with _naming("RLPULSE_ALERTMANAGER_URL and its options", alertmanager is None):
+        source = (
+            Alertmanager.of(alertmanager) if alertmanager is not None else Alertmanager.from_env()
+        )
     if source is None:
         raise ValueError(
             "rlpulse: on_alert needs Alertmanager's address: alertmanager='http://host:9093' "
             "or RLPULSE_ALERTMANAGER_URL"
         )
-    every = interval if interval is not None else float(os.environ.get(POLL_ENV) or POLL_INTERVAL)
+    with _naming(POLL_ENV, interval is None):
+        every = (
+            interval if interval is not None else float(os.environ.get(POLL_ENV) or POLL_INTERVAL)
+        )
+        Poller.check(every)
     control = Control(
         exporter,
         rules,
@@ -470,6 +479,17 @@ def attach(
             _process = control
     exporter.on_close(lambda: _let_go(control))
     return control.start()
+
+
+@contextlib.contextmanager
+def _naming(variable: str, from_env: bool) -> Iterator[None]:
+    """A ValueError from a setting read from the environment names its variable."""
+    try:
+        yield
+    except ValueError as exc:
+        if not from_env:
+            raise
+        raise ValueError(f"{variable}: {exc}") from None
 
 
 def _let_go(control: Control) -> None:

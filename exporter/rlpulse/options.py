@@ -127,12 +127,18 @@ class Options:
         run = run_id or os.environ.get("RLPULSE_RUN_ID") or f"run-{uuid.uuid4().hex[:8]}"
         if len(run) > MAX_LABEL_CHARS:
             raise ValueError(
-                f"rlpulse: run_id is {len(run)} characters long; at most "
+                f"rlpulse: {'run_id' if run_id else 'RLPULSE_RUN_ID'} is {len(run)} characters "
+                "long; at most "
                 f"{MAX_LABEL_CHARS} (it labels every series): {run[:40]!r}..."
             )
         cert = certfile or os.environ.get("RLPULSE_CERTFILE") or None
         web_path = web_config or os.environ.get(webconfig.ENV) or None
-        web = webconfig.load(web_path) if web_path else None
+        try:
+            web = webconfig.load(web_path) if web_path else None
+        except webconfig.WebConfigError as exc:
+            if web_config:
+                raise
+            raise webconfig.WebConfigError(f"{webconfig.ENV}: {exc}") from None
         if cert and web is not None and web.tls is not None:
             raise ValueError(
                 f"rlpulse: both certfile ({cert}) and tls_server_config in web config "

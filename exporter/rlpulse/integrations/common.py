@@ -44,16 +44,24 @@ def exporter_for(
     metadata = {"framework": framework, "framework_version": framework_version}
     metadata.update(start_kwargs.pop("metadata", None) or {})
     try:
-        return rlpulse.start(metadata=metadata, **start_kwargs)
-    except PortInUseError as exc:  # observability must not stop training
-        exporter = rlpulse.start(metadata=metadata, **{**start_kwargs, "port": 0})
+        try:
+            return rlpulse.start(metadata=metadata, **start_kwargs)
+        except PortInUseError as exc:  # observability must not stop training
+            exporter = rlpulse.start(metadata=metadata, **{**start_kwargs, "port": 0})
+            notices.warn(
+                "port_taken",
+                "%s Training goes on; rlpulse serves on a free port instead: %s",
+                exc,
+                exporter.url,
+            )
+            return exporter
+    except Exception as exc:  # bad monitoring configuration never stops training
         notices.warn(
-            "port_taken",
-            "%s Training goes on; rlpulse serves on a free port instead: %s",
+            "monitoring_off",
+            "rlpulse: monitoring is off for this run, training goes on: %s",
             exc,
-            exporter.url,
         )
-        return exporter
+        return None
 
 
 def starts_exporter(exporter: Exporter | None, start: bool) -> bool:

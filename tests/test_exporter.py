@@ -203,17 +203,6 @@ def test_known_keys_take_the_fast_path_after_first_sight(exporter: Exporter) -> 
     assert len(exporter.store.series) == before
 
 
-def test_pending_snapshots_are_bounded_without_a_scraper() -> None:
-    exp = Exporter(port=0, gpu=False, host=False)  # never started, never scraped
-    from rlpulse.exporter import MAX_PENDING
-
-    for step in range(MAX_PENDING * 3):
-        exp.log({"rl_entropy": float(step)}, step=step)
-    assert len(exp.ingest.pending) <= MAX_PENDING
-    exp.flush()
-    assert exp.store.values[exp.store.get("rl_entropy").slot] == MAX_PENDING * 3 - 1
-
-
 def test_numpy_and_int_values_are_recorded(exporter: Exporter) -> None:
     exporter.log(
         {

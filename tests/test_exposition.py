@@ -222,7 +222,9 @@ def test_render_while_the_trainer_logs() -> None:
     thread.join()
     assert not errors
     last = _samples(renderer.render().decode())
-    assert last[("rl_step", _ident(exp))][0] == "2999.0"
+    # a tight loop may outrun the apply thread: what it cannot keep is counted, never blocks
+    assert set(exp.dropped) <= {"queue_full"}
+    assert last[("rl_step", _ident(exp))][0] == "2999.0" or exp.dropped
 
 
 def test_identity_change_rebuilds_prefixes() -> None:

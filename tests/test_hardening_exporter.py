@@ -100,6 +100,7 @@ def _phase(e: Exporter, name: Any) -> None:
 @pytest.mark.parametrize(("case", "call"), HOSTILE_CALLS, ids=[c[0] for c in HOSTILE_CALLS])
 def test_direct_calls_with_hostile_values_never_raise(exp: Exporter, case: str, call: Any) -> None:
     call(exp)
+    exp.flush()  # the call is applied off the caller's thread, in call order
     assert sum(exp.dropped.values()) + _nonfinite(exp) >= 1 or case.startswith("observe exemplars")
     scrape(exp.url)  # and the endpoint still renders
 
@@ -240,6 +241,7 @@ def test_threads_binding_one_new_series_get_one_series() -> None:
                 t.start()
             for t in threads:
                 t.join()
+            e.flush()
             found = [s for s in e.store.series if s.metric.name == "rl_nonfinite_values_total"]
             split += len(found) != 1 or e.store.values[found[0].slot] != 6
     finally:

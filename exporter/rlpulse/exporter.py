@@ -2,7 +2,9 @@
 
 - ``rlpulse.options``: arguments and environment, resolved once (``Options``);
 - ``rlpulse.coerce`` / ``rlpulse.ingest``: user input taken as plain numbers at the call and
-  mapped onto catalog series (``log()`` here only snapshots the dict onto the ingest's queue);
+  mapped onto catalog series;
+- ``rlpulse.calls``: every recording call queued in call order and applied off the training
+  thread (the process's apply thread, or the next scrape);
 - ``rlpulse.drops``: what is dropped, counted and said once;
 - ``rlpulse.writes``: trusted writes into the ``Store`` (the exporter's own values go here);
 - ``rlpulse.batches``: statistics of a rollout or episode batch;
@@ -26,14 +28,14 @@ from prometheus_client import CollectorRegistry
 
 from rlpulse import batches, catalog, http, keys, lifecycle, runinfo, scrape, signals
 from rlpulse.catalog import Metric
-from rlpulse.coerce import label_text, plain, plain_snapshot
+from rlpulse.coerce import Dropped, label_text, plain, plain_snapshot
 from rlpulse.collectors.base import CachedReader
 from rlpulse.collectors.gpu import GpuReader
 from rlpulse.collectors.host import HostReader, ProcessReader
 from rlpulse.drops import Drops
 from rlpulse.exposition import Renderer
 from rlpulse.http import PortInUseError
-from rlpulse.ingest import Ingest, Phase
+from rlpulse.ingest import Ingest, KeptIds, Phase, snapshot_array, snapshot_ids
 from rlpulse.options import Options
 from rlpulse.store import Store
 from rlpulse.writes import Writes
@@ -46,7 +48,6 @@ _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 FINISHED = catalog.get("rl_run_finished_timestamp_seconds")
 OUTCOME = catalog.get("rl_run_outcome")
 MAX_REASON_CHARS = 120
-MAX_PENDING = 4096  # log() snapshots held for the scrape thread before the trainer applies them
 
 
 class Exporter:
@@ -74,7 +75,8 @@ class Exporter:
             framework=self.run_info.framework,
             unmapped_cap=opts.unmapped_cap,
         )
-        self._pending = self.ingest.pending  # log() appends here without a call into the ingest
+        self._calls = self.ingest.calls  # every recording call, in call order
+        self._apply_log = self.ingest.apply
         self._server: http.Server | None = None
         self._lock = threading.Lock()
         self._episodes = batches.Episodes()
@@ -208,15 +210,20 @@ class Exporter:
             if self.outcome is not None:
                 return False
             self.outcome = (outcome, reason[:MAX_REASON_CHARS])
-        self.writes.put(FINISHED.name, time.time())
-        self.writes.put(OUTCOME.name, 1.0, {"outcome": outcome, "reason": self.outcome[1]})
+        put = self._calls.put
+        put(self.writes.put, (FINISHED.name, time.time()), FINISHED.name)
+        labels = {"outcome": outcome, "reason": self.outcome[1]}
+        put(self.writes.put, (OUTCOME.name, 1.0, labels), OUTCOME.name)
+        self.flush()  # every call made before the end, applied before the last scrape and push
         seen = lifecycle.await_final_scrape(self, self.final_wait if wait is None else wait)
         self.close()  # before the push, so it carries no host/GPU readings that would go stale
         pushed = lifecycle.push(self)
         return seen or pushed
 
     def close(self) -> None:
-        """Stop serving and free the port. Recording calls stay harmless afterwards."""
+        """Apply what is queued, stop serving and free the port. Recording calls stay harmless
+        afterwards."""
+        self.flush()
         with self._lock:
             self._close()
 
@@ -250,7 +257,6 @@ class Exporter:
         at the fork, and it will never release it here)."""
         self._lock = threading.Lock()
         self.drops.after_fork_in_child()
-        self.ingest.after_fork_in_child()
         self.store.lock = threading.Lock()
         for series in self.store.series:
             if series.hist is not None:
@@ -266,25 +272,24 @@ class Exporter:
         """Record a trainer's metrics dict (framework keys are mapped onto the catalog).
 
         The training thread only snapshots the dict as plain floats (no reference to a logged
-        object is kept); mapping, checks and counting happen when
-        the store is next read (a scrape), or here once ``MAX_PENDING`` snapshots wait, or at
-        once with ``strict=True`` so bad values raise in the caller.
+        object is kept) onto the queue of recording calls (``rlpulse.calls``); mapping, checks,
+        counting and detection happen off it, in call order, or at once with ``strict=True``
+        so bad values raise in the caller.
         """
         try:
             snapshot = plain_snapshot(metrics)
             if step is not None and type(step) is not int:
                 step = plain(step)
-            self._pending.append((snapshot, step, self.clock()))  # the ingest's queue
+            args = (snapshot, step, self.clock())
         except Exception as exc:
             if self.strict:
                 raise
             self.drops("bad_call", "log", exc)
             return
-        if self.strict or len(self._pending) > MAX_PENDING:
-            self.flush()
+        self._calls.put(self._apply_log, args, "log")
 
     def flush(self, pause: Callable[[], None] | None = None) -> None:
-        """Apply the pending ``log()`` snapshots to the store (``Ingest.flush``)."""
+        """Apply the queued recording calls now, in call order (a scrape does this first)."""
         self.ingest.flush(pause)
 
     def count(self, name: str, amount: float = 1.0, /, **labels: Any) -> None:
@@ -322,47 +327,52 @@ class Exporter:
     ) -> None:
         """Record one batch of rollouts: per-sample arrays (or lists) of equal length."""
         try:
+            given = {label_text(k): v for k, v in (components or {}).items()}
+            comps = list(given)
+            raw = {
+                "latency_seconds": latency_seconds,
+                "response_tokens": response_tokens,
+                "prompt_tokens": prompt_tokens,
+                "rewards": rewards,
+                "truncated": truncated,
+                "format_ok": format_ok,
+                "success": success,
+            } | {f"components[{k}]": v for k, v in given.items()}
+            columns = {k: None if v is None else snapshot_array(v) for k, v in raw.items()}
+            ids = snapshot_ids(rollout_ids, *columns.values())
+            size = None if group_size is None else int(group_size)
+            args = (columns, comps, size, ids, self.ingest.kept_ids)
+        except Exception as exc:
+            if self.strict:
+                raise
+            self.drops("bad_call", "observe_rollouts", exc)
+            return
+        self._calls.put(self._apply_rollouts, args, "observe_rollouts")
+
+    def _apply_rollouts(
+        self,
+        columns: dict[str, np.ndarray | Dropped | None],
+        comps: list[str],
+        group_size: int | None,
+        ids: list[str | None] | None,
+        kept: KeptIds,
+    ) -> None:
+        try:
             with np.errstate(all="ignore"):  # overflow/NaN in user data is counted, not warned
-                self._observe_rollouts(
-                    latency_seconds,
-                    response_tokens,
-                    prompt_tokens,
-                    rewards,
-                    components or {},
-                    truncated,
-                    format_ok,
-                    success,
-                    group_size,
-                    rollout_ids,
-                )
+                self._rollouts(columns, comps, group_size, ids, kept)
         except Exception as exc:
             if self.strict:
                 raise
             self.drops("bad_call", "observe_rollouts", exc)
 
-    def _observe_rollouts(
+    def _rollouts(
         self,
-        latency: Any,
-        tokens: Any,
-        prompt: Any,
-        rewards: Any,
-        components: Mapping[str, Any],
-        truncated: Any,
-        format_ok: Any,
-        success: Any,
+        columns: dict[str, np.ndarray | Dropped | None],
+        comps: list[str],
         group_size: int | None,
-        ids: Sequence[Any] | None,
+        ids: list[str | None] | None,
+        kept: KeptIds,
     ) -> None:
-        comps = {label_text(k): v for k, v in components.items()}
-        columns = {
-            "latency_seconds": latency,
-            "response_tokens": tokens,
-            "prompt_tokens": prompt,
-            "rewards": rewards,
-            "truncated": truncated,
-            "format_ok": format_ok,
-            "success": success,
-        } | {f"components[{k}]": v for k, v in comps.items()}
         arrays, n = self.ingest.batch("observe_rollouts", columns, ids)
         if n == 0:
             return
@@ -370,15 +380,31 @@ class Exporter:
         for name, amount in batches.rollout_counts(arrays, n):
             writes.add(get(name), amount, name)
         if "latency_seconds" in arrays:
-            observe(get("rl_rollout_duration_seconds"), arrays["latency_seconds"], ids)
+            observe(get("rl_rollout_duration_seconds"), arrays["latency_seconds"], ids, kept)
         if "response_tokens" in arrays:
-            observe(get("rl_response_length_tokens"), arrays["response_tokens"], ids)
+            observe(get("rl_response_length_tokens"), arrays["response_tokens"], ids, kept)
         comp_arrays = {k: arrays[f"components[{k}]"] for k in comps if f"components[{k}]" in arrays}
         for name, labels, value in batches.rollout_gauges(arrays, comp_arrays, group_size):
             writes.put(name, value, labels)
 
     def observe_episodes(self, returns: Any, lengths: Any, success: Any = None) -> None:
         """Record finished episodes (classic RL); gauges show the mean of the last 100."""
+        try:
+            s = None if success is None else snapshot_array(success)
+            args = (snapshot_array(returns), snapshot_array(lengths), s)
+        except Exception as exc:
+            if self.strict:
+                raise
+            self.drops("bad_call", "observe_episodes", exc)
+            return
+        self._calls.put(self._apply_episodes, args, "observe_episodes")
+
+    def _apply_episodes(
+        self,
+        returns: np.ndarray | Dropped,
+        lengths: np.ndarray | Dropped,
+        success: np.ndarray | Dropped | None,
+    ) -> None:
         try:
             r = self.ingest.array("returns", returns)
             n_steps = self.ingest.array("lengths", lengths)

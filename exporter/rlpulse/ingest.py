@@ -1,7 +1,8 @@
-"""Ingest: the trainer's recording calls applied to the store.
+"""Ingest: the trainer's recording calls, queued in call order and applied to the store.
 
-Logged dicts (snapshots of plain numbers taken by ``log()``, see ``rlpulse.coerce``) are mapped
-key by key onto catalog series: a plain gauge through the fast-path slot table, anything else
+Every call is taken as plain numbers at the call (``rlpulse.coerce``) and applied later, in
+call order, off the training thread (``rlpulse.calls``). Logged dicts are mapped key by key onto
+catalog series: a plain gauge through the fast-path slot table, anything else
 through a binding made on first sight (framework key maps, the user's key map, a counter's
 scale; unknown keys as ``rl_unmapped_metric{key}`` up to ``unmapped_cap``). ``count``, ``set``
 and ``observe`` write a named catalog metric. Every value that is no number, every wrong call,
@@ -12,18 +13,16 @@ what passes is written through ``rlpulse.writes``.
 from __future__ import annotations
 
 import math
-import threading
 import time
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
 from typing import Any
 
 import numpy as np
 
-from rlpulse import catalog, keys
+from rlpulse import calls, catalog, keys
 from rlpulse.catalog import Metric
-from rlpulse.coerce import FLOAT_MAX, float_array, int_float, label_text
+from rlpulse.coerce import FLOAT_MAX, Dropped, float_array, int_float, label_text, plain
 from rlpulse.drops import Drops
 from rlpulse.store import Series, Store
 from rlpulse.success import SuccessFromReturns
@@ -34,7 +33,7 @@ USER_LABELS = frozenset({"component", "benchmark", "tool", "phase", "name", "key
 SELF_PREFIX = "rlpulse_"  # the exporter's own metrics: never written through the recording API
 MAX_BOUND_KEYS = 4096  # logged keys whose binding is remembered; later new keys resolve per call
 _OVERFLOW = object()  # a key past the unmapped-key cap
-Snapshot = tuple[dict[str, Any], Any, float]  # a log() call: (plain dict, step, time)
+KeptIds = set[str] | None  # the rollout ids stored when a call was made (None: no store)
 EPISODE_RETURN = catalog.get("rl_episode_return").name
 SUCCESS = catalog.get("rl_success_ratio").name
 
@@ -75,8 +74,8 @@ class Ingest:
         # fast path: logged key -> value slot of a plain gauge; everything else in bindings
         self.slots: dict[str, int] = {}
         self.bindings: dict[str, _Binding | object] = {}
-        self.pending: deque[Snapshot] = deque()  # log() snapshots not applied yet
-        self.apply_lock = threading.RLock()
+        self.calls = calls.Calls(drops)  # recording calls not applied yet, in call order
+        calls.register(self.calls)
         self.kept_ids: set[str] | None = None  # rollout ids stored (exemplars link only to them)
         self._step = store.get("rl_step")
         self._train_steps = store.get("rl_train_steps_total")
@@ -84,31 +83,18 @@ class Ingest:
         self._logged = store.get("rl_logged_steps_total")
         self.success = SuccessFromReturns()
 
-    def after_fork_in_child(self) -> None:
-        """A fresh lock: a parent thread may have held this one at the fork."""
-        self.apply_lock = threading.RLock()
-
     def apply_unstamped(self, metrics: Mapping[str, Any]) -> None:
         """Map a dict like ``log()`` without moving the trainer's step and last-log time (a
         worker's activity is not the training loop's)."""
-        with self.apply_lock:
-            self.apply(dict(metrics), None, self.store.values[self.last_ts.slot])
+        self.calls.put(self._apply_unstamped, (dict(metrics),), "log")
+
+    def _apply_unstamped(self, metrics: dict[str, Any]) -> None:
+        self.apply(metrics, None, self.store.values[self.last_ts.slot])
 
     def flush(self, pause: Callable[[], None] | None = None) -> None:
-        """Apply the pending ``log()`` snapshots to the store, in order.
-
-        A scrape passes ``pause`` (called after each snapshot) to hand the GIL back to the
-        training thread between slices; it then applies only what was pending when it began.
-        """
-        pending = self.pending
-        with self.apply_lock:
-            if pause is None:
-                while pending:
-                    self.apply(*pending.popleft())
-                return
-            for _ in range(len(pending)):
-                self.apply(*pending.popleft())
-                pause()
+        """Apply the queued recording calls to the store, in call order; ``pause`` (called
+        after each) hands the GIL back to the training thread (a scrape passes it)."""
+        self.calls.apply(pause)
 
     def apply(self, metrics: dict[str, Any], step: Any, stamp: float) -> None:
         slots = self.slots
@@ -272,6 +258,14 @@ class Ingest:
     def count(self, name: str, amount: float = 1.0, /, **labels: Any) -> None:
         """Add ``amount`` (≥ 0) to a catalog counter."""
         try:
+            args = (name, plain(amount), _texts(labels))
+        except Exception as exc:
+            self.drops.refuse(name, exc)
+            return
+        self.calls.put(self._count, args, name)
+
+    def _count(self, name: str, amount: float | Dropped, labels: dict[str, str]) -> None:
+        try:
             series = self.series(name, "counter", labels)
             if series is None:
                 return
@@ -288,6 +282,14 @@ class Ingest:
 
     def set(self, name: str, value: Any, /, **labels: Any) -> None:
         """Set a catalog gauge."""
+        try:
+            args = (name, plain(value), _texts(labels))
+        except Exception as exc:
+            self.drops.refuse(name, exc)
+            return
+        self.calls.put(self._set, args, name)
+
+    def _set(self, name: str, value: float | Dropped, labels: dict[str, str]) -> None:
         try:
             series = self.series(name, "gauge", labels)
             if series is None:
@@ -307,23 +309,42 @@ class Ingest:
     ) -> None:
         """Add a batch of values (or one value) to a catalog histogram."""
         try:
+            arr = snapshot_array(values)
+            ids = snapshot_ids(exemplars, arr)
+            args = (name, arr, ids, self.kept_ids, _texts(labels))
+        except Exception as exc:
+            self.drops.refuse(name, exc)
+            return
+        self.calls.put(self._observe, args, name)
+
+    def _observe(
+        self,
+        name: str,
+        values: np.ndarray | Dropped,
+        ids: list[str | None] | None,
+        kept: KeptIds,
+        labels: dict[str, str],
+    ) -> None:
+        try:
             series = self.series(name, "histogram", labels)
             if series is not None:
                 with np.errstate(all="ignore"):
-                    self.observe_series(series, values, exemplars)
+                    self.observe_series(series, values, ids, kept)
         except Exception as exc:
             self.drops.refuse(name, exc)
 
-    def array(self, key: str, values: Any) -> np.ndarray | None:
-        """Numbers as a flat float array, or None after counting them ``non_numeric``."""
-        try:
-            return float_array(values)
-        except Exception:
-            self.drops("non_numeric", key, values)
+    def array(self, key: str, values: np.ndarray | Dropped) -> np.ndarray | None:
+        """A snapshot's array, or None after counting it ``non_numeric``."""
+        if isinstance(values, Dropped):
+            self.drops(values.reason, key, values)
             return None
+        return values
 
     def batch(
-        self, call: str, columns: Mapping[str, Any], ids: Sequence[Any] | None
+        self,
+        call: str,
+        columns: Mapping[str, np.ndarray | Dropped | None],
+        ids: list[str | None] | None,
     ) -> tuple[dict[str, np.ndarray], int]:
         """The columns of a batch call (None: not given) as float arrays, and the batch size;
         a column that is no numbers is left out (counted ``non_numeric``), columns (and ids)
@@ -342,12 +363,18 @@ class Ingest:
             return {}, 0
         return arrays, next(iter(sizes.values()), 0)
 
-    def observe_series(self, series: Series, values: Any, ids: Sequence[Any] | None) -> None:
+    def observe_series(
+        self,
+        series: Series,
+        values: np.ndarray | Dropped,
+        ids: list[str | None] | None,
+        kept: KeptIds,
+    ) -> None:
+        """Add a snapshot's values to a histogram series; ``ids`` become exemplars where
+        ``kept`` (the rollouts stored when the call was made) holds them."""
         arr = self.array(series.metric.name, values)
         if arr is None:
             return
-        if ids is not None:  # any iterable (a generator too), read once, no further than needed
-            ids = list(islice(ids, arr.size + 1))
         finite = np.isfinite(arr)
         if not finite.all():
             bad = int(arr.size - finite.sum())
@@ -358,9 +385,8 @@ class Ingest:
         if ids is not None and len(ids) != arr.size:
             self.drops("shape_mismatch", f"{series.metric.name} exemplars", len(ids))
             ids = None
-        kept = self.kept_ids
         if ids is not None and kept is not None:  # exemplars only for rollouts that were stored
-            ids = [i if str(i) in kept else None for i in ids]
+            ids = [i if i in kept else None for i in ids]
         assert series.hist is not None
         series.hist.observe_many(arr, ids)
 
@@ -381,7 +407,26 @@ class Phase:
 
     def __exit__(self, *exc: object) -> None:
         elapsed = time.perf_counter() - self._t0
-        labels = {"phase": self._name}
-        series = self._ingest.series("rl_phase_duration_seconds", "histogram", labels)
-        if series is not None and series.hist is not None:
-            series.hist.observe_one(elapsed)
+        self._ingest.observe("rl_phase_duration_seconds", elapsed, phase=self._name)
+
+
+def _texts(labels: Mapping[str, Any]) -> dict[str, str]:
+    return {k: label_text(v) for k, v in labels.items()}
+
+
+def snapshot_array(values: Any) -> np.ndarray | Dropped:
+    """User numbers as a flat float array of their own (never a view of the caller's array,
+    which the trainer may change before it is applied), or a ``Dropped``."""
+    try:
+        arr = float_array(values)
+    except Exception:
+        return Dropped("non_numeric", values)
+    return arr.copy() if arr is values or not arr.flags.owndata else arr
+
+
+def snapshot_ids(ids: Any, *arrays: np.ndarray | Dropped | None) -> list[str | None] | None:
+    """Rollout ids (any iterable, read once, no further than one past the batch) as text."""
+    if ids is None:
+        return None
+    n = max((a.size for a in arrays if isinstance(a, np.ndarray)), default=0)
+    return [None if i is None else str(i) for i in islice(ids, n + 1)]

@@ -16,8 +16,8 @@ Every statistic works on the run's own values, in steps:
 - *noise*: the step-to-step noise of the history (robust spread of its differences / sqrt 2);
 - *history*: the last ``history`` raw values before the current one (median and MAD for spikes).
 
-An exported value is the worst of the last ``hold`` values and of every value since the previous
-scrape, so a one-step spike between two scrapes is still seen by Prometheus.
+An exported value is the worst of the last ``hold`` values: a function of the logged steps alone,
+so it is the same whenever it is read, and it changes only when the run logs.
 """
 
 from __future__ import annotations
@@ -472,12 +472,11 @@ class _Objective:
 
 @dataclass
 class _Held:
-    """An exported signal: worst of the last ``hold`` values and of those since the last read."""
+    """An exported signal: the worst of its last ``hold`` values."""
 
     worse: Worse
     hold: int
     last: deque[float] = field(init=False)
-    unread: float = math.nan
     baseline: float = math.nan
 
     def __post_init__(self) -> None:
@@ -494,14 +493,12 @@ class _Held:
         if math.isnan(value):
             return
         self.last.append(value)
-        self.unread = self._worst(self.unread, value)
         self.baseline = baseline
 
     def read(self) -> float:
-        out = self.unread
+        out = math.nan
         for v in self.last:
             out = self._worst(out, v)
-        self.unread = math.nan
         return out
 
 

@@ -34,8 +34,9 @@ the exporter**, and leaves Prometheus only the thresholds:
 2. From that state each **signal** is computed (table below) and exported as
    `rl_step_signal{signal, series}`, with what it compares against as
    `rl_step_signal_baseline{signal, series}`. The exported value is the worst of the last
-   `hold` values and of every value since the previous scrape, so a one-step spike between two
-   scrapes is still seen, on a 50 ms cadence as on a 20-minute one.
+   `hold` logged values: a function of the logged steps alone, the same whenever Prometheus
+   reads it, changing only when the run logs (a spike shorter than `hold` steps that falls
+   between two scrapes is not seen; the smoothed signals never move on one step anyway).
 3. The generated alert rules threshold the signals (warning and critical levels below) with
    **hysteresis**: a firing tier clears only once the signal is back a fraction of the way to its
    healthy value, and `keep_firing_for` keeps a page open when the trainer stops logging
@@ -135,5 +136,5 @@ _WINDOW_DOC = {
     "smooth": "median of the last values: a level (2 x smooth for a sustained level)",
     "history": "values behind the median, MAD, 90th percentile and noise of a series",
     "warmup": "values before a peak, floor or start counts",
-    "hold": "last values whose worst is exported (besides every value since the last scrape)",
+    "hold": "last values whose worst is exported",
 }

@@ -506,7 +506,10 @@ def test_by_step_panels() -> None:
     assert curves == set(BY_STEP)
     training = rows["By training step"]["panels"]
     comparison = [p for p in content_panels(MODELS["rl-comparison.json"]) if p["type"] == "trend"]
-    assert [p["title"] for p in training] == [p["title"] for p in comparison]
+    assert [p["title"] for p in comparison] == [
+        *(p["title"] for p in training),
+        "Episode return by step",  # classic-RL runs compared
+    ]
     assert sorted(p["title"] for p in training) == sorted(BY_STEP.values())
     for panel in training + comparison:
         assert panel["type"] == "trend" and panel["options"]["xField"] == "step"

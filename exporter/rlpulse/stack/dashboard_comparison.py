@@ -190,7 +190,12 @@ def build(uid: str, cfg: Config) -> dict[str, Any]:
         Row("Runs", [run_metadata(), hyperparameters()]),
         Row("Outcome", [reward(), eval_score(), success(), episode_return()]),
         Row("Policy", [entropy(), kl_reference(), response_length(), grad_norm()]),
-        Row("By training step", dashboard_steps.panels(SEL, cfg.scrape.interval)),
+        Row(
+            "By training step",
+            dashboard_steps.panels(
+                SEL, cfg.scrape.interval, (*dashboard_steps.PLOTS, dashboard_steps.EPISODE_RETURN)
+            ),
+        ),
         Row("Speed", [throughput()]),
     ]
     return assemble(dashboard, rows)

@@ -217,11 +217,20 @@ PLOTS: tuple[StepPlot, ...] = (
 )
 
 
-def panels(sel: Selector, interval: str) -> list[trend.Panel]:
-    """Every by-step plot for the runs ``sel`` selects, one point per ``interval`` at most
+# classic-RL runs compared with each other (the comparison dashboard)
+EPISODE_RETURN = StepPlot(
+    "Episode return by step",
+    unit_of("rl_episode_return"),
+    "Mean undiscounted episode return against the step.",
+    [Line("return", "rl_episode_return")],
+)
+
+
+def panels(sel: Selector, interval: str, plots: Sequence[StepPlot] = PLOTS) -> list[trend.Panel]:
+    """The by-step ``plots`` for the runs ``sel`` selects, one point per ``interval`` at most
     (the scrape interval)."""
     out = []
-    for plot in PLOTS:
+    for plot in plots:
         panel = by_step(
             plot.title,
             plot.unit,

@@ -150,14 +150,15 @@ def _task_panels(q: Query) -> list[Recording]:
 
 def _system_panels(q: Query) -> list[Recording]:
     """Per-run rates and shares, and the per-node and per-run pre-aggregations of the system
-    dashboard (see NODE_AGGREGATES)."""
+    dashboard (see NODE_AGGREGATES). A share or mean over a window without observations is
+    left out (its 0/0 would be NaN)."""
     phase_sum = q.s(PHASE, suffix="_sum")
     out = [Recording(rate_name(m), q.run_sum_rate(m)) for m in RATED_METRICS]
     out.append(
         Recording(
             PHASE_SHARE,
             f"sum by ({RUN_BY}, phase) (rate({phase_sum}[{q.w.rate}])) / ignoring(phase) "
-            f"group_left sum by ({RUN_BY}) (rate({phase_sum}[{q.w.rate}]))",
+            f"group_left() (sum by ({RUN_BY}) (rate({phase_sum}[{q.w.rate}])) > 0)",
         )
     )
     out += [
@@ -175,7 +176,7 @@ def _system_panels(q: Query) -> list[Recording]:
         Recording(
             PHASE_MEAN,
             f"sum by ({RUN_BY}, phase) ({q.rate(PHASE, suffix='_sum')}) / "
-            f"sum by ({RUN_BY}, phase) ({q.rate(PHASE, suffix='_count')})",
+            f"(sum by ({RUN_BY}, phase) ({q.rate(PHASE, suffix='_count')}) > 0)",
         ),
         Recording(COLLECTOR_UP_MIN, q.by("min", f"{RUN_BY}, collector", COLLECTOR_UP)),
         Recording(COLLECTOR_DURATION_MAX, q.by("max", f"{RUN_BY}, collector", COLLECTOR_DURATION)),

@@ -353,6 +353,31 @@ def test_legends_name_labels_every_series_has(answers: list[Answer]) -> None:
     assert not missing, sorted(missing)
 
 
+def test_by_step_lines_advance_one_step_per_point(answers: list[Answer]) -> None:
+    """A by-step line has a point only where the run's step advanced since the one before,
+    so its x (the step query) strictly increases, as a trend panel needs, and each value has
+    its step at the same instant (the two queries merge row by row)."""
+    checked = 0
+    for a in answers:
+        if a.panel["type"] != "trend":
+            continue
+        step, value = (b for b in answers if b.panel is a.panel and b.run == a.run)
+        if a is not step:
+            continue
+        times: dict[tuple[str, str], list[float]] = {}
+        for labels, _, v in _values(step.body):
+            key = (labels["run_id"], labels["series"])
+            line = times.setdefault(key, [])
+            assert not line or v > line[-1], (a.panel["title"], key, v, line[-3:])
+            line.append(v)
+            checked += 1
+        instants = [
+            {(m["run_id"], m["series"], t) for m, t, _ in _values(b.body)} for b in (step, value)
+        ]
+        assert instants[0] == instants[1], a.panel["title"]
+    assert checked
+
+
 def _outcome(stack: Stack, run: str) -> list[str]:
     expr = _expand(dashboard_training.outcome_expr(), run)
     body = query(stack.url, expr, stack.end)

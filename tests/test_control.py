@@ -22,7 +22,7 @@ from tests.stackutil import free_port, wait_for
 
 RUN = "ctl-run"
 ENTROPY = lastgood.Level("entropy_ratio_to_peak", False, 0.2, "Policy entropy", "fraction")
-LEVELS = {("RLEntropyCollapse", "critical"): ENTROPY}
+LEVELS = {"RLEntropyCollapse": ENTROPY}
 
 
 @pytest.fixture(scope="module")
@@ -48,9 +48,9 @@ def test_onset_is_the_first_step_of_the_latest_bad_run() -> None:
     for step, v in enumerate([1.0] * 10 + [0.01] * 3 + [1.0] * 10 + [0.01] * 8, start=100):
         d.observe("rl_entropy", (), v)
         d.step(step, float(step))
-    # the smoothed ratio (median of 5) falls past 20 % at the third bad value of each run: step
-    # 125 for the raw drop at 123, so the last good step is 122, the last before the raw drop
-    assert d.onset("entropy_ratio_to_peak", "", ENTROPY.bad) == (122, 125)
+    # the smoothed ratio (median of 5) falls past 20 % at the third bad value of each run (step
+    # 125 for the raw drop at 123): the failure began at 123, the last good step is 122
+    assert d.onset("entropy_ratio_to_peak", "", ENTROPY.bad) == (122, 123)
     assert d.onset("entropy_ratio_to_peak", "", lambda v: v > 2) is None
     assert d.onset("kl_reference_level", "", ENTROPY.bad) is None
 
@@ -60,10 +60,10 @@ def test_the_last_good_step_counts_steps_not_values() -> None:
     for step in range(1, 11):
         d.observe("rl_entropy", (), 1.0)
         d.step(step, float(step))
-    for _ in range(3):  # one step logs three bad values: the smoothed ratio turns at the third
+    for _ in range(3):  # one step logs three bad values: it is the onset, the step before good
         d.observe("rl_entropy", (), 0.01)
     d.step(11, 11.0)
-    assert d.onset("entropy_ratio_to_peak", "", ENTROPY.bad) == (8, 11)
+    assert d.onset("entropy_ratio_to_peak", "", ENTROPY.bad) == (10, 11)
 
 
 def test_checkpoint_at_or_before_the_last_good_step() -> None:
@@ -110,7 +110,7 @@ def test_a_paging_alert_saves_then_stops_naming_the_last_good_step(am: str) -> N
         request = c.action()
         assert request is not None and request.alert.labels["run_id"] == RUN
         last = request.last_good
-        assert (last.step, last.onset) == (39.0, 42.0)
+        assert (last.step, last.onset) == (39.0, 40.0)
         assert last.checkpoint == (20.0, "/ckpt/checkpoint-20")
         c.checkpoint_saved(59, "/ckpt/checkpoint-59")
         assert not c.should_save() and c.should_stop()
@@ -127,7 +127,7 @@ def test_a_paging_alert_saves_then_stops_naming_the_last_good_step(am: str) -> N
         exp.close()
     assert line == (
         "rlpulse: stopped at step 59 on RLEntropyCollapse (critical): resume from "
-        "checkpoint-20 (step 20); Policy entropy (entropy_ratio_to_peak) below 20% from step 42; "
+        "checkpoint-20 (step 20); Policy entropy (entropy_ratio_to_peak) below 20% from step 40; "
         "last good step 39"
     )
     assert line in out.getvalue()

@@ -132,7 +132,7 @@ def test_lr_spike_is_saved_and_stopped_naming_the_last_good_step(
     assert model.num_timesteps < total
     assert exp.outcome == ("stopped", request.alert.name)
     last = request.last_good
-    assert last.onset is not None and last.step is not None and last.step < SPIKED < last.onset
+    assert last.onset is not None and last.step is not None and last.step < SPIKED <= last.onset
     assert last.checkpoint is not None and last.checkpoint[0] <= last.step
     assert Path(last.checkpoint[1]).is_file()
     stop_step = model._n_updates

@@ -77,7 +77,7 @@ def test_trl_trainer_saves_and_stops(
     trainer.train()
     assert trainer.state.global_step == 1  # stopped at the first step boundary, not 20
     assert (tmp_path / "checkpoint-1").is_dir()
-    assert c.checkpoints.at_or_before(1) == (1.0, str(tmp_path / "checkpoint-1"))
+    assert c.exporter.checkpoints.at_or_before(1) == (1.0, str(tmp_path / "checkpoint-1"))
     assert exp.outcome == ("stopped", "RLEntropyCollapse")
 
 
@@ -136,7 +136,7 @@ def test_verl_saves_at_its_step_boundary_and_ends_the_loop(
     trainer.fit(tracking)
     tracking.finish()
     assert trainer.saved == [1] and trainer.global_steps == 3  # step 2 was the last
-    assert c.checkpoints.at_or_before(1) == (1.0, str(tmp_path / "global_step_1"))
+    assert c.exporter.checkpoints.at_or_before(1) == (1.0, str(tmp_path / "global_step_1"))
     assert exp.outcome == ("stopped", "RLEntropyCollapse")
 
 

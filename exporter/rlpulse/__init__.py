@@ -12,7 +12,7 @@ from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
 from rlpulse import control, notices
-from rlpulse.control import action, checkpoint_saved, should_save, should_stop
+from rlpulse.control import action, should_save, should_stop
 from rlpulse.exporter import Exporter, PortInUseError
 from rlpulse.recording import Recording
 from rlpulse.version import __version__ as __version__
@@ -133,6 +133,15 @@ def end(outcome: str = "finished", reason: str = "", wait: float | None = None) 
     with _lock:
         exp, _current = _current, None
     return exp.end(outcome, reason, wait) if exp is not None else False
+
+
+def checkpoint_saved(step: float, path: Any) -> None:
+    """Report a checkpoint the trainer saved at ``step`` (its path): the resume points every page
+    of the run names (the newest at or before the last good step), and the save an alert asked
+    for (``rlpulse.control``)."""
+    exp = _current
+    if exp is not None:
+        control.checkpoint_saved(step, path, exp)
 
 
 def stopped(step: float | None = None) -> str:

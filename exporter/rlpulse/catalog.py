@@ -705,22 +705,30 @@ CATALOG: tuple[Metric, ...] = (
         ("alertname", "action"),
     ),
     _m(
+        "rl_failure_onset_step",
+        "gauge",
+        "",
+        "rl",
+        "Where the failure a step alert reports began: the first logged step of its step "
+        "signal's latest excursion past the alert's first level (series: the signal's).",
+        ("alertname", "series"),
+    ),
+    _m(
         "rl_last_good_step",
         "gauge",
         "",
         "rl",
-        "The last logged step before the failure the alert reports began (its step signal, a "
-        "median of 5, crosses the alert's level at the third bad value).",
-        ("alertname",),
+        "The logged step before rl_failure_onset_step: the last step before the failure began.",
+        ("alertname", "series"),
     ),
     _m(
         "rl_resume_checkpoint_step",
         "gauge",
         "",
         "rl",
-        "Step of the latest reported checkpoint at or before rl_last_good_step; checkpoint is "
-        "its path.",
-        ("alertname", "checkpoint"),
+        "Step of the newest checkpoint the trainer reported (rlpulse.checkpoint_saved, the "
+        "TRL/SB3/verl integrations) at or before rl_last_good_step; checkpoint is its path.",
+        ("alertname", "series", "checkpoint"),
     ),
     _m(
         "rlpulse_alertmanager_errors_total",

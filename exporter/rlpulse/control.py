@@ -6,6 +6,7 @@ background thread (``alertpoll``): an alert that pages (not silenced, not inhibi
 name, else severity, maps to an action asks the trainer, at its next step boundary, to save a
 checkpoint (``save``) or to save and stop (``stop``). The trainer asks with ``should_save()`` /
 ``should_stop()`` (integrations do it for you), reports checkpoints with ``checkpoint_saved``
+(with or without a policy: they are the resume points every page names)
 and, once stopped, calls ``stopped()``: it prints where to resume and ends the run with outcome
 ``stopped`` (``rl_run_outcome``), which pages nothing more. Each alert acts once per firing.
 An ``Exporter`` built by hand opts in with ``attach(exporter, on_alert, alertmanager)``.
@@ -40,17 +41,14 @@ ACTIONS: tuple[Action, ...] = ("save", "stop")  # weakest first: a stop saves to
 SEVERITIES = ("critical", "warning", "info")
 ON_ALERT_ENV = "RLPULSE_ON_ALERT"  # e.g. "critical=stop,warning=none,RLEntropyCollapse=save"
 POLL_ENV = "RLPULSE_ALERT_POLL_INTERVAL"
-RULES_CONFIG_ENV = "RLPULSE_RULES_CONFIG"  # the rlpulse config the rules were generated from
+RULES_CONFIG_ENV = "RLPULSE_RULES_CONFIG"  # the alert_levels.yml generated with the rules
 POLL_INTERVAL = 5.0  # seconds between reads of Alertmanager
 SAVE_GAP = 60.0  # seconds: at most one save asked per gap (a flood of warnings is one save)
 MAX_REMEMBERED = 4096  # alert firings remembered as judged (the oldest forgotten first)
 NONFINITE_ALERT = "RLNonFiniteLoss"  # confirmed by a non-finite value the run logged
 STOPPED = "stopped"
 
-CHECKPOINT = catalog.get("rl_checkpoint_step")
 ACTION_TIME = catalog.get("rl_alert_action_timestamp_seconds")
-LAST_GOOD = catalog.get("rl_last_good_step")
-RESUME = catalog.get("rl_resume_checkpoint_step")
 ERRORS = catalog.get("rlpulse_alertmanager_errors_total")
 NONFINITE = catalog.get("rl_nonfinite_values_total")
 
@@ -130,14 +128,14 @@ class Control:
         *,
         interval: float = POLL_INTERVAL,
         rules_config: str | None = None,
-        levels: Mapping[tuple[str, str], lastgood.Level] | None = None,
+        levels: Mapping[str, lastgood.Level] | None = None,
         out: TextIO | None = None,
     ) -> None:
         self.exporter = exporter
         self.rules = dict(on_alert)
-        self.checkpoints = lastgood.Checkpoints()
-        self.rules_config = rules_config
-        self._levels = levels  # None: those of rules_config, read when an alert first acts
+        if rules_config:
+            exporter.levels = lastgood.levels(rules_config)
+        self._levels = levels  # None: the exporter's (those its pages name)
         self.out = out
         self.started = time.time()
         self._pending: Request | None = None
@@ -164,7 +162,7 @@ class Control:
     def after_fork_in_child(self) -> None:
         """Fresh locks in a forked child (a parent thread may have held one at the fork)."""
         self._lock = threading.Lock()
-        self.checkpoints._lock = threading.Lock()
+        self.exporter.checkpoints._lock = threading.Lock()
 
     # ---- the poller's side
     def seen(self, alerts: list[Firing]) -> None:
@@ -252,14 +250,13 @@ class Control:
         series = alert.labels.get("series", "")
         return self.exporter.detector.onset(level.signal, series, level.bad) is not None
 
-    def _table(self) -> Mapping[tuple[str, str], lastgood.Level]:
-        return self._levels if self._levels is not None else lastgood.levels(self.rules_config)
+    def _table(self) -> Mapping[str, lastgood.Level]:
+        return self._levels if self._levels is not None else self.exporter.levels
 
     def _ask(self, action: Action, alert: Firing, key: tuple[str, float]) -> None:
         level = lastgood.level_of(self._table(), alert.labels)
-        last = lastgood.find(
-            self.exporter.detector, alert.labels, level, self.checkpoints, alert.starts_at
-        )
+        exp = self.exporter
+        last = lastgood.find(exp.detector, alert.labels, level, exp.checkpoints, alert.starts_at)
         request = Request(action, alert, last, time.time(), key)
         with self._lock:
             pending = self._pending
@@ -290,16 +287,10 @@ class Control:
         )
 
     def samples(self) -> Iterator[scrape.Sample]:
-        """The latest request of each alert, at scrape time: when it asked, the last good step
-        and the one checkpoint to resume from."""
+        """When each alert last asked, at scrape time (where its failure began the exporter
+        exports for every alert: ``lastgood.Onsets``)."""
         for name, request in sorted(self._marks.items()):
             yield ACTION_TIME, (name, request.action), request.asked_at
-            last = request.last_good
-            if last.step is not None:
-                yield LAST_GOOD, (name,), last.step
-            if last.checkpoint is not None:
-                step, path = last.checkpoint
-                yield RESUME, (name, path), step
 
     def failed(self, exc: AlertmanagerError) -> None:
         """A read that failed: counted by reason, said once per outage."""
@@ -349,8 +340,7 @@ class Control:
         except Exception as exc:
             self._bad_call("checkpoint_saved", exc)
             return
-        self.checkpoints.add(at, where, time.time())
-        self.exporter.writes.put(CHECKPOINT.name, at)
+        self.exporter.checkpoint_saved(at, where)
         with self._lock:
             pending = self._pending
             if pending is None:
@@ -525,11 +515,16 @@ def should_stop() -> bool:
     return c.should_stop() if c is not None else False
 
 
-def checkpoint_saved(step: float, path: str | os.PathLike[str]) -> None:
-    """Report a checkpoint saved at ``step`` (every one: they are the resume points)."""
-    c = _process
+def checkpoint_saved(
+    step: float, path: str | os.PathLike[str], exporter: Exporter | None = None
+) -> None:
+    """Report a checkpoint saved at ``step`` to ``exporter``'s run (default: the process-wide
+    one), every one: they are the resume points its pages name, and the save an alert asked."""
+    c = of(exporter) if exporter is not None else _process
     if c is not None:
         c.checkpoint_saved(step, path)
+    elif exporter is not None:
+        exporter.checkpoint_saved(step, path)
 
 
 def stopped(step: float | None = None) -> str:

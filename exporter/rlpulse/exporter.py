@@ -18,6 +18,8 @@
 from __future__ import annotations
 
 import logging
+import math
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -26,7 +28,7 @@ from typing import Any
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from rlpulse import batches, catalog, http, keys, lifecycle, runinfo, scrape, signals
+from rlpulse import batches, catalog, http, keys, lastgood, lifecycle, runinfo, scrape, signals
 from rlpulse.catalog import Metric
 from rlpulse.coerce import Dropped, label_text, plain, plain_snapshot
 from rlpulse.collectors.base import CachedReader
@@ -47,6 +49,7 @@ log = logging.getLogger("rlpulse")
 _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 FINISHED = catalog.get("rl_run_finished_timestamp_seconds")
 OUTCOME = catalog.get("rl_run_outcome")
+CHECKPOINT = catalog.get("rl_checkpoint_step")
 MAX_REASON_CHARS = 120
 
 
@@ -65,6 +68,9 @@ class Exporter:
         self.store = Store(label_cap=opts.label_cap)
         self.drops = Drops(opts.strict)
         self.detector = signals.Detector()  # step-indexed detection of RL failure signals
+        self.checkpoints = lastgood.Checkpoints()  # the resume points every page names
+        self.levels = lastgood.levels(lastgood.levels_path())  # where each step alert fires
+        self.onsets = lastgood.Onsets()  # where each alert's failure began
         self.writes = Writes(self.store, self.detector, self.drops)
         self.run_info = runinfo.run_info(opts.metadata, self.drops)
         self.ingest = Ingest(
@@ -429,6 +435,19 @@ class Exporter:
     def readings(self) -> Iterator[CachedReader]:
         """The scrape-time collectors (GPU, host)."""
         return iter(self._readers)
+
+    def checkpoint_saved(self, step: Any, path: Any) -> None:
+        """The trainer saved a checkpoint at ``step`` (its path): a resume point the pages name.
+        A step or path that cannot be used is dropped and counted (``bad_checkpoint``)."""
+        try:
+            at, where = float(step), os.fspath(path)
+            if not (math.isfinite(at) and isinstance(where, str)):
+                raise ValueError(where)
+        except Exception:
+            self.drops("bad_checkpoint", "checkpoint_saved", (step, path))
+            return
+        self.checkpoints.add(at, where, time.time())
+        self.writes.put(CHECKPOINT.name, at)
 
     def scrape_samples(self) -> Iterator[tuple[Metric, tuple[str, ...], float]]:
         """What a scrape adds to the store (``rlpulse.scrape.samples``)."""

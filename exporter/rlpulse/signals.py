@@ -441,6 +441,23 @@ SIGNALS: tuple[Signal, ...] = (
     ),
 )
 SIGNAL_NAMES = frozenset(s.name for s in SIGNALS)
+
+
+def lag(signal: str, w: Windows) -> int:
+    """How many bad input values before the one that turns ``signal`` bad: half a median's
+    window (the median of ``smooth`` turns at its (smooth // 2 + 1)-th bad value, the sustained
+    median of ``2 * smooth`` at its (smooth + 1)-th), none for a latest-value signal."""
+    compute = _COMPUTE[signal]
+    if compute in (_kl_jump, _spike_ratio):
+        return 0
+    if compute is _drop_from_best:
+        return EVAL_SMOOTH // 2
+    if compute in (_sustained, _zero_std):
+        return w.smooth
+    return w.smooth // 2
+
+
+_COMPUTE = {s.name: s.compute for s in SIGNALS}
 # every watched metric is a catalog entry (a misspelt name raises KeyError at import)
 for _s in SIGNALS:
     catalog.get(_s.metric)
@@ -624,12 +641,13 @@ class Detector:
     def onset(
         self, signal: str, series: str, bad: Callable[[float], bool]
     ) -> tuple[float, float] | None:
-        """(last good step, onset step) of the signal's latest excursion: the onset is the step
-        of the first value of the latest run of values ``bad`` says are bad; a median of
-        ``smooth`` values turns at the (smooth // 2 + 1)-th bad value, so the last good step is
-        the step that many steps before the onset (NaN when the kept trail does not reach back
-        that far). None when no kept value is bad or the trainer logs no steps. Safe to call
-        from another thread."""
+        """(last good step, onset step) of the signal's latest excursion past ``bad``. The
+        signal turns bad some values after its input did (a median of 5 at the third bad
+        value, of 10 at the sixth, a latest-value signal at once: ``lag``), so the failure's
+        first bad value is that many logged steps before the signal's first bad one: the onset
+        is that step, the last good step the one before it (NaN when the kept trail does not
+        reach back that far). None when no kept value is bad or the trainer logs no steps. Safe
+        to call from another thread."""
         trail, steps = tuple(self._trail.get((signal, series), ())), dict(tuple(self._steps))
         last = next((i for i in range(len(trail) - 1, -1, -1) if bad(trail[i][1])), None)
         if last is None or not steps:
@@ -637,13 +655,25 @@ class Detector:
         first = last
         while first > 0 and bad(trail[first - 1][1]):
             first -= 1
-        call = trail[first][0]
+        back = lag(signal, self.w)  # the failure's first bad value, ``back`` values before
+        start = max(first - back, 0)
+        call = trail[start][0]
         onset = steps.get(call, math.nan)
-        # the steps before (a signal fed by two metrics may take two values in one step)
-        earlier = list(dict.fromkeys(c for c, _ in reversed(trail[:first]) if c != call))
-        back = self.w.smooth // 2
-        good = steps.get(earlier[back], math.nan) if len(earlier) > back else math.nan
-        return (good, onset) if not math.isnan(onset) else None
+        if math.isnan(onset):
+            return None
+        # the logged step before (a signal fed by two metrics may take two values in one step)
+        before = [c for c, _ in trail[:start] if c != call]
+        good = steps.get(before[-1], math.nan) if before and first >= back else math.nan
+        return good, onset
+
+    def latest(self, signal: str, series: str) -> tuple[int, float] | None:
+        """The signal's newest kept value and the log() call it belongs to."""
+        trail = self._trail.get((signal, series))
+        return trail[-1] if trail else None
+
+    def series_of(self, signal: str) -> list[str]:
+        """The series values ``signal`` has been exported for."""
+        return [series for name, series in list(self._trail) if name == signal]
 
     # -- output
     def samples(self) -> Iterator[tuple[catalog.Metric, tuple[str, ...], float]]:

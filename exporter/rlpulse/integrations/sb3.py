@@ -17,7 +17,7 @@ With ``rlpulse.start(on_alert=...)`` (``rlpulse.control``) the run acts on its a
 next env step it saves ``<checkpoints>/checkpoint-<n_updates>.zip`` when asked to save or stop,
 and on a stop ``_on_step`` returns False, so ``learn()`` returns; the run then ends ``stopped``
 with the resume line printed. ``save_every`` also saves every that many updates: the resume
-points a stopped run names.
+points every page of the run names (with or without ``on_alert``).
 
 The per-step work is a scan of the step's ``infos`` for finished episodes and one attribute
 read; everything else happens once per rollout.
@@ -187,8 +187,8 @@ class RlpulseCallback(BaseCallback):
         if updates != self._saved_at:
             self.model.save(path)
             self._saved_at = updates
-        if self._control is not None:
-            self._control.checkpoint_saved(updates, path)
+        if self.exporter is not None:
+            control.checkpoint_saved(updates, path, self.exporter)
 
     # ---- helpers ----------------------------------------------------------------------------
     def _end_update(self, now: float) -> None:

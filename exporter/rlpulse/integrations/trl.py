@@ -221,11 +221,10 @@ class RlpulseCallback(TrainerCallback):
         **kwargs: Any,
     ) -> None:
         """Every checkpoint the Trainer saves is a resume point (and the save an alert asked)."""
-        c = rlpulse_control.of(self.exporter) if self.exporter is not None else None
-        if c is not None:
+        if self.exporter is not None:
             folder = f"{PREFIX_CHECKPOINT_DIR}-{state.global_step}"
             path = os.path.join(args.output_dir or "", folder)
-            c.checkpoint_saved(state.global_step, path)
+            rlpulse_control.checkpoint_saved(state.global_step, path, self.exporter)
 
     def on_log(
         self,

@@ -36,6 +36,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import rlpulse
 from rlpulse import catalog, control, notices
 from rlpulse.exporter import Exporter
 from rlpulse.integrations.common import (
@@ -129,9 +130,9 @@ def act_on_alerts(trainer: Any, exporter: Exporter | None = None) -> None:
         out = save(*args, **kwargs)
         step = trainer.global_steps
         folder = os.path.join(trainer.config.trainer.default_local_dir, f"global_step_{step}")
-        c = control.of(exporter)
-        if c is not None:
-            c.checkpoint_saved(step, folder)
+        target = exporter if exporter is not None else rlpulse.get_exporter()
+        if target is not None:
+            control.checkpoint_saved(step, folder, target)
         return out
 
     _save_checkpoint._rlpulse = True  # type: ignore[attr-defined]

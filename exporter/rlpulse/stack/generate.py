@@ -23,6 +23,7 @@ from rlpulse.stack import (
     configdoc,
     detectiondoc,
     keysdoc,
+    levels,
     output,
     prometheus,
     rules,
@@ -96,6 +97,7 @@ def render(cfg: Config, *, kubernetes: bool = False) -> dict[str, str]:
     if rule_files == rules.render(Config()):  # the unit tests are written for the defaults
         files.update(ruletests.render(cfg))
         files.update(prometheus.render_tests(cfg))
+    files.update(levels.render(cfg))
     files.update(alertmanager.render(cfg))
     files.update(runbooks.render(cfg))
     files.update(configdoc.render())

@@ -229,16 +229,18 @@ RUN_METADATA = (
 )
 
 
-# Where a run that acts on its alerts (rlpulse.start(on_alert=...)) found the failure to begin:
-# its last good step and the checkpoint to resume from, once the run has read the alert ($labels
-# holds no alertname: the name is written in).
-_OF_ALERT = f"{{{template_matchers('job', 'run_id', 'alertname')}}}"
+# Where the failure began, as the run exports it for every step alert (rlpulse.lastgood): its
+# last good step and the checkpoint to resume from ($labels holds no alertname: the name is
+# written in; series is the alert's step-signal series, empty for most).
+_OF_ALERT = f"{{{template_matchers('job', 'run_id', 'alertname', 'series')}}}"
 _STEP = '{{ printf "%.0f" .Value }}'
 
 
 def _first(expr: str, name: str) -> str:
-    """Template opening on the first sample of ``expr`` (``%q``: job, run_id, alert name)."""
-    return template_query(expr, "$labels.job", "$labels.run_id", f'"{name}"') + "{{ with first . }}"
+    """Template opening on the first sample of ``expr`` (``%q``: job, run_id, alert name,
+    series)."""
+    args = ("$labels.job", "$labels.run_id", f'"{name}"', "$labels.series")
+    return template_query(expr, *args) + "{{ with first . }}"
 
 
 _END = "{{ end }}{{ end }}"

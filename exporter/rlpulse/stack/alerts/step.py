@@ -34,6 +34,8 @@ SIGNAL = catalog.get("rl_step_signal")
 BASELINE = catalog.get("rl_step_signal_baseline")
 STEP = catalog.get("rl_step")
 LAST_GOOD = catalog.get("rl_last_good_step")
+ONSET = catalog.get("rl_failure_onset_step")
+ONSET_STEP = 131.0  # where the failure began in the promtool scenarios (the run exports it)
 CHECKPOINT = {"checkpoint": "checkpoint-120"}
 RESUME = catalog.get("rl_resume_checkpoint_step")
 _BY_NAME = {s.name: s for s in signals.SIGNALS}
@@ -101,6 +103,8 @@ class StepAlert:
     # (signal, level): the critical tier also fires at the warning level while that signal of
     # the same run is past that level (the damage this alert's cause has done shows there)
     escalate: tuple[str, float] | None = None
+    # a Go template sentence the description ends with (what else the on-call needs to see)
+    also: str = ""
 
     def __post_init__(self) -> None:
         if self.signal not in _BY_NAME:
@@ -232,6 +236,8 @@ class StepAlert:
         )
 
     def description(self, level: float, k: Any | None = None) -> str:
+        """What is wrong, on which run, since which step: the value now against its baseline
+        and the level (the failure's onset: ``rlpulse.lastgood``, exported by the run)."""
         ident = "{" + template_matchers("job", "instance")
         base = _go_query(
             f"{BASELINE.name}{ident},{template_matchers('signal', 'series')}}}",
@@ -239,11 +245,22 @@ class StepAlert:
             "%.4g",
         )
         step = _go_query(f"{STEP.name}{ident}}}", "$labels.job $labels.instance", "%.0f")
+        onset = template_query(
+            f"{ONSET.name}{ident},alertname=%q,{template_matchers('series')}}}",
+            "$labels.job",
+            "$labels.instance",
+            f'"{self.name}"',
+            "$labels.series",
+        )
+        since = (
+            f'{onset}since step {{{{ . | first | value | printf "%.0f" }}}} (now step {step})'
+            f"{{{{ else }}}}at step {step}{{{{ end }}}}"
+        )
         series = "{{ if $labels.series }} ({{ $labels.series }}){{ end }}"
         return (
             f"{self.subject}{series} of {ID} is {_go_value(self.sig.unit)} {self.relation} "
-            f"({base}) at step {step}; fires {'above' if self.above else 'below'} "
-            f"{_fmt_value(self.sig.unit, level)}{self._escalation_text(k)}."
+            f"(baseline {base}) {since}; fires {'above' if self.above else 'below'} "
+            f"{_fmt_value(self.sig.unit, level)}{self._escalation_text(k)}.{self.also}"
         )
 
     def expected_description(
@@ -254,14 +271,16 @@ class StepAlert:
         baseline: float,
         step: float,
         k: Any | None = None,
+        onset: float | None = None,
     ) -> str:
         """``description`` as Prometheus prints it for these labels and values (``k``: of the
-        critical tier)."""
+        critical tier; ``also`` left out: the scenarios do not export what it reads)."""
         series = f" ({labels['series']})" if labels.get("series") else ""
+        since = f"since step {onset:.0f} (now step {step:.0f})" if onset else f"at step {step:.0f}"
         return (
             f"{self.subject}{series} of run {labels['run_id']} (rank {labels['rank']}) is "
-            f"{_fmt_value(self.sig.unit, value)} {self.relation} ({baseline:.4g}) at step "
-            f"{step:.0f}; fires {'above' if self.above else 'below'} "
+            f"{_fmt_value(self.sig.unit, value)} {self.relation} (baseline {baseline:.4g}) "
+            f"{since}; fires {'above' if self.above else 'below'} "
             f"{_fmt_value(self.sig.unit, level)}{self._escalation_text(k)}."
         )
 
@@ -285,7 +304,8 @@ class StepAlert:
         n = len(values)
         inputs = (
             *self._inputs(labels, target, " ".join(f"{v:g}" for v in values), n),
-            # the run read its alert and found where the failure began (rlpulse.control)
+            # where the failure began, exported by the run (rlpulse.lastgood)
+            (series(ONSET, {**target, "alertname": self.name}), f"_x4 {ONSET_STEP:g}x{n - 5}"),
             (series(LAST_GOOD, {**target, "alertname": self.name}), f"_x4 130x{n - 5}"),
             (series(RESUME, {**target, "alertname": self.name, **CHECKPOINT}), f"_x4 120x{n - 5}"),
         )
@@ -367,8 +387,10 @@ class StepAlert:
         resume: tuple[float, str, float] | None = None,
     ) -> Expect:
         """Tier ``sev`` (at ``level``) firing at ``minute`` of a scenario with ``value``."""
+        crit = k if sev == "critical" else None
+        onset = ONSET_STEP if resume is not None and minute >= 5 else None
         text = self.expected_description(
-            level, labels, value, _BASELINE, 100 + 10 * minute, k if sev == "critical" else None
+            level, labels, value, _BASELINE, 100 + 10 * minute, crit, onset
         )
         return Expect(sev, labels, value, {"description": text}, resume)
 

@@ -32,7 +32,7 @@ from rlpulse.stack.alerts.kit import (
 )
 from rlpulse.stack.alerts.step import StepAlert
 from rlpulse.stack.knobs import AlertConfig, Duration, _doc
-from rlpulse.stack.promql import record_name
+from rlpulse.stack.promql import record_name, sel, template_matchers, template_query
 from rlpulse.stack.query import Query
 
 M = catalog.get
@@ -45,6 +45,15 @@ FORMAT_OK = M("rl_format_compliance_ratio")
 LENGTH_P90_DRIFT = record_name("run", LENGTH_HIST, "p90_drift_ratio")
 
 EVAL_DROP_CRITICAL = 0.3  # RLEvalDrop's critical level, where RLRewardHacking pages too
+# the true objective's value now, on a reward-hacking page (what the reward no longer follows)
+_OBJECTIVE_NOW = template_query(
+    sel(EVAL_SCORE, 'split!="train"', extra=template_matchers("job", "instance")),
+    "$labels.job",
+    "$labels.instance",
+) + (
+    "{{ range . }} The true objective {{ .Labels.benchmark }} ({{ .Labels.split }}) is now "
+    '{{ .Value | printf "%.3g" }}.{{ end }}{{ end }}'
+)
 
 REWARD_HACKING = StepAlert(
     name="RLRewardHacking",
@@ -59,6 +68,7 @@ REWARD_HACKING = StepAlert(
     critical=0.5,
     # the objective fell as far as RLEvalDrop pages for: the hack has done its damage
     escalate=("eval_drop_ratio", EVAL_DROP_CRITICAL),
+    also=_OBJECTIVE_NOW,
     runbook=Runbook(
         "The smoothed training reward rose well above where it stood when the true objective "
         "(a held-out eval score, or a key declared the objective) was last at its best, and "

@@ -18,15 +18,17 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from urllib.parse import urlencode
+from urllib.parse import parse_qs, urlencode, urlsplit
 
 import pytest
 import yaml
 
 from rlpulse import catalog
+from rlpulse.demo.task import LOOPHOLE
 from rlpulse.exporter import Exporter
 from rlpulse.stack import dashboards
 from rlpulse.stack.alerts import liveness
@@ -102,7 +104,7 @@ class Trainer:
         argv = demo_argv(
             "--scenario", self.scenario, "--steps", str(self.steps), "--port", str(self.port),
             "--run-id", self.run_id, "--step-delay", str(STEP_DELAY), "--addr", "127.0.0.1",
-            "--data-dir", str(self.log.with_suffix(".rollouts")),
+            "--data-dir", str(self.log.parent / "data"),  # the stack's viewer reads it
         )  # fmt: skip
         with open(self.log, "wb") as out:
             self.proc = subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
@@ -181,6 +183,7 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
         "--pagerduty-url", pagerduty.url, "--pagerduty-key-file", str(tmp / "routing_key"),
         "--prometheus-port", str(prom_port), "--alertmanager-port", str(free_port()),
         "--inbox-port", str(free_port()), "--rollouts-port", str(free_port()),
+        "--data-dir", str(tmp / "data"),
     ]  # fmt: skip
     run = _rlpulse(*up_argv)
     assert run.returncode == 0, run.stdout + run.stderr
@@ -260,6 +263,24 @@ def test_failure_scenario_pages_pagerduty(e2e: E2E, scenario: str) -> None:
         r.body["dedup_key"] for r in e2e.pagerduty.events(run_id=t.run_id, alertname=spec.alertname)
     }
     assert keys == {event["dedup_key"]} and event["dedup_key"]
+
+
+def test_the_hacking_pages_rollout_link_shows_the_hack_after_the_run_ended(e2e: E2E) -> None:
+    t = e2e.trainers["reward-hacking"]
+    page = e2e.page(t.run_id, "RLRewardHacking", "trigger", max(t.started + 150 - time.time(), 1))
+    t.wait(EXPECTED["reward-hacking"].steps * STEP_DELAY * 3)
+    link = page.body["payload"]["custom_details"]["rollouts"]
+    assert "&order=best" in link, link  # the highest rewards, where the hack shows
+    with urllib.request.urlopen(link, timeout=10) as resp:  # the stack's viewer, run ended
+        html = resp.read().decode()
+    assert resp.status == 200 and f"<h1 class=title>{t.run_id}</h1>" in html
+    step_min = int(parse_qs(urlsplit(link).query).get("step_min", ["0"])[0])  # the last good step
+    steps = [int(s) for s in re.findall(r"<span class=step>step: <b><a [^>]*>(-?\d+)</a>", html)]
+    assert steps and min(steps) >= step_min
+    rewards = [float(r) for r in re.findall(r"<span class=reward>reward: <b>([^<]+)</b>", html)]
+    assert rewards == sorted(rewards, reverse=True)
+    verdicts = re.findall(r"<span class=verdict>verdict: <b>([^<]+)</b>", html)
+    assert verdicts.count(LOOPHOLE) >= 0.8 * len(verdicts), verdicts  # the grader's loophole
 
 
 def test_stall_resolves_when_its_run_ends(e2e: E2E) -> None:

@@ -16,6 +16,7 @@ import rlpulse
 from rlpulse import catalog
 from rlpulse.exporter import Exporter
 from rlpulse.integrations.gymnasium import RlpulseEpisodeStats, RlpulseVectorEpisodeStats
+from rlpulse.rollouts.query import Filter, open_run, query
 from tests.conftest import promtool_check_metrics, scrape, value
 
 EPISODES = catalog.get("rl_episodes_total").name
@@ -25,6 +26,13 @@ STEPS = catalog.get("rl_env_steps_total").name
 SUCCESS = catalog.get("rl_success_ratio").name
 PHASE = catalog.get("rl_phase_duration_seconds").name
 DURATION = catalog.get("rl_rollout_duration_seconds").name
+
+
+@pytest.fixture(autouse=True)
+def data_dir(tmp_path, monkeypatch: pytest.MonkeyPatch):
+    """Each test's rollout stores (its episodes) in a folder of its own."""
+    monkeypatch.setenv("RLPULSE_DATA_DIR", str(tmp_path / "data"))
+    return tmp_path / "data"
 
 
 class GoalReached(gym.Wrapper[Any, Any, Any, Any]):
@@ -61,7 +69,7 @@ def test_single_env_matches_gymnasium_statistics(exporter: Exporter) -> None:
     assert value(text, DURATION + "_count") == 130
 
 
-def test_success_from_info_on_frozen_lake(exporter: Exporter) -> None:
+def test_success_from_info_on_frozen_lake(exporter: Exporter, data_dir) -> None:
     env = RlpulseEpisodeStats(GoalReached(gym.make("FrozenLake-v1", is_slippery=True)), exporter)
     env.action_space.seed(1)
     env.reset(seed=1)
@@ -76,6 +84,21 @@ def test_success_from_info_on_frozen_lake(exporter: Exporter) -> None:
     assert 3 <= sum(outcomes) < len(outcomes)
     # the gauge is the success ratio of the episodes in the last hand-over (all of them here)
     assert value(text, SUCCESS) == pytest.approx(np.mean(outcomes))
+    # every episode is offered to the rollout store; the sampler keeps the successes
+    assert exporter._recorder.flush(30)
+    conn = open_run(exporter.run_id, data_dir)
+    try:
+        stored = query(conn, Filter(order="step", limit=10_000))
+    finally:
+        conn.close()
+    wins = [r for r in stored if r["verdict"] == "success"]
+    assert len(wins) >= 2 and all(r["reward"] == 1.0 for r in wins)  # "best" keeps 2 a step
+    assert {r["verdict"] for r in stored} == {"success", "failure"}
+    assert all(
+        r["metadata"]["final_info"]["is_success"] == (r["verdict"] == "success") for r in stored
+    )
+    first = min(stored, key=lambda r: (r["step"], r["length"] or 0))
+    assert first["metadata"]["seed"] in (1, None) and all(r["length"] >= 1 for r in stored)
 
 
 @pytest.mark.parametrize(

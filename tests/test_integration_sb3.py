@@ -16,6 +16,7 @@ import rlpulse
 from rlpulse import catalog, keys
 from rlpulse.exporter import Exporter
 from rlpulse.integrations.sb3 import PrometheusWriter, RlpulseCallback
+from rlpulse.rollouts.query import Filter, open_run, query
 from tests.conftest import promtool_check_metrics, samples, scrape, value
 
 pytestmark = pytest.mark.heavy
@@ -47,8 +48,12 @@ class AddRecorder(RlpulseCallback):
 
 
 @pytest.fixture(scope="module")
-def ppo_run() -> Iterator[tuple[Exporter, PPO, Recorder, str]]:
+def ppo_run(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[Exporter, PPO, Recorder, str]]:
     torch.set_num_threads(1)
+    patch = pytest.MonkeyPatch()  # the run's rollout store (its episodes) in a folder of its own
+    patch.setenv("RLPULSE_DATA_DIR", str(tmp_path_factory.mktemp("sb3-data")))
     exp = Exporter(port=0, run_id="sb3-test", gpu=False, host=False, metadata={"framework": "sb3"})
     exp.start()
     recorder = Recorder()
@@ -58,6 +63,7 @@ def ppo_run() -> Iterator[tuple[Exporter, PPO, Recorder, str]]:
     text = scrape(exp.url)
     yield exp, model, recorder, text
     exp.close()
+    patch.undo()
 
 
 def test_logged_keys_reach_their_mapped_series(
@@ -132,3 +138,21 @@ def test_process_wide_exporter_is_started_with_framework_sb3() -> None:
         assert value(scrape(exp.url), catalog.get("rl_env_steps_total").name) == model.num_timesteps
     finally:
         rlpulse.close()
+
+
+def test_episodes_are_recorded_as_rollouts(ppo_run: tuple[Exporter, PPO, Recorder, str]) -> None:
+    exp, model, _recorder, _text = ppo_run
+    assert exp._recorder.flush(30)
+    conn = open_run("sb3-test")
+    try:
+        stored = query(conn, Filter(order="best", limit=10_000))
+    finally:
+        conn.close()
+    returns = sorted(
+        (r for m in model.get_env().envs for r in m.get_episode_rewards()), reverse=True
+    )
+    assert stored and stored[0]["reward"] == pytest.approx(returns[0])  # the best one is kept
+    assert {r["step"] for r in stored} <= set(range(ITERATIONS * 2 * 10 + 1))
+    for r in stored:
+        assert r["length"] == r["reward"]  # CartPole pays 1 per step
+        assert r["metadata"]["seed"] == 0 and "TimeLimit.truncated" in r["metadata"]["final_info"]

@@ -69,9 +69,9 @@ def test_list_filters(capsys, data_dir):
     assert ids(records(capsys, data_dir, "list", "--step", "2")) == [f"id{i}" for i in range(5, 10)]
     assert ids(records(capsys, data_dir, "list", "--worst", "2")) == [
         "id7",
-        "id1",
-    ]  # 0.2, then 1.0 (ties: first stored)
-    assert ids(records(capsys, data_dir, "list", "--best", "3")) == ["id0", "id6", "id9"]
+        "id5",
+    ]  # 0.2, then 1.0 (ties: the newest step, then first stored)
+    assert ids(records(capsys, data_dir, "list", "--best", "3")) == ["id6", "id0", "id9"]
     assert ids(records(capsys, data_dir, "list", "--truncated")) == ["id7"]
     assert ids(records(capsys, data_dir, "list", "--errors")) == ["id8"]
     assert ids(

@@ -61,9 +61,13 @@ def shown(html: str) -> list[str]:
 def test_orders_ranges_and_filters(base: str) -> None:
     page = f"{base}/view?run=grpo"
     assert shown(get(page)[2])[:4] == ["s20-0", "s20-1", "s20-2", "s20-3"]  # newest step first
-    assert shown(get(f"{page}&order=best&limit=2")[2]) == ["s20-0", "s10-0"]  # ties: oldest
+    assert shown(get(f"{page}&order=best&limit=3")[2]) == [
+        "s20-0",
+        "s20-1",
+        "s20-2",
+    ]  # ties: newest
     assert shown(get(f"{page}&order=worst&step_min=10&step_max=10")[2])[0] == "s10-3"
-    assert shown(get(f"{page}&order=longest&limit=1")[2]) == ["s10-3"]
+    assert shown(get(f"{page}&order=longest&limit=1")[2]) == ["s20-3"]
     assert shown(get(f"{page}&order=errors")[2]) == ["s20-3", "s10-3"]
     assert shown(get(f"{page}&q=ANSWER%2010/2")[2]) == ["s10-2"]
     assert shown(get(f"{page}&component={quote('format>1.5')}")[2]) == ["s20-0", "s20-1"]

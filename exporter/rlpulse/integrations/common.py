@@ -118,3 +118,33 @@ def set_hyperparameters(exporter: Exporter, params: Mapping[str, Any]) -> None:
     """Export the numeric entries of ``params`` as ``rl_hyperparameter{name}`` gauges."""
     for name, value in numbers(params).items():
         exporter.set(HYPERPARAMETER, value, name=name)
+
+
+def final_info(info: Mapping[str, Any]) -> dict[str, Any]:
+    """The scalar entries of an episode's last ``info`` (observations and arrays left out)."""
+    return {
+        str(k): v.item() if hasattr(v, "item") and getattr(v, "size", 1) == 1 else v
+        for k, v in info.items()
+        if isinstance(v, bool | int | float | str)
+        or (hasattr(v, "item") and getattr(v, "size", 0) == 1)
+    }
+
+
+def record_episodes(
+    exp: Exporter,
+    step: int,
+    returns: list[float],
+    lengths: list[float],
+    successes: list[Any],
+    infos: list[dict[str, Any]],
+) -> None:
+    """Offer finished episodes to the run's rollout store, an episode as a rollout: its return
+    as the reward, its length, success as the verdict, and its seed and final info (``infos``:
+    one dict per episode) as metadata. The store's sampling and bounds apply."""
+    exp.record_rollouts(
+        step=step,
+        rewards=returns,
+        lengths=lengths,
+        verdicts=[None if s is None else ("success" if s else "failure") for s in successes],
+        metadata=infos,
+    )

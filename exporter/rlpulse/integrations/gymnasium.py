@@ -7,6 +7,11 @@
 one) and its wall time (``rl_rollout_duration_seconds``). Per ``step()``: its latency
 (``rl_phase_duration_seconds{phase="env_step"}``) and ``rl_env_steps_total``.
 
+Each finished episode is also a rollout in the run's bounded store (docs/rollouts.md; the
+viewer shows it): its return as the reward, its length, success as the verdict, the reset seed
+and the scalar entries of its last ``info`` as metadata, at the step count of the environments so
+far; ``rollouts=False`` turns that off.
+
 Steps are buffered in the wrapper and handed to the exporter at most every ``flush_interval``
 seconds (and on ``flush()``/``close()``), so a fast environment pays a list append per step.
 Wrap the vector env in the main process: an exporter is per process, and a wrapper inside an
@@ -24,7 +29,7 @@ import numpy as np
 import rlpulse
 from rlpulse import catalog
 from rlpulse.exporter import Exporter
-from rlpulse.integrations.common import missing
+from rlpulse.integrations.common import final_info, missing, record_episodes
 
 try:
     import gymnasium as gym
@@ -44,9 +49,15 @@ MAX_BUFFERED = 65536  # steps buffered before a hand-over regardless of time
 class StepBuffer:
     """Steps and episodes recorded since the last flush, and the hand-over to an exporter."""
 
-    def __init__(self, exporter: Exporter | None, flush_interval: float) -> None:
+    def __init__(
+        self, exporter: Exporter | None, flush_interval: float, rollouts: bool = True
+    ) -> None:
         self.exporter = exporter
         self.flush_interval = flush_interval
+        self.rollouts = rollouts
+        self.total_steps = 0  # environment steps so far: the step episodes are recorded at
+        self.verdicts: list[Any] = []  # per episode: success, or None
+        self.infos: list[dict[str, Any]] = []  # per episode: seed and final info
         self.latencies: list[float] = []
         self.steps = 0
         self.returns: list[float] = []
@@ -59,16 +70,28 @@ class StepBuffer:
         """Record one ``step()`` call that advanced ``steps`` environments."""
         self.latencies.append(latency)
         self.steps += steps
+        self.total_steps += steps
         if now - self._last >= self.flush_interval or len(self.latencies) >= MAX_BUFFERED:
             self.flush(now)
 
-    def episode(self, ret: float, length: int, duration: float, success: Any) -> None:
+    def episode(
+        self,
+        ret: float,
+        length: int,
+        duration: float,
+        success: Any,
+        info: Mapping[str, Any] | None = None,
+        seed: int | None = None,
+    ) -> None:
         """Record one finished episode (``success`` None when the env does not say)."""
         self.returns.append(ret)
         self.lengths.append(length)
         self.durations.append(duration)
         if success is not None:
             self.success.append(float(success))
+        if self.rollouts:
+            self.verdicts.append(None if success is None else bool(success))
+            self.infos.append({"seed": seed, "final_info": final_info(info or {})})
 
     def flush(self, now: float | None = None) -> None:
         """Hand everything buffered to the exporter (the process-wide one if none was given)."""
@@ -77,6 +100,7 @@ class StepBuffer:
         if exp is None:
             self.latencies, self.steps = [], 0
             self.returns, self.lengths, self.durations, self.success = [], [], [], []
+            self.verdicts, self.infos = [], []
             return
         if self.steps:
             exp.count(ENV_STEPS, self.steps)
@@ -87,7 +111,18 @@ class StepBuffer:
         if self.returns:
             exp.observe_episodes(self.returns, self.lengths, self.success or None)
             exp.observe(EPISODE_DURATION, self.durations)
+            if self.rollouts:
+                lengths = [float(n) for n in self.lengths]
+                record_episodes(
+                    exp, self.total_steps, self.returns, lengths, self.verdicts, self.infos
+                )
             self.returns, self.lengths, self.durations, self.success = [], [], [], []
+            self.verdicts, self.infos = [], []
+
+
+def _per_env(value: Any) -> bool:
+    """Whether a vector env's ``info`` entry holds one value per sub-environment."""
+    return isinstance(value, np.ndarray) and value.ndim == 1
 
 
 def _success(info: Mapping[str, Any]) -> Any:
@@ -106,9 +141,11 @@ class RlpulseEpisodeStats(gym.Wrapper[Any, Any, Any, Any]):
         exporter: Exporter | None = None,
         *,
         flush_interval: float = FLUSH_INTERVAL,
+        rollouts: bool = True,
     ) -> None:
         super().__init__(env)
-        self.buffer = StepBuffer(exporter, flush_interval)
+        self.buffer = StepBuffer(exporter, flush_interval, rollouts)
+        self._seed: int | None = None
         self._return = 0.0
         self._length = 0
         self._t0 = time.perf_counter()
@@ -118,6 +155,7 @@ class RlpulseEpisodeStats(gym.Wrapper[Any, Any, Any, Any]):
     ) -> tuple[Any, dict[str, Any]]:
         obs, info = self.env.reset(seed=seed, options=options)
         self._return, self._length, self._t0 = 0.0, 0, time.perf_counter()
+        self._seed = seed
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
@@ -127,7 +165,9 @@ class RlpulseEpisodeStats(gym.Wrapper[Any, Any, Any, Any]):
         self._return += float(reward)
         self._length += 1
         if terminated or truncated:
-            self.buffer.episode(self._return, self._length, now - self._t0, _success(info))
+            self.buffer.episode(
+                self._return, self._length, now - self._t0, _success(info), info, self._seed
+            )
             self._return, self._length, self._t0 = 0.0, 0, now
         self.buffer.step(now - t0, 1, now)
         return obs, reward, terminated, truncated, info
@@ -154,9 +194,11 @@ class RlpulseVectorEpisodeStats(VectorWrapper):
         exporter: Exporter | None = None,
         *,
         flush_interval: float = FLUSH_INTERVAL,
+        rollouts: bool = True,
     ) -> None:
         super().__init__(env)
-        self.buffer = StepBuffer(exporter, flush_interval)
+        self.buffer = StepBuffer(exporter, flush_interval, rollouts)
+        self._seeds: list[int | None] = [None] * self.num_envs  # of each env's current episode
         self.autoreset_mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         n = self.num_envs
         self._returns = np.zeros(n)
@@ -170,6 +212,8 @@ class RlpulseVectorEpisodeStats(VectorWrapper):
         mask = (options or {}).get("reset_mask")
         obs, info = self.env.reset(seed=seed, options=options)
         which = np.ones(self.num_envs, dtype=bool) if mask is None else np.asarray(mask, bool)
+        for i in np.flatnonzero(which).tolist():  # gymnasium seeds sub-environment i with seed + i
+            self._seeds[i] = seed + i if isinstance(seed, int) else None
         self._returns[which] = 0.0
         self._lengths[which] = 0
         self._t0[which] = time.perf_counter()
@@ -199,9 +243,12 @@ class RlpulseVectorEpisodeStats(VectorWrapper):
             s = None
             if success is not None and (present is None or present[i]):
                 s = success[i]
+            last = {k: v[i] for k, v in infos.items() if not k.startswith("_") and _per_env(v)}
             self.buffer.episode(
-                float(self._returns[i]), int(self._lengths[i]), now - float(self._t0[i]), s
-            )
+                float(self._returns[i]), int(self._lengths[i]), now - float(self._t0[i]), s,
+                last, self._seeds[i],
+            )  # fmt: skip
+            self._seeds[i] = None  # the autoreset that follows takes no seed
         self._returns[idx] = 0.0
         self._lengths[idx] = 0
         self._t0[idx] = now

@@ -32,7 +32,14 @@ from typing import Any
 
 from rlpulse import catalog, control
 from rlpulse.exporter import Exporter
-from rlpulse.integrations.common import exporter_for, missing, numbers, set_hyperparameters
+from rlpulse.integrations.common import (
+    exporter_for,
+    final_info,
+    missing,
+    numbers,
+    record_episodes,
+    set_hyperparameters,
+)
 
 try:
     import stable_baselines3
@@ -104,9 +111,13 @@ class RlpulseCallback(BaseCallback):
         verbose: int = 0,
         checkpoints: str | os.PathLike[str] = "checkpoints",
         save_every: int = 0,
+        rollouts: bool = True,
         **start_kwargs: Any,
     ) -> None:
         super().__init__(verbose)
+        self.rollouts = rollouts
+        self._successes: list[Any] = []
+        self._infos: list[dict[str, Any]] = []
         self.checkpoints = os.fspath(checkpoints)
         self.save_every = save_every
         self._control: control.Control | None = None
@@ -155,6 +166,11 @@ class RlpulseCallback(BaseCallback):
             if episode is not None:
                 self._returns.append(episode["r"])
                 self._lengths.append(episode["l"])
+                if self.rollouts:
+                    success = info.get("is_success", info.get("success"))
+                    self._successes.append(success)
+                    seed = getattr(self.model, "seed", None)
+                    self._infos.append({"seed": seed, "final_info": final_info(info)})
         c = self._control
         if c is None or c.action() is None:
             return True
@@ -199,4 +215,8 @@ class RlpulseCallback(BaseCallback):
     def _flush(self, exp: Exporter) -> None:
         if self._returns:
             exp.observe_episodes(self._returns, self._lengths)
-            self._returns, self._lengths = [], []
+            if self.rollouts:
+                record_episodes(
+                    exp, self._updates(), self._returns, self._lengths, self._successes, self._infos
+                )
+            self._returns, self._lengths, self._successes, self._infos = [], [], [], []

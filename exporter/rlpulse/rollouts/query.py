@@ -36,14 +36,15 @@ _FIELDS = (
     "recorded_at",
 )
 MAX_LIMIT = 10_000
-# how each order sorts, and the rows it needs a value in (stable: ties go by insertion)
+# how each order sorts, and the rows it needs a value in; ties go to the newest step (where a
+# failure that an alert just found shows), then by insertion
 ORDERS = {
     "step": ("step, id", None),
     "recent": ("step DESC, id", None),
-    "best": ("reward DESC, id", "reward"),
-    "worst": ("reward ASC, id", "reward"),
-    "longest": ("length DESC, id", "length"),
-    "shortest": ("length ASC, id", "length"),
+    "best": ("reward DESC, step DESC, id", "reward"),
+    "worst": ("reward ASC, step DESC, id", "reward"),
+    "longest": ("length DESC, step DESC, id", "length"),
+    "shortest": ("length ASC, step DESC, id", "length"),
     "random": ("(id * 2654435761 + ?) % 4294967311, id", None),  # a shuffle fixed by its seed
 }
 
@@ -163,11 +164,13 @@ class Filter:
         if not 0 <= limit <= MAX_LIMIT:
             raise ValueError(f"limit {limit} must be between 0 and {MAX_LIMIT}")
         sql = f"SELECT {', '.join(_FIELDS)} FROM rollouts"
-        if where:
-            sql += " WHERE " + " AND ".join(where)
-        if name == "random":
-            params.append(self.seed % 4294967311)
-        return f"{sql} ORDER BY {order} LIMIT {int(limit)} OFFSET {int(self.offset)}", params
+        cond = " WHERE " + " AND ".join(where) if where else ""
+        page = f"LIMIT {int(limit)} OFFSET {int(self.offset)}"
+        if name == "random":  # shuffle the ids alone (an index scan), then read those rows
+            seed = self.seed % 4294967311
+            picked = f"SELECT id FROM rollouts{cond} ORDER BY {order} {page}"
+            return f"{sql} WHERE id IN ({picked}) ORDER BY {order}", [*params, seed, seed]
+        return f"{sql}{cond} ORDER BY {order} {page}", params
 
 
 def open_run(run_id: str, data_dir: str | os.PathLike[str] | None = None) -> sqlite3.Connection:

@@ -129,11 +129,9 @@ def _json_block(label: str, value: Any) -> str:
 def rollout_html(r: dict[str, Any], run: str, *, prompt: bool = True) -> str:
     """One rollout as an ``<article>``: its numbers, reward components, texts."""
     group = r["group_id"]
-    group_link = (
-        f'<a class=group href="{url("view", run=run, group=group, order="best")}">{e(group)}</a>'
-        if group is not None
-        else DASH
-    )
+    step = r["step"]  # group ids may repeat across steps (a prompt index)
+    in_group = url("view", run=run, group=group, step_min=step, step_max=step, order="best")
+    group_link = f'<a class=group href="{in_group}">{e(group)}</a>' if group is not None else DASH
     meta = [
         ("step", f'<a href="{url("view", run=run, step=r["step"])}">{r["step"]}</a>'),
         ("reward", num(r["reward"])),

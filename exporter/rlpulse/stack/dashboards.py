@@ -153,15 +153,16 @@ second shows every 15th step). For every logged step, replay the run's log
 (`rlpulse replay`, docs/replay.md). A run restarted with the same `run_id` whose step goes
 back draws its second part over the first.
 
-From a curve to the rollouts behind it: the alert-signal, gradient-norm and response panels have
-data links to the worst rollouts of the run in the rollout API (docs/rollouts.md; the *Rollout
-API* variable is its base URL, by default the first static scrape target, an exporter with the
-API mounted): up to the clicked point of the visible time range (`since=${__from}&until=
-${__value.time}`), in the visible step range (`step_min=${step_min}&step_max=${step_max}`, hidden
-variables computed from `rl_step` over the time range), and in the whole run;
-`rlpulse rollouts show --run RUN --step-min A --step-max B --worst 20` prints the same.
-Exemplars (the `rollout_id` of single rollouts) on the rollout-latency and response-length
-histograms open `/rollout?id=…` through the Prometheus datasource's exemplar link. Rates use
+From a curve to the rollouts behind it: the Reward and reward-component panels link to the run's
+highest- and lowest-reward rollouts in the rollout viewer (docs/rollouts.md; the *Rollout viewer*
+variable is its base URL, `links.rollouts_url`, what `rlpulse stack up` serves), the response-length
+panel to the longest, the alert-signal, gradient-norm and response-quality panels to the lowest:
+up to the clicked point of the visible time range (`since=${__from}&until=${__value.time}`), in the
+visible step range (`step_min=${step_min}&step_max=${step_max}`, hidden variables computed from
+`rl_step` over the time range), and the whole run; `rlpulse rollouts show --run RUN --step-min A
+--step-max B --best 20` prints the same and the link. Exemplars (the `rollout_id` of single
+rollouts) on the rollout-latency and response-length histograms open the viewer's `/view?id=…`
+through the Prometheus datasource's exemplar link. Rates use
 `$__rate_interval`; error counters read 0 for each run that is up until their first increment
 (labelled `none`, never a label-less `vector(0)`).
 

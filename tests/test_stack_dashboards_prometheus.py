@@ -1,6 +1,7 @@
-"""Every panel query of every generated dashboard, run against a real Prometheus over four
+"""Every panel query of every generated dashboard, run against a real Prometheus over five
 runs: one that finished, one that crashed (``end("crashed")``), one killed with SIGKILL (no
-end recorded) and one still running.
+end recorded) and two still running, one of them logging a step every 2.5 s (slower than it is
+scraped: its by-step lines have one point per logged step).
 
 Real exporters (fake NVML at the pynvml boundary) are fed a value for every catalog metric
 through the public API while the real ``prometheus`` binary scrapes them each second and
@@ -44,7 +45,9 @@ from tests.fake_nvml import FakeGpu, FakeNvml
 from tests.stackutil import api, free_port, query, server, wait_for, wait_for_data
 
 FINISHED, CRASHED, KILLED, RUNNING = "dash-finished", "dash-crashed", "dash-killed", "dash-run"
-RUNS = (FINISHED, CRASHED, KILLED, RUNNING)
+SLOW = "dash-slow"  # running, one step every SLOW_PERIOD s: slower than it is scraped
+SLOW_PERIOD = 2.5
+RUNS = (FINISHED, CRASHED, KILLED, RUNNING, SLOW)
 LEARNING_RATES = {FINISHED: 1e-3, RUNNING: 5e-3}
 FIRING_RULE = "DashboardTestFiring"  # an alert firing for the running run (the oldest start)
 RATE = "4s"  # the rules' rate window and $__rate_interval
@@ -103,9 +106,10 @@ def _exporter(run_id: str, port: int = 0) -> Exporter:
 
 
 class Trainer:
-    """An in-process run fed on its own thread every 0.2 s until ``stop()``."""
+    """An in-process run fed on its own thread every ``period`` s until ``stop()``."""
 
-    def __init__(self, run_id: str, *, nested_phases: bool = False) -> None:
+    def __init__(self, run_id: str, *, nested_phases: bool = False, period: float = 0.2) -> None:
+        self.period = period
         self.exp = _exporter(run_id)
         self.exp.start()
         self.samples = True
@@ -121,10 +125,10 @@ class Trainer:
             step += 1
             if self._nested:  # reward timed inside rollout: the phases overlap
                 with self.exp.phase("rollout"), self.exp.phase("reward"):
-                    self._stop.wait(0.2)
+                    self._stop.wait(self.period)
             else:
                 with self.exp.phase("update"):
-                    self._stop.wait(0.2)
+                    self._stop.wait(self.period)
 
     def stop(self) -> None:
         self._stop.set()
@@ -167,6 +171,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     running = Trainer(RUNNING, nested_phases=True)  # started first: the oldest run
     time.sleep(0.05)
     finished, crashed = Trainer(FINISHED), Trainer(CRASHED)
+    slow = Trainer(SLOW, period=SLOW_PERIOD)
     killed_port = free_port()
     killed = subprocess.Popen(
         [sys.executable, "-m", "tests.test_stack_dashboards_prometheus", str(killed_port)],
@@ -193,7 +198,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     for rel, text in rule_files.items():
         (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / rel).write_text(text)
-    ports = [t.exp.port for t in (running, finished, crashed)] + [killed_port]
+    ports = [t.exp.port for t in (running, finished, crashed, slow)] + [killed_port]
     targets = [f"127.0.0.1:{port}" for port in ports]
     (tmp_path / "prometheus.yml").write_text(
         "global: {scrape_interval: 1s, scrape_timeout: 1s, evaluation_interval: 1s}\n"
@@ -229,9 +234,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
             _until(url, f'ALERTS{{alertname="{FIRING_RULE}",alertstate="firing"}}', "alert")
             yield Stack(url, start, time.time())
     finally:
-        running.stop()
-        running.exp.close()
-        for trainer in (finished, crashed):
+        for trainer in (running, slow, finished, crashed):
             trainer.stop()
             trainer.exp.close()
         if killed.poll() is None:
@@ -371,6 +374,8 @@ def test_by_step_lines_advance_one_step_per_point(answers: list[Answer]) -> None
             assert not line or v > line[-1], (a.panel["title"], key, v, line[-3:])
             line.append(v)
             checked += 1
+        if a.run == SLOW:  # scraped about SLOW_PERIOD times per step, one point per step
+            assert all(len(line) >= 3 for line in times.values()), (a.panel["title"], times)
         instants = [
             {(m["run_id"], m["series"], t) for m, t, _ in _values(b.body)} for b in (step, value)
         ]

@@ -605,3 +605,112 @@ def test_bad_environment_values_never_stop_sb3_training(
     assert model.num_timesteps == 64
     said = [r.getMessage() for r in caplog.records if "monitoring is off" in r.getMessage()]
     assert len(said) == 1 and variable in said[0], said
+
+
+# ---- 14: concurrency and input limits ---------------------------------------------------------
+
+
+def test_scrapes_never_fail_while_eight_threads_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    from rlpulse import exporter as exporter_mod
+
+    monkeypatch.setattr(exporter_mod, "MAX_PENDING", 0)  # each log() applies at once
+    monkeypatch.setattr(sys, "getswitchinterval", sys.getswitchinterval)
+    previous = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    exp = Exporter(port=0, addr="127.0.0.1", run_id="race", gpu=False, host=False).start()
+    stop, failed = threading.Event(), []
+
+    def logger(k: int) -> None:
+        step = 0
+        while not stop.is_set():
+            step += 1
+            values = {"rl_entropy": 1 / (1 + step % 7), "rl_grad_norm": float(step % 11)}
+            exp.log(values, step=step if k == 0 else None)
+
+    def scraper() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(OSError):
+                conn = http.client.HTTPConnection("127.0.0.1", exp.port, timeout=10)
+                conn.request("GET", "/metrics")
+                status = conn.getresponse().status
+                conn.close()
+                if status != 200:
+                    failed.append(status)
+
+    threads = [threading.Thread(target=logger, args=(k,)) for k in range(8)]
+    threads += [threading.Thread(target=scraper) for _ in range(2)]
+    try:
+        for t in threads:
+            t.start()
+        time.sleep(4)
+    finally:
+        stop.set()
+        for t in threads:
+            t.join(10)
+        sys.setswitchinterval(previous)
+        exp.close()
+    assert failed == []
+
+
+def _rollouts_api(data_dir: Path, params: dict[str, list[str]]) -> Any:
+    from email.message import Message
+
+    from rlpulse.http import Request
+    from rlpulse.rollouts.server import routes
+
+    request = Request("GET", "/rollouts", {"run": ["api"], **params}, Message(), ("", 0))
+    return routes(data_dir)["/rollouts"](request)
+
+
+@pytest.fixture
+def rollouts_dir(tmp_path: Path) -> Path:
+    from rlpulse.rollouts import Recorder
+
+    rec = Recorder("api", data_dir=tmp_path)
+    rec.record(step=10, rollout_ids=["a", "b"], rewards=[1.0, 0.0], responses=["x", "y"])
+    assert rec.flush()
+    rec.close()
+    return tmp_path
+
+
+@pytest.mark.parametrize("raw", ["1_0", "\u0661\u0660", " 10", "+10", "10\n"])
+def test_the_rollout_api_reads_only_plain_ascii_integers(rollouts_dir: Path, raw: str) -> None:
+    response = _rollouts_api(rollouts_dir, {"step": [raw]})
+    assert response.status == 400 and b"is not an integer" in response.body
+
+
+def test_too_many_component_filters_answer_a_clear_400(rollouts_dir: Path) -> None:
+    response = _rollouts_api(rollouts_dir, {"component": [f"c{i}>0" for i in range(600)]})
+    assert response.status == 400 and b"600 component filters; at most 64" in response.body
+
+
+@pytest.mark.parametrize(
+    "flag", [["--step", str(2**64)], ["--step-min", str(-(2**70))], ["--worst", str(2**63)]]
+)
+def test_the_rollout_cli_applies_the_apis_ranges(
+    rollouts_dir: Path, flag: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rlpulse.cli import main
+
+    code = main(["rollouts", "list", "--run", "api", "--data-dir", str(rollouts_dir), *flag])
+    err = capsys.readouterr().err
+    assert code != 0 and "out of range" in err and "Traceback" not in err, err
+
+
+@pytest.mark.parametrize(
+    ("text", "said"),
+    [
+        ("a: " + "[" * 100_000, r"rlpulse.yaml: line 1: nested deeper than 64 levels \(column"),
+        ("a: " + "x" * (50 << 20), r"rlpulse.yaml: \d+ characters; at most"),
+        ("scrape:\n  limit: " + "9" * 5000, r"rlpulse.yaml: line 2: a number longer than 64"),
+    ],
+    ids=["100000-deep", "50-MB-scalar", "5000-digit-number"],
+)
+def test_hostile_yaml_is_one_line_naming_file_and_position(
+    tmp_path: Path, text: str, said: str
+) -> None:
+    path = tmp_path / "rlpulse.yaml"
+    path.write_text(text)
+    with pytest.raises(config.ConfigError, match=said) as refused:
+        config.load(path)
+    assert "\n" not in str(refused.value) and len(str(refused.value)) < 300

@@ -35,7 +35,7 @@ from pathlib import Path
 
 import yaml
 
-from rlpulse import catalog
+from rlpulse import catalog, safeyaml
 
 Labels = tuple[tuple[str, str], ...]
 
@@ -1108,7 +1108,7 @@ def user_map(
 
 def _load_map(path: Path) -> dict[str, Target | None]:
     try:
-        spec = yaml.safe_load(path.read_text(encoding="utf-8"))  # JSON is YAML
+        spec = safeyaml.load(path.read_text(encoding="utf-8"))  # JSON is YAML
     except (OSError, yaml.YAMLError) as exc:
         raise ValueError(f"{path}: cannot read a key map: {exc}") from None
     return user_map(spec if spec is not None else {}, str(path))

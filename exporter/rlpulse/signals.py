@@ -514,7 +514,7 @@ class _Held:
 
     def read(self) -> float:
         out = math.nan
-        for v in self.last:
+        for v in tuple(self.last):  # a copy: another thread may append meanwhile
             out = self._worst(out, v)
         return out
 

@@ -38,7 +38,7 @@ from typing import Any
 
 import yaml
 
-from rlpulse import tempdirs
+from rlpulse import safeyaml, tempdirs
 from rlpulse.http import Guard, Request, Response
 
 ENV = "RLPULSE_WEB_CONFIG"
@@ -194,7 +194,7 @@ def load(path: str | os.PathLike[str]) -> WebConfig:
     except UnicodeDecodeError as exc:
         raise WebConfigError(f"web config {p}: not UTF-8 text (byte {exc.start})") from None
     try:
-        doc = yaml.safe_load(text)
+        doc = safeyaml.load(text)
     except yaml.YAMLError as exc:
         raise WebConfigError(f"web config {p}: not valid YAML: {exc}") from None
     return parse(doc, p)

@@ -49,6 +49,9 @@ ORDERS = {
 }
 
 
+MAX_COMPONENT_FILTERS = 64  # each is two SQL terms; SQLite's expression depth is 1,000
+
+
 @dataclass(frozen=True)
 class ComponentFilter:
     """``name op value`` on one reward component, e.g. ``format>0.5``."""
@@ -106,6 +109,14 @@ class Filter:
             raise ValueError(f"order {self.order!r} is not one of {', '.join(ORDERS)}")
         if not 0 <= self.offset < 2**63:
             raise ValueError(f"offset {self.offset} must be ≥ 0")
+        for name in ("step", "step_min", "step_max", "worst", "best", "seed", "limit"):
+            n = getattr(self, name)
+            if n is not None and not -(2**63) <= n < 2**63:  # SQLite's integers
+                raise ValueError(f"{name} {n} is out of range (a 64-bit integer)")
+        if len(self.components) > MAX_COMPONENT_FILTERS:
+            raise ValueError(
+                f"{len(self.components)} component filters; at most {MAX_COMPONENT_FILTERS}"
+            )
         if self.step is not None and (self.step_min is not None or self.step_max is not None):
             raise ValueError("choose one of step and a step range (step_min, step_max)")
         for low, high, what in (

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -63,14 +64,16 @@ def _json(obj: Any, status: int = 200) -> Response:
     return Response(body, JSON, status, dict(HEADERS))
 
 
+_INTEGER = re.compile(r"-?[0-9]{1,20}", re.ASCII)
+
+
 def _int(params: Params, key: str) -> int | None:
     values = params.get(key)
     if not values:
         return None
-    try:
-        n = int(values[-1])
-    except ValueError:
-        raise BadRequest(f"query parameter {key!r}={values[-1]!r} is not an integer") from None
+    if not _INTEGER.fullmatch(values[-1]):  # int() also reads 1_0, " 7" and non-ASCII digits
+        raise BadRequest(f"query parameter {key!r}={values[-1][:40]!r} is not an integer")
+    n = int(values[-1])
     if n < 0 and key not in _STEPS:
         raise BadRequest(f"query parameter {key!r}={n} must be ≥ 0")
     if not -(2**63) <= n < 2**63:  # SQLite's integers

@@ -20,7 +20,7 @@ from typing import Any, Literal, get_args, get_origin, get_type_hints
 
 import yaml
 
-from rlpulse import keys
+from rlpulse import keys, safeyaml
 from rlpulse.rollouts.server import VIEWER_URL
 from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack.knobs import _DURATION_RE, _doc
@@ -787,21 +787,13 @@ def _shown(value: Any) -> str:
     return text if len(text) <= 80 else f"{text[:77]}..."
 
 
-class _Loader(yaml.SafeLoader):
-    """Safe YAML without aliases: ``*name`` could expand a few hundred bytes into gigabytes."""
-
-    def compose_node(self, parent: Any, index: Any) -> Any:
-        if self.check_event(yaml.AliasEvent):
-            mark = self.peek_event().start_mark
-            raise ConfigError(f"line {mark.line + 1}: YAML aliases (*name) are not allowed")
-        return super().compose_node(parent, index)
-
-
 def load(path: str | Path, *, base: Config | None = None) -> Config:
     """The defaults (or ``base``) overridden by the YAML file at ``path``."""
     p = Path(path)
     try:
-        data = yaml.load(p.read_text(encoding="utf-8"), Loader=_Loader)
+        data = safeyaml.load(p.read_text(encoding="utf-8"))
+    except safeyaml.LimitError as exc:
+        raise ConfigError(f"{p}: {exc}") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{p}: not valid YAML: {exc}") from None
     except UnicodeDecodeError as exc:

@@ -84,7 +84,7 @@ def test_a_full_queue_drops_and_counts_without_blocking(caplog: pytest.LogCaptur
         exp.observe_episodes([1.0], [3])
     assert exp.dropped == {"queue_full": 26}
     said = [r.getMessage() for r in caplog.records if "queue_full" in r.getMessage()]
-    assert len(said) == 2 and "'log'" in said[0], said  # said at once, once per call kind
+    assert len(said) == 1 and "dropped a log() call" in said[0], said  # at once, once
     exp.flush()
     assert _value(exp, "rl_entropy") == calls.MAX_QUEUED - 1.0  # the calls kept, in order
 
@@ -141,3 +141,23 @@ print("child", os.waitstatus_to_exitcode(status))
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
     )
     assert "child 0" in out.stdout, out.stderr
+
+
+def test_the_first_dropped_call_is_said_on_stderr_once() -> None:
+    code = """
+from rlpulse import calls
+from rlpulse.exporter import Exporter
+exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False)
+exp.log({"rl_loss": "text"})  # another drop was said before: the queue's is said all the same
+exp.flush()
+with exp.ingest.calls.lock:
+    for step in range(calls.MAX_QUEUED + 5):
+        exp.log({"rl_entropy": 1.0}, step=step)
+print(exp.dropped)
+"""
+    env = {k: v for k, v in os.environ.items() if k != "RLPULSE_QUIET"}
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, env=env
+    )
+    assert "'queue_full': 5" in out.stdout, out.stderr
+    assert out.stderr.count("dropped a log() call") == 1, out.stderr

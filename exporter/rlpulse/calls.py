@@ -20,6 +20,7 @@ from collections import deque
 from collections.abc import Callable
 from typing import Any
 
+from rlpulse import notices
 from rlpulse.drops import Drops
 from rlpulse.exposition import Pacer
 
@@ -28,6 +29,7 @@ log = logging.getLogger("rlpulse")
 MAX_QUEUED = 16384  # calls waiting to be applied (~22 MB of 32-key dicts); more are dropped
 BATCH_SECONDS = 0.05  # the apply thread gathers calls this long after a wake-up
 BACKLOG = 2048  # calls that wake it before then, and past which it applies without pausing
+FULL = "queue_full"  # the drop reason of a call the full queue refused
 Call = tuple[Callable[..., None], tuple[Any, ...]]
 Pause = Callable[[], None]
 
@@ -59,8 +61,19 @@ class Calls:
             self.schedule()
 
     def full(self, name: str) -> None:
-        """Count a call dropped because the queue is full."""
-        self.drops("queue_full", name, f"{MAX_QUEUED} calls waiting to be applied")
+        """Count a call dropped because the queue is full; the first is said at once."""
+        first = FULL not in self.drops.counts
+        self.drops.tally(FULL)
+        if first:
+            notices.warn(
+                FULL,
+                "rlpulse: dropped a %s() call: %d recording calls wait for the apply thread "
+                "(the trainer records faster than the exporter applies); every such call is "
+                'counted in rlpulse_dropped_values_total{reason="%s"}',
+                name,
+                MAX_QUEUED,
+                FULL,
+            )
 
     def schedule(self) -> None:
         """Wake the apply thread for this queue."""

@@ -45,6 +45,11 @@ class Drops:
         if len(self.warned) > MAX_WARNED:
             log.warning("rlpulse: drops for %d keys logged; later ones only counted", MAX_WARNED)
 
+    def tally(self, reason: str) -> None:
+        """Count a dropped value whose caller says why itself."""
+        with self._lock:
+            self.counts[reason] = self.counts.get(reason, 0) + 1
+
     def refuse(self, name: Any, exc: Exception) -> None:
         """A recording call that failed: raised when strict, else counted as ``bad_call``."""
         if self.strict:

@@ -1,133 +1,257 @@
-"""Per-step cost of rlpulse's hot path against its baselines, measured side by side.
+"""Per-step cost of rlpulse's ``log()`` in the regimes a trainer meets, against its baselines.
 
-    python benchmarks/bench_log.py [--repeat N]
+    python benchmarks/bench_log.py [--rounds N] [--before DIR]
 
-Prints medians (µs) and the ratios the targets are stated in:
-- ``log()`` of 32 mapped keys vs writing the same 32 values into a dict (target ≤ 2.5x) and vs
-  32 pre-bound prometheus_client ``Gauge.set`` calls (target: rlpulse ≥ 4x faster on the
-  training thread; also shown with the apply a scrape does, step-indexed detection included);
-- ``observe_rollouts`` of 4,096 samples vs 4,096 ``Histogram.observe`` calls (target ≥ 20x).
+A training step logs 32 mapped keys (7 of them watched by the step-indexed detector). Every 100
+steps the trainer waits for its accelerator (``--gap`` ms asleep, the GIL released: the time the
+apply thread works in). Regimes: scraped every 15, 150 or 1,500 steps (the scrape applies what
+is left first, as the endpoint does; here on the training thread between steps, outside its
+clock) or never scraped (no Prometheus yet, or it is down). Per regime and logger:
+
+- *training thread*: CPU of the recording calls alone (``time.thread_time`` around them), µs a
+  step; rlpulse against a dict write of the same 32 values (target ≤ 2.5x in every regime);
+- *total*: CPU of the whole process per step (every thread: the calls, rlpulse's apply thread,
+  the scrapes' apply, tensorboardX's writer thread), against 32 pre-bound prometheus_client
+  ``Gauge.set`` (target: rlpulse ≤ Gauge.set at 1,500 steps per scrape).
+
+Peers: a dict write, ``Gauge.set``, and tensorboardX, wandb (offline) and trackio if installed.
+With ``--before DIR`` (another tree's ``exporter/`` directory, e.g. made with ``git archive <rev>
+exporter | tar -x -C /tmp/before``) each round also measures that rlpulse, interleaved with this
+one, so both see the same load. Each logger runs in its own subprocess. Also prints
+``observe_rollouts`` of 4,096 samples against 4,096 ``Histogram.observe`` calls (≥ 20x).
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable
-
-import numpy as np
-import prometheus_client as pc
-
-from rlpulse import catalog
-from rlpulse.exporter import Exporter
+from pathlib import Path
+from typing import Any
 
 N_KEYS = 32
 N_SAMPLES = 4096
+BATCH = 100  # steps between two waits for the accelerator
+REGIMES = {"15": 15, "150": 150, "1,500": 1500, "never": 0}  # steps per scrape (0: never)
+STEPS = 6000  # steps measured per regime
+HERE = Path(__file__).resolve()
 
 
-def _median_us(fn: Callable[[], None], inner: int, repeat: int) -> float:
-    """Median over ``repeat`` rounds of the mean time of one call, in microseconds."""
-    rounds = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        for _ in range(inner):
-            fn()
-        rounds.append((time.perf_counter() - t0) / inner * 1e6)
-    return statistics.median(rounds)
+def step_metrics() -> dict[str, float]:
+    from rlpulse import catalog
+
+    names = [m.name for m in catalog.CATALOG if m.type == "gauge" and not m.labels][:N_KEYS]
+    return {name: 0.5 + i for i, name in enumerate(names)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--repeat", type=int, default=15)
-    args = parser.parse_args(argv)
+def _logger(name: str, tmp: str) -> tuple[Callable[[dict[str, float], int], None], Any, Any]:
+    """(step, scrape, close) of one logger."""
+    if name == "dict":
+        sink: dict[str, float] = {}
 
-    gauges = [m.name for m in catalog.CATALOG if m.type == "gauge" and not m.labels][:N_KEYS]
-    assert len(gauges) == N_KEYS
-    step_metrics = {name: 0.5 + i for i, name in enumerate(gauges)}
-    exp = Exporter(port=0, run_id="bench", gpu=False, host=False)
-    exp.log(step_metrics, step=0)  # bind every key once, as a trainer's first step does
+        def dict_step(m: dict[str, float], i: int) -> None:
+            for k, v in m.items():
+                sink[k] = v
 
-    sink: dict[str, float] = {}
+        return dict_step, None, None
+    if name == "gauge":
+        import prometheus_client as pc
 
-    def dict_write() -> None:
-        for k, v in step_metrics.items():
-            sink[k] = v
+        registry = pc.CollectorRegistry()
+        bound = [
+            pc.Gauge(f"b_{i}", "bench", ["run_id"], registry=registry).labels("bench")
+            for i in range(N_KEYS)
+        ]
 
-    registry = pc.CollectorRegistry()
-    bound = [
-        pc.Gauge(f"b_{i}", "bench", ["run_id"], registry=registry).labels("bench")
-        for i in range(N_KEYS)
-    ]
-    pairs = list(zip(bound, step_metrics.values(), strict=True))
+        def gauge_step(m: dict[str, float], i: int) -> None:
+            for g, v in zip(bound, m.values(), strict=True):
+                g.set(v)
 
-    def gauge_set() -> None:
-        for g, v in pairs:
-            g.set(v)
+        return gauge_step, None, None
+    if name == "rlpulse":
+        from rlpulse.exporter import Exporter
 
-    step = [0]
+        exp = Exporter(port=0, run_id="bench", gpu=False, host=False, process=False)
 
-    def rl_log() -> None:
-        step[0] += 1
-        exp.log(step_metrics, step=step[0])
+        def rl_step(m: dict[str, float], i: int) -> None:
+            exp.log(m, step=i)
 
-    def log_rounds(repeat: int, inner: int = 2000) -> tuple[float, float]:
-        """Training-thread cost of log(), and the scrape thread's cost of applying it."""
-        logged, applied = [], []
+        return rl_step, exp.flush, exp.flush
+    if name == "tensorboardX":
+        from tensorboardX import SummaryWriter
+
+        writer = SummaryWriter(logdir=os.path.join(tmp, "tb"))
+
+        def tb_step(m: dict[str, float], i: int) -> None:
+            for k, v in m.items():
+                writer.add_scalar(k, v, i)
+
+        return tb_step, None, writer.close
+    if name == "wandb":
+        import wandb
+
+        os.environ["WANDB_SILENT"] = "true"
+        run = wandb.init(dir=tmp, project="rlpulse-bench", mode="offline")
+        return (lambda m, i: run.log(dict(m), step=i)), None, run.finish
+    if name == "trackio":
+        import trackio
+
+        trackio.init(project="rlpulse-bench")
+        return (lambda m, i: trackio.log(dict(m), step=i)), None, trackio.finish
+    raise ValueError(name)
+
+
+def worker(name: str, gap: float) -> dict[str, Any]:
+    """One logger through every regime: {regime: (training-thread µs, total CPU µs) a step}."""
+    metrics = step_metrics()
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for regime, every in REGIMES.items():
+            step, scrape, close = _logger(name, tmp)
+            for i in range(200):  # warm-up: bindings, first-call costs
+                step(metrics, i)
+            if scrape is not None:
+                scrape()
+            time.sleep(0.2)
+            batch = every if 0 < every < BATCH else BATCH  # steps between two pauses
+            thread, c0, since = 0.0, time.process_time(), 0
+            for start in range(1000, 1000 + STEPS, batch):
+                t0 = time.thread_time()
+                for i in range(start, start + batch):
+                    step(metrics, i)
+                thread += time.thread_time() - t0
+                since += batch
+                if every and since >= every:
+                    since = 0
+                    if scrape is not None:
+                        scrape()
+                time.sleep(gap * batch / BATCH)
+            if close is not None:
+                close()  # what is left is applied / written: part of the cost
+            time.sleep(0.2)
+            out[regime] = (thread / STEPS * 1e6, (time.process_time() - c0) / STEPS * 1e6)
+    return out
+
+
+def _run_worker(name: str, gap: float, path: str | None) -> dict[str, Any] | str:
+    env = dict(os.environ)
+    if path:
+        env["PYTHONPATH"] = path + os.pathsep + env.get("PYTHONPATH", "")
+    cmd = [sys.executable, str(HERE), "--worker", name, "--gap", str(gap)]
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env, check=False)
+    if done.returncode != 0:
+        last = (done.stderr.strip().splitlines() or ["failed"])[-1]
+        return "not installed" if "ModuleNotFoundError" in last else last
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def histograms(repeat: int = 9) -> tuple[float, float]:
+    """µs of 4,096 Histogram.observe calls, and of one observe_rollouts of 4,096 samples
+    (the call and its apply)."""
+    import numpy as np
+    import prometheus_client as pc
+
+    from rlpulse import catalog
+    from rlpulse.exporter import Exporter
+
+    rng = np.random.default_rng(0)
+    lat, tokens = rng.exponential(0.5, N_SAMPLES), rng.integers(16, 4096, N_SAMPLES)
+    buckets = catalog.get("rl_rollout_duration_seconds").buckets
+    hist = pc.Histogram("b_lat", "bench", buckets=buckets, registry=pc.CollectorRegistry())
+    exp = Exporter(port=0, run_id="bench", gpu=False, host=False, process=False)
+    values = lat.tolist()
+
+    def median_us(fn: Callable[[], None], inner: int) -> float:
+        rounds = []
         for _ in range(repeat):
             t0 = time.perf_counter()
             for _ in range(inner):
-                rl_log()
-            t1 = time.perf_counter()
-            exp.flush()  # what the next scrape does, off the training thread
-            t2 = time.perf_counter()
-            logged.append((t1 - t0) / inner * 1e6)
-            applied.append((t2 - t1) / inner * 1e6)
-        return statistics.median(logged), statistics.median(applied)
+                fn()
+            rounds.append((time.perf_counter() - t0) / inner * 1e6)
+        return statistics.median(rounds)
 
-    rng = np.random.default_rng(0)
-    lat = rng.exponential(0.5, N_SAMPLES)
-    tokens = rng.integers(16, 4096, N_SAMPLES)
-    hist = pc.Histogram(
-        "b_lat",
-        "bench",
-        buckets=catalog.get("rl_rollout_duration_seconds").buckets,
-        registry=registry,
-    )
-    lat_list = lat.tolist()
-
-    def hist_loop() -> None:
-        for x in lat_list:
+    def per_sample() -> None:
+        for x in values:
             hist.observe(x)
 
-    def rl_batch() -> None:
+    def batch() -> None:
         exp.observe_rollouts(latency_seconds=lat, response_tokens=tokens)
+        exp.flush()
 
-    r = args.repeat
-    t_dict = _median_us(dict_write, 20000, r)
-    t_gauge = _median_us(gauge_set, 5000, r)
-    t_log, t_apply = log_rounds(r)
-    t_hist = _median_us(hist_loop, 20, r)
-    t_batch = _median_us(rl_batch, 200, r)
+    return median_us(per_sample, 20), median_us(batch, 200)
 
-    rows = [
-        ("dict write, 32 keys", t_dict, ""),
-        ("prometheus_client Gauge.set x32 (pre-bound)", t_gauge, ""),
-        ("rlpulse log(), 32 mapped keys (training thread)", t_log, ""),
-        ("  its apply at scrape time (scrape thread)", t_apply, ""),
-        ("Histogram.observe x4096", t_hist, ""),
-        ("rlpulse observe_rollouts, 4096 samples", t_batch, ""),
-    ]
-    width = max(len(r[0]) for r in rows)
-    print(f"python {sys.version.split()[0]}, {args.repeat} rounds, medians")
-    for name, t, _ in rows:
-        print(f"{name:<{width}}  {t:10.2f} µs")
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--gap", type=float, default=0.01, help="seconds asleep every 100 steps")
+    parser.add_argument("--before", help="another tree's exporter/ directory to compare with")
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    if args.worker:
+        print(json.dumps(worker(args.worker, args.gap)))
+        return 0
+    loggers: dict[str, tuple[str, str | None]] = {
+        "dict write": ("dict", None),
+        "Gauge.set x32, pre-bound": ("gauge", None),
+        "rlpulse log()": ("rlpulse", None),
+    }
+    if args.before:
+        loggers["rlpulse log(), before"] = ("rlpulse", str(Path(args.before).resolve()))
+    loggers |= {"tensorboardX add_scalar x32": ("tensorboardX", None)}
+    loggers |= {"wandb.log, offline": ("wandb", None), "trackio.log": ("trackio", None)}
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in loggers}
+    missing: dict[str, str] = {}
+    for r in range(args.rounds):
+        order = list(loggers) if r % 2 == 0 else list(reversed(loggers))
+        for name in order:
+            if name in missing:
+                continue
+            kind, path = loggers[name]
+            got = _run_worker(kind, args.gap, path)
+            if isinstance(got, str):
+                missing[name] = got
+            else:
+                runs[name].append(got)
+    med = {
+        name: {
+            regime: tuple(statistics.median(run[regime][k] for run in rs) for k in (0, 1))
+            for regime in REGIMES
+        }
+        for name, rs in runs.items()
+        if rs
+    }
+    print(
+        f"python {sys.version.split()[0]}, {args.rounds} rounds (medians), {N_KEYS} keys a step, "
+        f"{STEPS} steps per regime, {args.gap * 1e3:g} ms asleep every {BATCH} steps"
+    )
+    for name, why in missing.items():
+        print(f"{name}: {why}")
+    dict_, gauge = med["dict write"], med["Gauge.set x32, pre-bound"]
     print()
-    print(f"log() / dict write               = {t_log / t_dict:6.2f}x   (target ≤ 2.5x)")
-    print(f"Gauge.set / log()                = {t_gauge / t_log:6.2f}x   (target ≥ 4x)")
-    print(f"Gauge.set / (log() + its apply)  = {t_gauge / (t_log + t_apply):6.2f}x   (all threads)")
-    print(f"Histogram.observe loop / batch   = {t_hist / t_batch:6.2f}x   (target ≥ 20x)")
+    head = "steps per scrape | logger | training thread µs | total CPU µs | thread / dict"
+    print(f"| {head} | total / Gauge.set |")
+    print("| --- | --- | --- | --- | --- | --- |")
+    for regime in REGIMES:
+        for name, m in med.items():
+            thread, total = m[regime]
+            print(
+                f"| {regime} | {name} | {thread:,.2f} | {total:,.1f} | "
+                f"{thread / dict_[regime][0]:.2f}x | {total / gauge[regime][1]:.2f}x |"
+            )
+    t_hist, t_batch = histograms()
+    print()
+    print(
+        f"Histogram.observe x4096 {t_hist:,.0f} µs; observe_rollouts of 4096 samples (call and "
+        f"apply) {t_batch:,.0f} µs: {t_hist / t_batch:.1f}x (target ≥ 20x)"
+    )
     return 0
 
 

@@ -18,7 +18,9 @@ from verl.utils.tracking import Tracking
 import rlpulse
 from rlpulse import catalog, keys
 from rlpulse.exporter import Exporter
+from rlpulse.integrations import verl as rlpulse_verl
 from rlpulse.integrations.verl import JsonlFollower, VerlBackend, attach, register
+from rlpulse.rollouts.query import Filter, open_run, query
 from tests.conftest import promtool_check_metrics, scrape, value
 
 PHASE = catalog.get("rl_phase_duration_seconds").name
@@ -161,3 +163,63 @@ def test_follower_reads_the_file_backend_as_it_grows(exporter: Exporter, file_lo
     assert follower.poll() == 1
     assert value(scrape(exporter.url), STEP) == 1
     tracking.finish()
+
+
+class GenerationsOf:
+    """``RayPPOTrainer``'s two generation methods with verl 0.9's signatures and effects: its
+    trainer module needs peft, torchdata and Ray workers, which this test machine lacks."""
+
+    def __init__(self, config: Any, step: int) -> None:
+        self.config, self.global_steps, self.dumped = config, step, []
+
+    def _maybe_log_val_generations(self, inputs: Any, outputs: Any, scores: Any) -> None:
+        if self.config.trainer.log_val_generations == 0:
+            return
+
+    def _dump_generations(
+        self, inputs: Any, outputs: Any, gts: Any, scores: Any, extra: Any, dump_path: Any
+    ) -> None:
+        self.dumped.append(dump_path)
+
+
+def test_generations_are_recorded_as_rollouts(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from omegaconf import OmegaConf
+
+    monkeypatch.setenv("RLPULSE_DATA_DIR", str(tmp_path / "data"))
+    monkeypatch.setattr(rlpulse_verl, "_recording", False)
+    exp = rlpulse.start(port=0, run_id="verl-gen", gpu=False, host=False)
+    try:
+        rlpulse_verl.record_generations(GenerationsOf)
+        config = OmegaConf.create(
+            {"trainer": {"log_val_generations": 0, "rollout_data_dir": str(tmp_path / "r")}}
+        )
+        trainer = GenerationsOf(config, 7)
+        trainer._maybe_log_val_generations(["q1 <b>", "q2"], ["a1", "a2"], [1.0, 0.0])
+        extra = {"acc": [1.0, 0.0, 1.0], "pred": ["x", "y", "z"]}
+        trainer._dump_generations(
+            ["p1", "p2", "p3"], ["o1", "o2", "o3"], ["g1", "g2", "g3"], [0.5, 2.0, 1.0], extra,
+            str(tmp_path / "r"),
+        )  # fmt: skip
+        trainer._dump_generations(["v"], ["w"], [None], [0.0], {}, str(tmp_path / "val"))
+        assert trainer.dumped == [str(tmp_path / "r"), str(tmp_path / "val")]  # verl's runs too
+        assert exp._recorder.flush(30)
+        conn = open_run("verl-gen", tmp_path / "data")
+        try:
+            stored = query(conn, Filter(order="best", limit=100))
+        finally:
+            conn.close()
+    finally:
+        rlpulse.finish()
+    splits = {r["response"]: r["metadata"]["split"] for r in stored}
+    assert splits == {
+        "a1": "validation",
+        "a2": "validation",
+        "o1": "train",
+        "o2": "train",
+        "o3": "train",
+    }  # fmt: skip  (the validation dump is not recorded twice)
+    best = stored[0]
+    assert best["response"] == "o2" and best["reward"] == 2.0 and best["step"] == 7
+    assert best["components"] == {"acc": 0.0} and best["metadata"]["ground_truth"] == "g2"

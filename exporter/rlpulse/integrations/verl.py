@@ -16,6 +16,14 @@ Without touching the trainer: ``JsonlFollower(path, VerlBackend())`` follows the
 ``trainer.logger=['file']`` (``VERL_FILE_LOGGER_PATH``) as it grows; ``poll()`` exports the lines
 completed since the last call. verl's own package is not needed for that.
 
+``register()`` and ``attach()`` also record verl's generations as rollouts in the run's bounded
+store (``rlpulse rollouts serve`` shows them; ``rollouts=False`` turns it off): every validation
+sample at each validation (``RayPPOTrainer._maybe_log_val_generations``, called on every
+validation whatever ``trainer.log_val_generations`` says) and, where ``trainer.rollout_data_dir``
+is set, every training rollout verl dumps there (``_dump_generations``): prompt, response, score
+as the reward, the numeric ``reward_extra_info`` columns as components, ground truth and split as
+metadata, at verl's ``global_steps``.
+
 With ``rlpulse.start(on_alert=...)`` (``rlpulse.control``) and ``act_on_alerts(trainer)`` on
 the ``RayPPOTrainer`` before ``fit()``, the run acts on its alerts at verl's step boundary
 (``Tracking.log`` at the end of a step): it saves (``trainer._save_checkpoint()``,
@@ -56,6 +64,8 @@ TIMING_PREFIX = "timing_s/"
 PHASE = catalog.get("rl_phase_duration_seconds").name
 _registered = False
 _trainer: weakref.ref[Any] | None = None  # the trainer act_on_alerts was given
+_recording = False  # RayPPOTrainer's generation methods hooked
+_rollouts_on = True  # record_generations' hooks record (attach/register rollouts=False: off)
 
 
 def _version() -> str:
@@ -181,9 +191,78 @@ def hook_finish(tracking_cls: Any) -> None:
     tracking_cls.finish = finish
 
 
+def record_generations(trainer_cls: Any = None) -> None:
+    """Hook ``RayPPOTrainer`` (or ``trainer_cls``) so its validation generations and dumped
+    training rollouts go to the process-wide exporter's rollout store too. Idempotent."""
+    global _recording
+    if _recording:
+        return
+    if trainer_cls is None:
+        try:
+            from verl.trainer.ppo.ray_trainer import RayPPOTrainer as trainer_cls
+        except Exception:  # verl without its trainer's dependencies: nothing to hook
+            return
+    val, dump = trainer_cls._maybe_log_val_generations, trainer_cls._dump_generations
+
+    def _maybe_log_val_generations(self: Any, inputs: Any, outputs: Any, scores: Any) -> Any:
+        _record(self, inputs, outputs, scores, None, {}, "validation")
+        return val(self, inputs, outputs, scores)
+
+    def _dump_generations(
+        self: Any, inputs: Any, outputs: Any, gts: Any, scores: Any, extra: Any, dump_path: Any
+    ) -> Any:
+        config = getattr(getattr(self, "config", None), "trainer", None)
+        rollout_dir = config.get("rollout_data_dir", None) if config is not None else None
+        if rollout_dir and str(dump_path) == str(rollout_dir):  # validation is recorded above
+            _record(self, inputs, outputs, scores, gts, extra or {}, "train")
+        return dump(self, inputs, outputs, gts, scores, extra, dump_path)
+
+    setattr(trainer_cls, "_maybe_log_val_generations", _maybe_log_val_generations)  # noqa: B010
+    setattr(trainer_cls, "_dump_generations", _dump_generations)  # noqa: B010
+    _recording = True
+
+
+def _record(
+    trainer: Any,
+    inputs: Any,
+    outputs: Any,
+    scores: Any,
+    gts: Any,
+    extra: Mapping[str, Any],
+    split: str,
+) -> None:
+    """Offer one batch of verl generations to the exporter's rollout store (never raises)."""
+    exp = rlpulse.get_exporter()
+    if exp is None or not _rollouts_on:
+        return
+    try:
+        n = len(inputs)
+        components = {
+            str(k): [scalar(x) for x in v]
+            for k, v in extra.items()
+            if hasattr(v, "__len__") and len(v) == n and all(scalar(x) is not None for x in v)
+        }
+        truths = [None] * n if gts is None else list(gts)
+        exp.record_rollouts(
+            step=int(getattr(trainer, "global_steps", 0) or 0),
+            prompts=[str(x) for x in inputs],
+            responses=[str(x) for x in outputs],
+            rewards=[float(x) for x in scores],
+            components=components or None,
+            metadata=[{"split": split, "ground_truth": g} for g in truths],
+        )
+    except Exception as exc:  # monitoring never stops training
+        exp.drops("bad_call", "record_rollouts", exc)
+
+
 def attach(tracking: Any, exporter: Exporter | None = None, **kwargs: Any) -> VerlBackend:
     """Add an rlpulse backend to an existing ``Tracking`` (its ``logger`` dict) and return it;
-    ``Tracking.finish`` then ends it."""
+    ``Tracking.finish`` then ends it; verl's generations are recorded as rollouts unless
+    ``rollouts=False`` (``record_generations``)."""
+    global _rollouts_on
+    _rollouts_on = kwargs.pop("rollouts", _rollouts_on)
+    if _rollouts_on:
+        record_generations()
     hook_finish(type(tracking))
     backend = VerlBackend(exporter, **kwargs)
     tracking.logger[BACKEND_NAME] = backend

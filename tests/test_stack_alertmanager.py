@@ -311,7 +311,11 @@ def test_critical_pages_pagerduty_with_the_key_from_its_file(
     assert details["run_id"] == "r1" and details["run"] == RUN_INFO
     assert details["team"] == "research"
     assert details["runbook"].endswith("#rlentropycollapse")
-    assert details["dashboard"] == "http://grafana.test/d/x?var-run_id=r1"
+    # pinned around the alert's start: the baseline window (6h) before and after it, in ms
+    base, _, span = details["dashboard"].partition("&from=")
+    start, _, end = span.partition("&to=")
+    assert base == "http://grafana.test/d/x?var-run_id=r1"
+    assert int(end) - int(start) == 2 * 6 * 3600 * 1000
     assert "RLEntropyCollapse of run r1" in details["description"]
     assert {link["text"] for link in event["links"]} == {"Dashboard", "Runbook"}
     assert not slack.bodies, "a critical alert does not go to Slack"
@@ -470,3 +474,24 @@ def test_stack_up_is_loud_about_a_placeholder_pagerduty_key(tmp_path: Path) -> N
     key = tmp_path / "key"
     key.write_text("0123456789abcdef0123456789abcdef\n")
     assert stackrun.placeholder_key_warning(dataclasses.replace(real, pagerduty_key_file=key)) == ""
+
+
+def test_a_resolve_says_whether_the_run_ended_or_the_condition_cleared(stack: Stack) -> None:
+    """An RL alert that resolves after its run ended (its run_end annotation holds the outcome)
+    says so; one whose condition cleared says that; neither reads as the other."""
+    url, pagerduty, _, _ = stack
+    ended = _alert("RLKLReferenceHigh", "critical", **TARGET)
+    ended["annotations"]["run_end"] = "finished"
+    cleared = _alert("RLEntropyCollapse", "critical", **{**TARGET, "run_id": "r2"})
+    api(f"{url}/api/v2/alerts", [ended, cleared])
+    pagerduty.wait(2)
+    past = "2020-01-01T00:00:00Z"
+    api(f"{url}/api/v2/alerts", [{**a, "endsAt": past} for a in (ended, cleared)])
+    events = pagerduty.wait(4)
+    resolves = {e["payload"]["custom_details"]["run_id"]: e for e in events[2:]}
+    assert {e["event_action"] for e in resolves.values()} == {"resolve"}
+    text = resolves["r1"]["payload"]["custom_details"]["description"]
+    assert text.startswith("resolved because the run ended (finished) while this alert still")
+    assert "condition cleared" not in text
+    other = resolves["r2"]["payload"]["custom_details"]["description"]
+    assert other.startswith("resolved: the condition cleared.")

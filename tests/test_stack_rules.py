@@ -185,7 +185,7 @@ def test_alerts_follow_the_conventions() -> None:
         assert rule["labels"]["team"] == ("infra" if area == "system" else "research")
         assert "cluster" not in rule["labels"]
         notes = rule["annotations"]
-        training = {"rollouts_url", "last_good"} if area != "system" else set()
+        training = {"rollouts_url", "last_good", "run_end"} if area != "system" else set()
         if alert.name in rules.ROLLOUT_ORDER:  # grader errors: the failed calls' rollouts
             training.add("rollouts_url")
         links = {"runbook_url", "dashboard_url"} | training

@@ -29,6 +29,7 @@ from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack import rules
 from rlpulse.stack.alerts import NONFINITE, gpu, liveness, meta, system
 from rlpulse.stack.config import Config
+from rlpulse.stack.knobs import seconds
 from rlpulse.stack.output import dump, header
 
 PATH = "alertmanager/alertmanager.yml"
@@ -50,8 +51,23 @@ TEMPLATE_HEADER{{ define "rlpulse.title" -}}
 {{ .CommonLabels.alertname }} - run {{ .CommonLabels.run_id }}
 {{- end }}
 
+{{ define "rlpulse.dashboard" -}}
+{{ .Annotations.dashboard_url }}&from={{ (.StartsAt.Add -BEFORE_NS).UnixMilli }}\
+&to={{ (.StartsAt.Add AFTER_NS).UnixMilli }}
+{{- end }}
+
+{{ define "rlpulse.group_dashboard" -}}
+{{ with index .Alerts 0 }}{{ template "rlpulse.dashboard" . }}{{ end }}
+{{- end }}
+
+{{ define "rlpulse.ended" -}}
+{{ if eq .Status "resolved" }}{{ with .Annotations.run_end }}resolved because the run ended \
+({{ . }}) while this alert still fired: the failure was there at its end. \
+{{ else }}resolved: the condition cleared. {{ end }}{{ end }}
+{{- end }}
+
 {{ define "rlpulse.links" -}}
-<{{ .Annotations.dashboard_url }}|Dashboard> · <{{ .Annotations.runbook_url }}|Runbook>\
+<{{ template "rlpulse.dashboard" . }}|Dashboard> · <{{ .Annotations.runbook_url }}|Runbook>\
 {{ with .Annotations.rollouts_url }} · <{{ . }}|Rollouts>{{ end }}
 {{- end }}
 
@@ -65,6 +81,7 @@ TEMPLATE_HEADER{{ define "rlpulse.title" -}}
 {{ with .CommonAnnotations.run_info }}Run: {{ . }}
 {{ end }}{{ range $i, $a := .Alerts }}{{ if lt $i MAX_ALERTS }}\
 {{ $d := $a.Annotations.description }}*{{ $a.Labels.severity }}* \
+{{ template "rlpulse.ended" $a }}\
 {{ if gt (len $d) MAX_CHARS }}{{ reReplaceAll "(?s)^(.{0,MAX_CHARS}).*$" "$1" $d }}…\
 {{ else }}{{ $d }}{{ end }}
 {{ with $a.Annotations.last_good }}{{ . }}
@@ -90,11 +107,14 @@ TEMPLATE_HEADER{{ define "rlpulse.title" -}}
 {{ define "rlpulse.pagerduty.description" -}}
 {{ .CommonLabels.alertname }} (run {{ .CommonLabels.run_id }}): \
 {{ if eq (len .Alerts.Firing) 1 }}{{ (index .Alerts.Firing 0).Annotations.description }}\
-{{ else }}{{ .CommonAnnotations.summary }}{{ end }}
+{{ else if and (eq (len .Alerts.Firing) 0) (eq (len .Alerts.Resolved) 1) }}\
+{{ with index .Alerts.Resolved 0 }}{{ template "rlpulse.ended" . }}{{ .Annotations.description }}\
+{{ end }}{{ else }}{{ .CommonAnnotations.summary }}{{ end }}
 {{- end }}
 
 {{ define "rlpulse.pagerduty.descriptions" -}}
 {{ range .Alerts.Firing }}{{ .Annotations.description }}
+{{ end }}{{ range .Alerts.Resolved }}{{ template "rlpulse.ended" . }}{{ .Annotations.description }}
 {{ end }}
 {{- end }}
 """.replace("TEMPLATE_HEADER", header("alertmanager.py", comment="{{/*", end="*/}}"))
@@ -114,7 +134,7 @@ def _warning_receiver(cfg: Config, name: str, channel: str = "") -> dict[str, An
                     "channel": channel or r.slack.channel,
                     "send_resolved": r.slack.send_resolved,
                     "title": '{{ template "rlpulse.title" . }}',
-                    "title_link": "{{ .CommonAnnotations.dashboard_url }}",
+                    "title_link": '{{ template "rlpulse.group_dashboard" . }}',
                     "text": '{{ template "rlpulse.text" . }}',
                 }
             ],
@@ -135,7 +155,7 @@ def _pagerduty(cfg: Config, key_file: str = "") -> dict[str, Any]:
                 "url": pd.url,
                 "send_resolved": pd.send_resolved,
                 "client": "rlpulse",
-                "client_url": "{{ .CommonAnnotations.dashboard_url }}",
+                "client_url": '{{ template "rlpulse.group_dashboard" . }}',
                 "source": '{{ template "rlpulse.pagerduty.source" . }}',
                 "severity": '{{ template "rlpulse.pagerduty.severity" . }}',
                 "description": '{{ template "rlpulse.pagerduty.description" . }}',
@@ -151,7 +171,7 @@ def _pagerduty(cfg: Config, key_file: str = "") -> dict[str, Any]:
                     "node": "{{ .CommonLabels.node }}",
                     "summary": "{{ .CommonAnnotations.summary }}",
                     "description": '{{ template "rlpulse.pagerduty.descriptions" . }}',
-                    "dashboard": "{{ .CommonAnnotations.dashboard_url }}",
+                    "dashboard": '{{ template "rlpulse.group_dashboard" . }}',
                     "runbook": "{{ .CommonAnnotations.runbook_url }}",
                     "rollouts": "{{ .CommonAnnotations.rollouts_url }}",
                     "last_good": "{{ .CommonAnnotations.last_good }}",
@@ -160,7 +180,7 @@ def _pagerduty(cfg: Config, key_file: str = "") -> dict[str, Any]:
                     "silence": '{{ template "rlpulse.silence" . }}',
                 },
                 "links": [
-                    {"href": "{{ .CommonAnnotations.dashboard_url }}", "text": "Dashboard"},
+                    {"href": '{{ template "rlpulse.group_dashboard" . }}', "text": "Dashboard"},
                     {"href": "{{ .CommonAnnotations.runbook_url }}", "text": "Runbook"},
                 ],
             }
@@ -306,4 +326,12 @@ HEADER = header("alertmanager.py")
 
 def render(cfg: Config) -> dict[str, str]:
     """Relative path -> text of alertmanager.yml and its templates."""
-    return {PATH: dump(config(cfg), HEADER), TEMPLATES: _TEMPLATES}
+    return {PATH: dump(config(cfg), HEADER), TEMPLATES: templates(cfg)}
+
+
+def templates(cfg: Config) -> str:
+    """The notification templates: dashboard links pinned from the baseline window before an
+    alert's start to as long after it (Grafana's from/to in epoch ms), so a page opened hours
+    later still shows when the failure began."""
+    span = f"{int(seconds(cfg.windows.baseline) * 1e9)}"
+    return _TEMPLATES.replace("BEFORE_NS", span).replace("AFTER_NS", span)

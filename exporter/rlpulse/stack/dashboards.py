@@ -20,12 +20,12 @@ from rlpulse.stack import (
 )
 from rlpulse.stack.config import Config
 from rlpulse.stack.output import dump, header
+from rlpulse.stack.panels import CLASSIC_UID
 
 DASHBOARD_DIR = "grafana/dashboards"
 PROVISIONING_DIR = "grafana/provisioning"
 PROMETHEUS_UID = "prometheus"
 ALERTMANAGER_UID = "alertmanager"
-CLASSIC_UID = "rlpulse-classic"
 _HEADER = header("dashboards.py")
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 WORST_ROLLOUTS = 20  # how many rollouts a link asks the rollout API for
 TRAINING = "rlpulse · RL training"
 SYSTEM = "rlpulse · RL system"
+CLASSIC_UID = "rlpulse-classic"  # the classic-RL dashboard (episodes, returns)
 COMPARISON = "rlpulse · Run comparison"
 CLASSIC = "rlpulse · Classic RL"
 ARROW = " → "

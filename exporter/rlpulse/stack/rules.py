@@ -64,6 +64,7 @@ ENV_STEPS = M("rl_env_steps_total")
 EPISODES = M("rl_episodes_total")
 COLLECTOR_UP = M("rlpulse_collector_up")
 COLLECTOR_ERRORS = M("rlpulse_collector_errors_total")
+OUTCOME = M("rl_run_outcome")
 
 # Recorded series the dashboards (and replay) query; names do not depend on Config. Those an
 # alert reads are declared with it (``rlpulse.stack.alerts``), these three are plotted too.
@@ -261,10 +262,29 @@ def step_min(name: str) -> str:
     return f"{_first(f'max({LAST_GOOD_STEP.name}{_OF_ALERT})', name)}&step_min={_STEP}{_END}"
 
 
+# A run that reported episodes is a classic-RL run (its pages link the classic dashboard).
+CLASSIC_RUN = template_query(
+    f"last_over_time({EPISODES.name}{_RUN}[1d])", "$labels.job", "$labels.run_id"
+)
+# How the run ended, once it has (its last rl_run_outcome): an RL/task alert that resolves after
+# it says the run's end, not a recovery, ended it (Alertmanager's templates read it).
+RUN_END = (
+    template_query(f"last_over_time({OUTCOME.name}{_RUN}[1d])", "$labels.job", "$labels.run_id")
+    + "{{ with first . }}{{ .Labels.outcome }}{{ with .Labels.reason }}: {{ . }}{{ end }}"
+    + "{{ end }}{{ end }}"
+)
+
+
 def queried(name: str) -> tuple[str, ...]:
     """Annotation parts of alert ``name`` that query the run's series (promtool scenarios
     expect them empty unless they export those series)."""
-    return RUN_METADATA, last_good(name), step_min(name)
+    return RUN_METADATA, last_good(name), step_min(name), RUN_END
+
+
+def classic_or(uid: str) -> str:
+    """The dashboard uid of a run: the classic-RL one for a run that reports episodes, else
+    ``uid``."""
+    return f"{CLASSIC_RUN}{panels.CLASSIC_UID}{{{{ else }}}}{uid}{{{{ end }}}}"
 
 
 def owner_labels(area: Area, cfg: Config) -> dict[str, str]:
@@ -279,6 +299,7 @@ def _annotate(alert: Alert, area: Area, cfg: Config) -> Alert:
     notes = {**links(alert.name, area, cfg), "run_info": RUN_METADATA}
     if area != "system":
         notes["last_good"] = last_good(alert.name)
+        notes["run_end"] = RUN_END
     return Alert(**{**alert.__dict__, "annotations": notes, "labels": owner_labels(area, cfg)})
 
 
@@ -302,13 +323,15 @@ def links(name: str, area: Area, cfg: Config) -> dict[str, str]:
     rollouts in the viewer from the last good step on, in the order that shows the failure
     (``ROLLOUT_ORDER``; ``rlpulse rollouts show`` prints the same and the link)."""
     links = cfg.links
-    run = "{{ $labels.run_id }}"
+    run = "{{ $labels.run_id | urlquery }}"
     uid = links.system_dashboard_uid if area == "system" else links.training_dashboard_uid
+    if area != "system":
+        uid = classic_or(uid)
     node = "{{ with $labels.node }}&var-node={{ . }}{{ end }}" if area == "system" else ""
     out = {
         "runbook_url": f"{links.runbook_url}#{anchor(name)}",
-        "dashboard_url": f"{links.grafana_url}/d/{uid}?var-run_id={run}{node}"
-        f"&from=now-{cfg.windows.baseline}&to=now",
+        # Alertmanager's templates add the time range around the alert's start (from/to)
+        "dashboard_url": f"{links.grafana_url}/d/{uid}?var-run_id={run}{node}",
     }
     if area != "system" or name in ROLLOUT_ORDER:
         order = ROLLOUT_ORDER.get(name, "order=worst")

@@ -120,6 +120,8 @@ def fill(
         text = f"last good step {good:.0f}; resume from {checkpoint} (step {at:.0f})"
         template = template.replace(rules.last_good(alert), text)
         template = template.replace(rules.step_min(alert), f"&step_min={good:.0f}")
+    training = Config().links.training_dashboard_uid  # no scenario reports episodes
+    template = template.replace(rules.classic_or(training), training)
     for queried in rules.queried(alert):
         template = template.replace(queried, "")
     for placeholder, printer in _PRINTERS.items():

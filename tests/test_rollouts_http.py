@@ -59,6 +59,14 @@ def get(url: str | urllib.request.Request, **kw) -> tuple[int, Any, Any]:
         return err.code, err.headers, json.loads(body) if body.startswith(b"{") else body
 
 
+def status_of(url: str | urllib.request.Request, ctx: ssl.SSLContext) -> int:
+    try:
+        with urllib.request.urlopen(url, timeout=10, context=ctx) as resp:
+            return int(resp.status)
+    except urllib.error.HTTPError as err:
+        return err.code
+
+
 def ids(body: dict) -> list[str]:
     return [r["rollout_id"] for r in body["rollouts"]]
 
@@ -180,12 +188,13 @@ def test_its_own_server_takes_tls_and_basic_auth_from_a_web_config(data_dir, tmp
     ctx = ssl.create_default_context(cafile=cert)
     srv = serve(data_dir, web_config=web)
     try:
-        url = f"https://127.0.0.1:{srv.port}/runs"
-        assert get(url, context=ctx)[0] == 401
-        for password, status in (("wrong", 401), ("s3cret", 200)):
-            token = base64.b64encode(f"reader:{password}".encode()).decode()
-            request = urllib.request.Request(url, headers={"Authorization": f"Basic {token}"})
-            assert get(request, context=ctx)[0] == status
+        for path in ("/runs", "/view?run=web", "/", "/viewer.css"):  # the viewer's pages too
+            url = f"https://127.0.0.1:{srv.port}{path}"
+            assert status_of(url, ctx) == 401
+            for password, status in (("wrong", 401), ("s3cret", 200)):
+                token = base64.b64encode(f"reader:{password}".encode()).decode()
+                request = urllib.request.Request(url, headers={"Authorization": f"Basic {token}"})
+                assert status_of(request, ctx) == status
     finally:
         srv.close()
     with pytest.raises(ValueError, match="not both"):

@@ -174,14 +174,18 @@ class Filter:
             where.append(f"{needs} IS NOT NULL")
         if not 0 <= limit <= MAX_LIMIT:
             raise ValueError(f"limit {limit} must be between 0 and {MAX_LIMIT}")
-        sql = f"SELECT {', '.join(_FIELDS)} FROM rollouts"
         cond = " WHERE " + " AND ".join(where) if where else ""
         page = f"LIMIT {int(limit)} OFFSET {int(self.offset)}"
-        if name == "random":  # shuffle the ids alone (an index scan), then read those rows
+        if name == "random":
             seed = self.seed % 4294967311
-            picked = f"SELECT id FROM rollouts{cond} ORDER BY {order} {page}"
-            return f"{sql} WHERE id IN ({picked}) ORDER BY {order}", [*params, seed, seed]
-        return f"{sql}{cond} ORDER BY {order} {page}", params
+            params, after = [*params, seed], [seed]
+        else:
+            after = []
+        # the page's ids first (sorted on an index, without reading the rows' text), then
+        # those rows: a sort over many rows never carries their prompts and responses
+        picked = f"SELECT id FROM rollouts{cond} ORDER BY {order} {page}"
+        sql = f"SELECT {', '.join(_FIELDS)} FROM rollouts WHERE id IN ({picked}) ORDER BY {order}"
+        return sql, [*params, *after]
 
 
 def open_run(run_id: str, data_dir: str | os.PathLike[str] | None = None) -> sqlite3.Connection:

@@ -70,8 +70,8 @@ CREATE TABLE IF NOT EXISTS rollouts (
 CREATE UNIQUE INDEX IF NOT EXISTS rollouts_session_seq ON rollouts(session, seq);
 CREATE INDEX IF NOT EXISTS rollouts_rollout_id ON rollouts(rollout_id);
 CREATE INDEX IF NOT EXISTS rollouts_step_reward ON rollouts(step, reward);
-CREATE INDEX IF NOT EXISTS rollouts_reward ON rollouts(reward);
-CREATE INDEX IF NOT EXISTS rollouts_length ON rollouts(length);
+CREATE INDEX IF NOT EXISTS rollouts_reward_step ON rollouts(reward, step);
+CREATE INDEX IF NOT EXISTS rollouts_length_step ON rollouts(length, step);
 CREATE INDEX IF NOT EXISTS rollouts_group ON rollouts(group_id);
 CREATE TABLE IF NOT EXISTS run (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS totals (

@@ -4,9 +4,13 @@ hostile text escaped under a CSP that forbids script, and hostile query paramete
 from __future__ import annotations
 
 import re
+import signal
+import subprocess
+import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import quote
 
 import numpy as np
@@ -149,3 +153,25 @@ def test_the_cli_link_opens_the_same_rollouts(tmp_path, capsys: pytest.CaptureFi
         assert shown(get(link.group(1))[2]) == ["b", "c"]
     finally:
         srv.close()
+
+
+def test_rlpulse_rollouts_serve_serves_until_stopped(tmp_path) -> None:
+    rec = Recorder("cli-served", data_dir=tmp_path, sampling=SamplingConfig(per_step=100, seed=0))
+    rec.record(step=1, rollout_ids=["only"], rewards=[1.0], responses=["hello"])
+    rec.close()
+    binary = str(Path(sys.executable).with_name("rlpulse"))
+    argv = [binary, "rollouts", "serve", "--data-dir", str(tmp_path), "--port", "0"]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        viewer = re.search(r"viewer at (http://127\.0\.0\.1:\d+)/", line)
+        assert viewer, line  # loopback unless told otherwise
+        assert shown(get(f"{viewer.group(1)}/view?run=cli-served")[2]) == ["only"]
+        taken = subprocess.run(
+            [*argv[:-1], viewer.group(1).rsplit(":", 1)[1]], capture_output=True, text=True
+        )
+        assert taken.returncode == 1 and "already in use" in taken.stderr  # one line, no trace
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 0

@@ -10,15 +10,21 @@ import sys
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
+from email.message import Message
 from pathlib import Path
 from urllib.parse import quote
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rlpulse.cli import main
+from rlpulse.http import Request
 from rlpulse.rollouts import Recorder, SamplingConfig
+from rlpulse.rollouts.server import routes as server_routes
 from rlpulse.rollouts.server import serve
+from rlpulse.rollouts.viewer import routes as viewer_routes
 
 HOSTILE = '<script>alert(1)</script><img src=x onerror=alert(2)>"\u202egnp.exe\x1b[2J'
 
@@ -175,3 +181,63 @@ def test_rlpulse_rollouts_serve_serves_until_stopped(tmp_path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(timeout=30) == 0
+
+
+KNOWN = [
+    "run",
+    "step",
+    "step_min",
+    "step_max",
+    "since",
+    "until",
+    "worst",
+    "best",
+    "order",
+    "group",
+    "q",
+    "component",
+    "limit",
+    "offset",
+    "seed",
+    "id",
+    "a",
+    "b",
+    "errors",
+]
+
+
+@settings(
+    max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture]
+)
+@given(
+    path=st.sampled_from(["/", "/view", "/compare", "/rollouts", "/rollout", "/runs"]),
+    params=st.dictionaries(
+        st.one_of(st.sampled_from(KNOWN), st.text(max_size=8)),
+        st.lists(
+            st.one_of(
+                st.text(max_size=40),
+                st.integers(-(2**70), 2**70).map(str),
+                st.floats(allow_nan=True, allow_infinity=True).map(str),
+                st.sampled_from(["grpo", "best", "errors", "format>1", "1e309", "-0", "\x00"]),
+            ),
+            min_size=1,
+            max_size=3,
+        ),
+        max_size=6,
+    ),
+)
+def test_no_query_is_a_500(viewer_dir: Path, path: str, params: dict[str, list[str]]) -> None:
+    handler = {**server_routes(viewer_dir), **viewer_routes(viewer_dir)}[path]
+    request = Request("GET", path, params, Message(), ("127.0.0.1", 1))
+    assert handler(request).status in (200, 400, 404)
+
+
+@pytest.fixture(scope="module")
+def viewer_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("hostile")
+    rec = Recorder("grpo", data_dir=d, sampling=SamplingConfig(per_step=100, seed=0))
+    rec.record(
+        step=[1, 2], rollout_ids=["x", "y"], rewards=[0.0, float("nan")], group_ids=["g", None]
+    )
+    rec.close()
+    return d

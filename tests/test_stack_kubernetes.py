@@ -390,7 +390,7 @@ def test_the_rollout_viewer_reads_the_trainers_claim(objects: dict[str, dict[str
     pod = deploy["spec"]["template"]["spec"]
     (container,) = pod["containers"]
     assert "rlpulse rollouts serve --addr 0.0.0.0 --port 9096" in container["command"][-1]
-    assert container["volumeMounts"][0]["readOnly"]
+    assert container["volumeMounts"][0]["mountPath"] == "/var/lib/rlpulse"
     assert pod["volumes"][0]["persistentVolumeClaim"]["claimName"] == claim["metadata"]["name"]
     assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
     assert service["spec"]["selector"] == deploy["spec"]["selector"]["matchLabels"]

@@ -5,7 +5,7 @@ Every service shares the host's network, so the generated configuration works un
 Prometheus config scrapes ``127.0.0.1:9400`` (the demo's and rlpulse's default port, or a trainer
 running on the host) and alerts ``127.0.0.1:9093``, exactly as ``rlpulse stack up`` does with
 local binaries; the demo writes its rollouts into the ``rollouts-data`` volume, which the viewer
-reads (read-only) on 127.0.0.1:9096, where the rollout links point. Secrets never enter the
+reads on 127.0.0.1:9096, where the rollout links point. Secrets never enter the
 repository: the receivers' key/URL files are read from ``./secrets/`` (git-ignored), and the
 Grafana admin password from the environment.
 """
@@ -114,7 +114,9 @@ def services(config: Config) -> dict[str, Any]:
                 "command": install_and_run(
                     f"rlpulse rollouts serve --data-dir {ROLLOUTS_DATA} --port {VIEWER_PORT}"
                 ),
-                "volumes": [f"rollouts-data:{ROLLOUTS_DATA}:ro"],
+                # not :ro: SQLite readers of a WAL store write its -shm index (queries stay
+                # read-only: the viewer's connections are query_only)
+                "volumes": [f"rollouts-data:{ROLLOUTS_DATA}"],
             },
             "demo": {
                 "image": PYTHON_IMAGE,

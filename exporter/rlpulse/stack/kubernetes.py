@@ -147,7 +147,7 @@ def dashboard_config_maps(cfg: Config) -> dict[str, dict[str, Any]]:
 
 def rollout_viewer(cfg: Config) -> dict[str, dict[str, Any]]:
     """The rollout viewer (``rlpulse rollouts serve``) over the claim the trainers write their
-    rollout stores to: the claim, a Deployment reading it read-only, and its Service."""
+    rollout stores to: the claim, a Deployment reading it, and its Service."""
     k = cfg.kubernetes
     name = f"{k.name}-rollouts"
     selector = {"app.kubernetes.io/name": name}
@@ -170,7 +170,9 @@ def rollout_viewer(cfg: Config) -> dict[str, dict[str, Any]]:
         "command": compose.install_and_run(serve),
         "ports": [{"name": "http", "containerPort": VIEWER_PORT}],
         "readinessProbe": {"httpGet": {"path": "/-/ready", "port": "http"}},
-        "volumeMounts": [{"name": "rollouts", "mountPath": data, "readOnly": True}],
+        # writable: SQLite readers of a WAL store write its -shm index (the viewer's
+        # connections are query_only)
+        "volumeMounts": [{"name": "rollouts", "mountPath": data}],
         "securityContext": {"allowPrivilegeEscalation": False},
     }
     deployment = {
@@ -187,10 +189,7 @@ def rollout_viewer(cfg: Config) -> dict[str, dict[str, Any]]:
                     "volumes": [
                         {
                             "name": "rollouts",
-                            "persistentVolumeClaim": {
-                                "claimName": k.rollouts_claim,
-                                "readOnly": True,
-                            },
+                            "persistentVolumeClaim": {"claimName": k.rollouts_claim},
                         }
                     ],
                 },

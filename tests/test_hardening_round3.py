@@ -32,8 +32,8 @@ from rlpulse.stack import alertindex as stack_alertindex
 from rlpulse.stack import config, rules
 from tests import test_run_end as run_end
 from tests.amutil import alertmanager, post, silence
-from tests.conftest import bcrypt_hash, scrape, self_signed
-from tests.stackutil import free_port
+from tests.conftest import bcrypt_hash, scrape, self_signed, value
+from tests.stackutil import free_port, wait_for
 
 # ---- 9: label values inside the queries annotations run ----------------------------------------
 
@@ -594,8 +594,8 @@ def test_bad_environment_values_never_stop_sb3_training(
     import rlpulse
     from rlpulse.integrations.sb3 import RlpulseCallback
 
-    for name, value in env.items():
-        monkeypatch.setenv(name, value)
+    for name, setting in env.items():
+        monkeypatch.setenv(name, setting)
     torch.set_num_threads(1)
     model = PPO("MlpPolicy", "CartPole-v1", n_steps=64, batch_size=64, n_epochs=1, device="cpu")
     try:
@@ -710,3 +710,52 @@ def test_hostile_yaml_is_one_line_naming_file_and_position(
     with pytest.raises(config.ConfigError, match=said) as refused:
         config.load(path)
     assert "\n" not in str(refused.value) and len(str(refused.value)) < 300
+
+
+# ---- 12: worker hub ------------------------------------------------------------------------------
+
+
+def test_a_workers_first_call_never_waits_for_a_frozen_hub(tmp_path: Path) -> None:
+    from rlpulse import workers
+
+    frozen = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # listens, never answers
+    frozen.bind(str(tmp_path / "hub.sock"))
+    frozen.listen(0)
+    w = workers.WorkerClient(workers.Address(str(tmp_path / "hub.sock"), b"k" * 32))
+    first = threading.Thread(target=w.count, args=("rl_env_steps_total", 1))
+    try:
+        first.start()
+        first.join(5)  # the old client blocked in Client() on this thread for 15 s and more
+        assert not first.is_alive()
+    finally:
+        w.close()
+        frozen.close()
+
+
+def test_a_worker_crowded_out_by_silent_peers_gets_in_later(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from rlpulse import workers
+
+    monkeypatch.setattr(workers, "HELLO_TIMEOUT", 1.0)
+    monkeypatch.setattr(workers, "RECONNECT_MIN", 0.2)
+    exp = Exporter(port=0, addr="127.0.0.1", run_id="hub", gpu=False, host=False).start()
+    hub = workers.serve(exp, env=False)
+    silent = []
+    try:
+        for _ in range(20):  # more than the hub authenticates at once, all silent
+            peer = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            peer.connect(hub.address.path)
+            silent.append(peer)
+        time.sleep(0.3)
+        w = workers.WorkerClient(hub.address)
+        w.count("rl_env_steps_total", 7)
+        # the first attempts are turned away; once the silent ones are cut, the worker gets in
+        wait_for(lambda: w.flush(timeout=2) or None, 30, "the worker to get in")
+        assert value(scrape(exp.url), "rl_env_steps_total") == 7
+        w.close()
+    finally:
+        for peer in silent:
+            peer.close()
+        hub.close()
+        exp.close()

@@ -49,13 +49,13 @@ import os
 import secrets
 import shutil
 import socket
+import struct
 import threading
 import time
 import weakref
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import (
-    Client,
     Connection,
     answer_challenge,
     deliver_challenge,
@@ -335,8 +335,10 @@ class WorkerClient:
     """The worker end: the exporter's recording calls, buffered and sent to the hub.
 
     Never raises into the worker once created, and never blocks it: calls go into a buffer
-    (at most ``MAX_BUFFERED``) that a background thread sends. A hub that is gone is logged once
-    and the calls are dropped.
+    (at most ``MAX_BUFFERED``) that a background thread sends; that thread also connects (each
+    attempt within ``HELLO_TIMEOUT``), so a frozen or crowded hub never holds the caller. A hub
+    that cannot be reached is logged once per outage and tried again with backoff (from
+    ``RECONNECT_MIN`` to ``RECONNECT_MAX`` seconds); calls past the buffer are counted.
     """
 
     address: Address | None
@@ -348,7 +350,7 @@ class WorkerClient:
     _send_lock: threading.Lock = field(default_factory=threading.Lock, init=False, repr=False)
     _conn: Connection | None = field(default=None, init=False, repr=False)
     _pid: int = field(default=0, init=False, repr=False)
-    _broken: bool = field(default=False, init=False, repr=False)
+    _down: bool = field(default=False, init=False, repr=False)  # said once per outage
     _stop: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _kick: threading.Event = field(default_factory=threading.Event, init=False, repr=False)
     _syncs: list[_Sync] = field(default_factory=list, init=False, repr=False)
@@ -360,8 +362,9 @@ class WorkerClient:
 
     @property
     def connected(self) -> bool:
-        """Whether calls reach a hub (False without an address or after the hub went away)."""
-        return self.address is not None and not self._broken
+        """Whether calls reach a hub now (False without an address, before the first connect
+        and while the hub cannot be reached)."""
+        return self.address is not None and self._conn is not None
 
     # ---- the recording API (as on Exporter) ----
     def log(self, metrics: Mapping[str, Any]) -> None:
@@ -408,7 +411,7 @@ class WorkerClient:
     def flush(self, timeout: float = 10.0) -> bool:
         """Send what is buffered and wait until the hub has applied it; False on timeout or
         when no hub is reachable."""
-        if not self.connected:
+        if self.address is None:
             return False
         if self._pid != os.getpid():
             self._start()
@@ -420,8 +423,8 @@ class WorkerClient:
 
     def close(self) -> None:
         """Send what is buffered and disconnect (also at exit)."""
-        if self._pid == os.getpid() and self.connected:
-            self.flush(CLOSE_TIMEOUT)
+        if self._pid == os.getpid() and self.address is not None:
+            self.flush(CLOSE_TIMEOUT)  # connects first if the flusher has not yet
         self._stop.set()
         self._kick.set()
         conn, self._conn = self._conn, None
@@ -429,7 +432,7 @@ class WorkerClient:
             conn.close()
 
     def _call(self, op: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
-        if not self.connected:
+        if self.address is None:
             return
         if self._pid != os.getpid():
             self._start()
@@ -451,7 +454,8 @@ class WorkerClient:
         return batch
 
     def _start(self) -> None:
-        """(Re)connect in this process: first use, or first use after a fork."""
+        """Start sending in this process (first use, or first use after a fork): the flusher
+        thread connects, never the caller's."""
         with self._send_lock:
             if self._pid == os.getpid():
                 return
@@ -460,14 +464,6 @@ class WorkerClient:
             self._syncs = []
             self._conn = None
             self._stop = threading.Event()
-            assert self.address is not None
-            try:
-                conn = Client(self.address.path, family="AF_UNIX", authkey=self.address.key)
-                conn.send(("hello", {"name": self.name or _default_name(), "pid": self._pid}))
-            except Exception as exc:
-                self._lost(exc)
-                return
-            self._conn = conn
         threading.Thread(target=self._flusher, name="rlpulse-worker-flush", daemon=True).start()
         atexit.register(self.close)  # a plain process (subprocess, spawn) exits through atexit;
         Finalize(self, self.close, exitpriority=10)  # a forked multiprocessing child does not
@@ -488,9 +484,49 @@ class WorkerClient:
                 return False
         return True
 
+    def _connect(self) -> bool:
+        """Connect, authenticate and say hello within ``HELLO_TIMEOUT`` (flusher thread)."""
+        assert self.address is not None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        conn: Connection | None = None
+        try:
+            sock.settimeout(HELLO_TIMEOUT)
+            sock.connect(self.address.path)
+            sock.settimeout(None)  # blocking, bounded by kernel timeouts during the handshake
+            _io_timeout(sock, HELLO_TIMEOUT)
+            conn = Connection(sock.detach())
+            answer_challenge(conn, self.address.key)
+            deliver_challenge(conn, self.address.key)
+            conn.send(("hello", {"name": self.name or _default_name(), "pid": self._pid}))
+            _io_timeout(socket.socket(fileno=os.dup(conn.fileno())), 0.0, close=True)
+        except Exception as exc:
+            sock.close()
+            if conn is not None:
+                conn.close()
+            self._lost(exc)
+            return False
+        with self._send_lock:
+            self._conn = conn
+        if self._down:
+            self._down = False
+            log.warning("rlpulse: worker reaches its rank's exporter again")
+        return True
+
     def _flusher(self) -> None:
         stop, kick = self._stop, self._kick
+        backoff = RECONNECT_MIN
         while not stop.is_set():
+            if self._conn is None:
+                if not self._connect():
+                    with self._lock:
+                        syncs, self._syncs = self._syncs, []
+                    for sync in syncs:  # nothing reaches the hub now
+                        sync.done.set()
+                    kick.wait(backoff)  # a flush() tries again at once
+                    kick.clear()
+                    backoff = min(2 * backoff, RECONNECT_MAX)
+                    continue
+                backoff = RECONNECT_MIN
             kick.wait(self.flush_interval)
             kick.clear()
             with self._lock:  # before the batch: a sync follows the calls made before it
@@ -516,12 +552,15 @@ class WorkerClient:
         sync.done.set()
 
     def _lost(self, exc: BaseException) -> None:
-        if not self._broken:
-            log.warning("rlpulse: worker cannot reach its rank's exporter (%s): dropping", exc)
-        self._broken = True
+        if not self._down:
+            log.warning(
+                "rlpulse: worker cannot reach its rank's exporter (%s): calls are held (at most "
+                "%d) while it tries again",
+                exc,
+                MAX_BUFFERED,
+            )
+        self._down = True
         self._conn = None
-        self._stop.set()
-        self._kick.set()
 
     def _after_fork_in_child(self) -> None:
         """Fresh locks: a parent thread may have held one at the fork (it never releases it
@@ -543,6 +582,18 @@ class _Sync:
     deadline: float
     ok: bool = False
     done: threading.Event = field(default_factory=threading.Event)
+
+
+def _io_timeout(sock: socket.socket, seconds: float, close: bool = False) -> None:
+    """Kernel send/receive timeouts on a blocking socket (0: none)."""
+    whole = int(seconds)
+    value = struct.pack("ll", whole, int((seconds - whole) * 1e6))
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, value)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_SNDTIMEO, value)
+    finally:
+        if close:
+            sock.close()
 
 
 def _pickled(batch: list[_Call]) -> Any:
@@ -569,6 +620,8 @@ def _default_name() -> str:
 _client: WorkerClient | None = None
 _client_lock = threading.Lock()
 _clients: weakref.WeakSet[WorkerClient] = weakref.WeakSet()
+RECONNECT_MIN = 0.5  # seconds before a worker tries its hub again, doubling up to RECONNECT_MAX
+RECONNECT_MAX = 30.0
 CLOSE_TIMEOUT = 5.0  # seconds a closing worker waits for the hub to take what is buffered
 
 

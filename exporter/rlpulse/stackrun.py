@@ -21,6 +21,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -43,6 +44,9 @@ GENERATED = ("prometheus/", "alertmanager/", "grafana/")
 READY_TIMEOUT = 30.0
 STOP_TIMEOUT = 10.0
 INBOX_FILE = "inbox.jsonl"
+HEARTBEAT_PATH = "/heartbeat"  # where the inbox's checker takes the Watchdog's posts
+MISSING = "RLWatchdogMissing"  # what the checker pages when the heartbeats stop
+STARTUP_S = 150.0  # the checker's first page comes no sooner after the stack starts
 REDACTED = "<redacted>"
 
 
@@ -121,7 +125,13 @@ def stack_config(opts: Options) -> Config:
         if cfg.links.rollouts_url == VIEWER_URL
         else cfg.links.rollouts_url,
     )
-    return dataclasses.replace(cfg, receivers=receivers, scrape=scrape, links=links)
+    # the Watchdog's heartbeats go to the inbox's checker unless the config names a service
+    watchdog = cfg.watchdog
+    if not watchdog.heartbeat_url:
+        watchdog = dataclasses.replace(watchdog, heartbeat_url=f"{inbox}{HEARTBEAT_PATH}")
+    return dataclasses.replace(
+        cfg, receivers=receivers, scrape=scrape, links=links, watchdog=watchdog
+    )
 
 
 def write_files(opts: Options, cfg: Config) -> None:
@@ -160,6 +170,18 @@ def placeholder_key_warning(opts: Options) -> str:
     )
 
 
+def _checker_args(opts: Options, d: Path) -> tuple[str, ...]:
+    """The heartbeat checker's arguments: how long without a Watchdog before it pages, and
+    where (PagerDuty's URL and routing key file, as Alertmanager's receiver has them). None
+    when the config sends the heartbeats to a service of its own."""
+    cfg = stack_config(opts)
+    if cfg.watchdog.heartbeat_url != f"http://127.0.0.1:{opts.inbox_port}{HEARTBEAT_PATH}":
+        return ()
+    pd = cfg.receivers.pagerduty
+    grace = config.seconds(cfg.watchdog.missing_after)
+    return (f"{grace:g}", pd.url, pd.routing_key_file)
+
+
 def services(opts: Options) -> list[Service]:
     """The four processes, with their command lines (binaries looked up now)."""
     for name in ("prometheus", "alertmanager", "inbox", "rollouts"):
@@ -185,7 +207,11 @@ def services(opts: Options) -> list[Service]:
         Service(
             "inbox",
             opts.inbox_port,
-            (sys.executable, "-m", "rlpulse.stackrun", str(opts.inbox_port), str(d / INBOX_FILE)),
+            (
+                *(sys.executable, "-m", "rlpulse.stackrun", str(opts.inbox_port)),
+                str(d / INBOX_FILE),
+                *_checker_args(opts, d),
+            ),
             "/-/ready",
         ),
         Service(
@@ -428,8 +454,9 @@ class Inbox(ThreadingHTTPServer):
 
     daemon_threads = True
 
-    def __init__(self, port: int, file: Path) -> None:
+    def __init__(self, port: int, file: Path, checker: Checker | None = None) -> None:
         self.file = file
+        self.checker = checker
         inbox = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -443,7 +470,10 @@ class Inbox(ThreadingHTTPServer):
                 except ValueError:
                     self._reply(400, b'{"status":"invalid event"}')
                     return
-                inbox.record(self.path, data)
+                if self.path == HEARTBEAT_PATH and inbox.checker is not None:
+                    inbox.checker.beat()
+                else:
+                    inbox.record(self.path, data)
                 self._reply(202, b'{"status":"success","message":"Event processed"}')
 
             def _reply(self, code: int, body: bytes) -> None:
@@ -471,9 +501,96 @@ class Inbox(ThreadingHTTPServer):
         print(describe(note), flush=True)
 
 
+class Checker:
+    """A dead man's switch for the stack itself: the Watchdog alert, always firing, comes from
+    Prometheus through Alertmanager every ``watchdog.interval``; when none came for ``grace``
+    seconds (Prometheus stopped evaluating or cannot reach Alertmanager, or Alertmanager cannot
+    deliver) it pages PagerDuty itself, not through Alertmanager, and resolves that page when
+    the heartbeats are back."""
+
+    def __init__(self, grace: float, url: str, key_file: str) -> None:
+        self.grace, self.url, self.key_file = grace, url, key_file
+        # a pipeline that never sends is noticed too, once Prometheus has had time to resend
+        # what it could not deliver while Alertmanager was starting (it retries every minute)
+        self.last = time.monotonic() + max(STARTUP_S - grace, 0.0)
+        self.paged = False
+        self._lock = threading.Lock()
+
+    def beat(self) -> None:
+        with self._lock:
+            self.last = time.monotonic()
+            resolve, self.paged = self.paged, False
+        if resolve:
+            self._send("resolve", "Watchdog heartbeats are back: alerts are delivered again.")
+
+    def check(self) -> None:
+        """Page once when the heartbeats have stopped for ``grace`` seconds."""
+        with self._lock:
+            quiet = time.monotonic() - self.last
+            if quiet < self.grace or self.paged:
+                return
+            self.paged = True
+        self._send(
+            "trigger",
+            f"No Watchdog heartbeat from Alertmanager for {quiet:.0f} s: Prometheus stopped "
+            "evaluating rules or cannot reach Alertmanager, or Alertmanager cannot deliver. "
+            "Alerts are not reaching anyone.",
+        )
+
+    def _send(self, action: str, summary: str) -> None:
+        try:
+            key = Path(self.key_file).read_text().strip()
+        except OSError:
+            key = ""
+        event = {
+            "routing_key": key,
+            "event_action": action,
+            "dedup_key": f"rlpulse-{MISSING}",
+            "client": "rlpulse stack heartbeat checker",
+            "payload": {
+                "summary": summary,
+                "source": "rlpulse stack",
+                "severity": "critical",
+                "custom_details": {"alertname": MISSING, "run_id": "", "description": summary},
+            },
+        }
+        req = urllib.request.Request(
+            self.url,
+            json.dumps(event).encode(),
+            {"Content-Type": "application/json"},
+            method="POST",
+        )
+        try:
+            urllib.request.urlopen(req, timeout=10).close()
+        except (OSError, urllib.error.URLError) as exc:
+            print(f"heartbeat checker: cannot page {self.url}: {exc}", file=sys.stderr)
+
+    def run(self) -> None:
+        while True:
+            time.sleep(min(1.0, self.grace / 4))
+            self.check()
+
+
 def _serve_inbox(argv: Sequence[str]) -> None:
     port, path = int(argv[0]), Path(argv[1])
-    Inbox(port, path).serve_forever()
+    checker = None
+    if len(argv) >= 5:
+        checker = Checker(float(argv[2]), argv[3], argv[4])
+        threading.Thread(target=checker.run, name="rlpulse-heartbeat", daemon=True).start()
+    Inbox(port, path, checker).serve_forever()
+
+
+def dead_mans_switch(opts: Options) -> str:
+    """What watches the stack itself, as ``stack up`` says it."""
+    cfg = stack_config(opts)
+    w = cfg.watchdog
+    if not _checker_args(opts, opts.dir):
+        return f"Alertmanager posts RLWatchdog every {w.interval} to {w.heartbeat_url}"
+    return (
+        f"Alertmanager posts RLWatchdog every {w.interval} to the inbox's heartbeat checker, "
+        f"which pages {cfg.receivers.pagerduty.url} itself (not through Alertmanager) after "
+        f"{w.missing_after} without one"
+    )
 
 
 def iter_urls(svcs: Sequence[Service]) -> Iterator[tuple[str, str]]:

@@ -83,6 +83,14 @@ def run(args: argparse.Namespace) -> int:
     print(f"rlpulse generate: {len(files)} files under {args.out}, {len(touched)} changed")
     for rel in touched:
         print(f"  {rel}")
+    if not cfg.watchdog.heartbeat_url:
+        print(
+            "rlpulse generate: WARNING: watchdog.heartbeat_url is empty: RLWatchdog posts "
+            "nowhere, so nothing notices when Prometheus or Alertmanager goes silent. Set it to "
+            "a dead man's switch (healthchecks.io, an Opsgenie or Better Stack heartbeat); "
+            "`rlpulse stack up` runs a checker of its own.",
+            file=sys.stderr,
+        )
     return _validated(args.out)
 
 

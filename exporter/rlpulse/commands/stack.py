@@ -99,6 +99,7 @@ def run_up(args: argparse.Namespace) -> int:
         print(f"  {what + ':':<55} {url}")
     critical = args.pagerduty_url or f"the inbox, {d / stackrun.INBOX_FILE}"
     print(f"  critical alerts page {critical}; warnings go to the inbox")
+    print(f"  dead man's switch: {stackrun.dead_mans_switch(opts)}")
     print(f"  logs: {d}/*.log; stop with: rlpulse stack down --dir {d}")
     scraped = ", ".join(stackrun.stack_config(opts).scrape.static_targets) or "no static target"
     print(

@@ -251,7 +251,18 @@ class Watchdog:
             "URL Alertmanager posts the Watchdog to every minute (healthchecks.io ping URL, "
             "an Opsgenie or Better Stack heartbeat, a PagerDuty-side dead man's switch); that "
             "service alerts when the posts stop. Empty: the watchdog receiver posts nowhere. "
-            "The URL (its token) is written into alertmanager.yml (docs/security.md)."
+            "The URL (its token) is written into alertmanager.yml (docs/security.md). "
+            "`rlpulse stack up` points it at its own heartbeat checker."
+        ),
+    )
+    interval: Duration = field(
+        default=Duration("1m"), metadata=_doc("How often Alertmanager posts the Watchdog.")
+    )
+    missing_after: Duration = field(
+        default=Duration("5m"),
+        metadata=_doc(
+            "The heartbeat checker of `rlpulse stack up` pages (straight to PagerDuty, not "
+            "through Alertmanager) when no Watchdog came for this long."
         ),
     )
 

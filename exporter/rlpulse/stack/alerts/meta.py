@@ -69,14 +69,22 @@ ALERTS: tuple[Alert, ...] = (
 _PIPELINE = "Alertmanager's UI (Status, Alerts) and its log; Prometheus' Alerts and Targets pages."
 RUNBOOKS: dict[str, Runbook] = {
     WATCHDOG: Runbook(
-        "Always firing, on purpose: Alertmanager posts it every minute to "
-        "watchdog.heartbeat_url, a dead man's switch (a healthchecks.io check, an Opsgenie or "
-        "Better Stack heartbeat) that alerts when the posts stop. Silence from the Watchdog "
-        "means Prometheus stopped evaluating rules or Alertmanager stopped delivering.",
+        "Always firing, on purpose: Alertmanager posts it every watchdog.interval to "
+        "watchdog.heartbeat_url, a dead man's switch that alerts when the posts stop. "
+        "`rlpulse stack up` points it at its own heartbeat checker, which pages PagerDuty "
+        "directly (RLWatchdogMissing, not through Alertmanager) after watchdog.missing_after "
+        "without a post; elsewhere use a healthchecks.io check, an Opsgenie or Better Stack "
+        "heartbeat (`rlpulse generate` warns while the URL is empty). Silence from the "
+        "Watchdog means Prometheus stopped evaluating rules, cannot reach Alertmanager (which "
+        "RLAlertsUndelivered, delivered by that same Alertmanager, cannot tell you), or "
+        "Alertmanager stopped delivering.",
         _PIPELINE,
         (
+            "First, on an RLWatchdogMissing page: open Prometheus' Alerts page (is RLWatchdog "
+            "firing?) and Alertmanager's Status page; whichever does not answer or lists no "
+            "Watchdog is the broken link. Restart it; the page resolves with the next post.",
             "Set watchdog.heartbeat_url to the service's ping URL, with a grace period of a "
-            "few minutes there (a post comes every minute).",
+            "few intervals there.",
             "Never silence it; if its heartbeats stop, check Prometheus and Alertmanager first.",
         ),
     ),

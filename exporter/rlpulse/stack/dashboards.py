@@ -180,7 +180,9 @@ checks the JSON (units, axes and overrides, `spanNulls`, variables, transformati
 Grafana and the demo trainer (`rlpulse demo`, installed from this checkout into a Python image),
 all with pinned image tags and on the host network (Linux), so the generated configuration works
 as it is: Prometheus scrapes `127.0.0.1:9400` and the `file_sd` targets in `prometheus/targets/`,
-and alerts `127.0.0.1:9093`; a trainer started on the host is scraped like the demo. Receiver
+and alerts `127.0.0.1:9093`; a trainer started on the host is scraped like the demo. The
+`rollouts` service serves the rollout viewer on `127.0.0.1:9096` over the `rollouts-data` volume
+the demo records into, where the pages' and panels' rollout links point. Receiver
 secrets are never committed: put the PagerDuty routing key and the Slack webhook URL in files
 under `./secrets/` (mounted read-only where `alertmanager.yml` reads them, see
 docs/configuration.md) and set `GRAFANA_ADMIN_PASSWORD` in the environment (default `admin`).

@@ -85,9 +85,10 @@ def test_up_generates_starts_and_prints_what_to_open(
 ) -> None:
     d, p, run = stack
     prom, am = f"http://127.0.0.1:{p['prometheus']}", f"http://127.0.0.1:{p['alertmanager']}"
-    for url in (prom, f"{prom}/alerts", am):
+    for url in (prom, f"{prom}/alerts", am, f"http://127.0.0.1:{p['rollouts']}/"):
         assert url in run.stdout
     assert "grafana/dashboards" in run.stdout and "Import" in run.stdout
+    assert "Rollouts: the viewer reads the stores in" in run.stdout
     assert sorted(x.name for x in (d / "grafana" / "dashboards").iterdir()) == [
         "rl-classic.json",
         "rl-comparison.json",

@@ -10,6 +10,7 @@ from typing import Any
 
 from rlpulse import stackrun
 from rlpulse.options import DEFAULT_PORT
+from rlpulse.rollouts.paths import default_data_dir
 from rlpulse.rollouts.server import VIEWER_PORT
 
 MISSING_BINARY = 3
@@ -110,6 +111,11 @@ def run_up(args: argparse.Namespace) -> int:
     print(
         "Dashboards: in Grafana 11, Dashboards > New > Import each of "
         f"{d / 'grafana' / 'dashboards'}/*.json and pick a Prometheus datasource at {prometheus}"
+    )
+    data = (args.data_dir or default_data_dir()).expanduser().resolve()
+    print(
+        f"Rollouts: the viewer reads the stores in {data / 'rollouts'}, where trainers with the "
+        "same RLPULSE_DATA_DIR (or the default) record them"
     )
     return 0
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -21,6 +22,12 @@ from rlpulse.exporter import Exporter
 settings.register_profile("ci", derandomize=True, database=None, print_blob=True)
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+# Exporters register for Prometheus only where a test asks (tests/test_discovery*.py): the
+# machine's own discovery directory is never touched, and no test's run waits for a scraper
+# another test's stack would bring.
+os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="rlpulse-test-state-")
+os.environ["RLPULSE_TARGETS_DIR"] = "off"
 
 
 def scrape(url: str, accept: str | None = None) -> str:

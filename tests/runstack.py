@@ -1,16 +1,24 @@
-"""A real Prometheus watching one trainer port, for the tests of how runs end: 1 s scrapes of
-``127.0.0.1:PORT`` under the job the rules select, the generated rules with the fast preset."""
+"""A real Prometheus for the tests of how runs end: watching one trainer port (1 s scrapes of
+``127.0.0.1:PORT`` under the job the rules select, the generated rules with the fast preset), or
+the whole local stack (``stack_up``) that every trainer registers with by itself."""
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import os
+import subprocess
+import sys
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import yaml
+
+from rlpulse import discovery, stackrun
 from rlpulse.stack import config, rules
-from tests.stackutil import api, prometheus, results, wait_for
+from tests.stackutil import api, free_port, prometheus, results, wait_for
 
 SETTLE_S = 5  # past RLTargetDown's `for` with the fast preset, a few evaluations
 
@@ -38,7 +46,13 @@ def alerts_once_settled(prom: str) -> list[dict[str, Any]]:
     """The alerts (pending or firing) once the ended run's target is down and every rule group
     has evaluated ``SETTLE_S`` seconds past that."""
     down = wait_for(lambda: results(prom, 'up{job="rlpulse"} == 0'), 60, "the target down")
-    after = float(down[0]["value"][0]) + SETTLE_S
+    return alerts_after(prom, float(down[0]["value"][0]))
+
+
+def alerts_after(prom: str, t: float) -> list[dict[str, Any]]:
+    """The alerts (pending or firing) once every rule group has evaluated ``SETTLE_S`` seconds
+    past ``t`` (epoch seconds: when the run ended)."""
+    after = t + SETTLE_S
 
     def evaluated_since() -> bool | None:
         groups = api(f"{prom}/api/v1/rules")["data"]["groups"]
@@ -60,3 +74,47 @@ def epoch(rfc3339: str) -> float:
     stamp = datetime.datetime.fromisoformat(head).replace(tzinfo=datetime.UTC)
     digits = "".join(c for c in frac if c.isdigit())[:6]
     return stamp.timestamp() + (float(f"0.{digits}") if digits else 0.0)
+
+
+@dataclass
+class StackUp:
+    """A ``rlpulse stack up --fast`` on free ports; ``env`` runs a trainer with the defaults of
+    this machine (no port, no targets dir set), its discovery directory under the test's."""
+
+    dir: Path
+    prometheus: str
+    env: dict[str, str]
+    targets: Path
+
+    def pages(self, alertname: str) -> list[dict[str, Any]]:
+        """PagerDuty triggers of ``alertname`` in the stack's inbox."""
+        return [
+            n["body"]
+            for n in stackrun.notifications(self.dir)
+            if n["path"] == "/pagerduty"
+            and n["body"].get("event_action") == "trigger"
+            and n["body"]["payload"]["custom_details"].get("alertname") == alertname
+        ]
+
+
+@contextlib.contextmanager
+def stack_up(workdir: Path) -> Iterator[StackUp]:
+    """The real ``rlpulse stack up --fast`` (1 s scrapes) scraping only what registers itself
+    (no static target: another test's trainer on the default port stays out), stopped with
+    ``rlpulse stack down`` at the end."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLPULSE_")}
+    env["XDG_STATE_HOME"] = str(workdir / "state")
+    (workdir / "overrides.yml").write_text(yaml.safe_dump({"scrape": {"static_targets": []}}))
+    d, prom_port = workdir / "stack", free_port()
+    cli = str(Path(sys.executable).with_name("rlpulse"))
+    argv = [
+        cli, "stack", "up", "--fast", "--dir", str(d), "--config", str(workdir / "overrides.yml"),
+        "--prometheus-port", str(prom_port), "--alertmanager-port", str(free_port()),
+        "--inbox-port", str(free_port()), "--pushgateway-port", str(free_port()),
+    ]  # fmt: skip
+    up = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
+    assert up.returncode == 0, up.stdout + up.stderr
+    try:
+        yield StackUp(d, f"http://127.0.0.1:{prom_port}", env, discovery.default_dir_in(env))
+    finally:
+        subprocess.run([cli, "stack", "down", "--dir", str(d)], env=env, timeout=120, check=False)

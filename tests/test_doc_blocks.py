@@ -1,6 +1,8 @@
 """Every python and bash block of README.md, docs/quickstart.md and docs/integrations/*.md runs
-as written, each in a fresh process in an empty folder (``RLPULSE_PORT=0``: any free port). A
-block that names a hub model runs with a tiny local model in its place, as its doc says. A block
+as written, each in a fresh process in an empty folder, with no rlpulse setting, while the real
+local stack runs (``rlpulse stack up --fast``): a block that trains something prints where it is
+served, registered for Prometheus, and leaves its run in Prometheus. A block that names a hub
+model runs with a tiny local model in its place, as its doc says. A block
 marked ``<!-- rlpulse-doc-test: stack (…) -->`` runs against a real Prometheus in the test its
 marker names; one marked ``daemon (…)`` serves until stopped, so it passes once its /metrics
 answers and is then stopped; one marked ``skip (why)`` is skipped for the reason it gives."""
@@ -8,15 +10,17 @@ answers and is then stopped; one marked ``skip (why)`` is skipped for the reason
 from __future__ import annotations
 
 import os
-import string
+import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest import scrape
 from tests.doc_blocks import REPO, Block, blocks
+from tests.runstack import StackUp, last, stack_up
 from tests.stackutil import free_port, ready, wait_for
 
 DOCS = [REPO / "README.md", REPO / "docs" / "quickstart.md"] + sorted(
@@ -25,42 +29,25 @@ DOCS = [REPO / "README.md", REPO / "docs" / "quickstart.md"] + sorted(
 BLOCKS = [b for doc in DOCS for b in blocks(doc)]
 HUB_MODELS = ("Qwen/Qwen2.5-0.5B-Instruct",)
 VENV_BIN = str(Path(sys.executable).parent)
+STARTS = ("rlpulse.start(", "Callback(", "Tracking(")  # a block that trains with rlpulse
+SERVING = re.compile(r"serving at (https?)://127\.0\.0\.1:(\d+)/metrics(?: instead)? \(([^)]*)\)")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackUp]:
+    """The local stack the blocks run beside, as a user's would."""
+    with stack_up(tmp_path_factory.mktemp("doc-stack")) as up:
+        yield up
 
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny causal LM (a 1-layer GPT-2 over characters) and its tokenizer, saved to disk."""
-    import torch
-    from tokenizers import Regex, Tokenizer, decoders, models, pre_tokenizers
-    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
-
-    specials = ["[PAD]", "[UNK]", "[BOS]", "[EOS]"]
-    vocab = {t: i for i, t in enumerate(specials + list(string.ascii_lowercase + " "))}
-    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
-    tok.pre_tokenizer = pre_tokenizers.Split(Regex("."), behavior="isolated")
-    tok.decoder = decoders.Fuse()
-    tokenizer = PreTrainedTokenizerFast(
-        tokenizer_object=tok,
-        pad_token="[PAD]",
-        unk_token="[UNK]",
-        bos_token="[BOS]",
-        eos_token="[EOS]",
-    )
-    torch.manual_seed(0)
-    config = GPT2Config(
-        vocab_size=len(tokenizer),
-        n_positions=64,
-        n_embd=32,
-        n_layer=1,
-        n_head=2,
-        bos_token_id=tokenizer.bos_token_id,
-        eos_token_id=tokenizer.eos_token_id,
-        pad_token_id=tokenizer.pad_token_id,
-    )
-    path = tmp_path_factory.mktemp("tiny-model")
-    GPT2LMHeadModel(config).save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
+    """The tiny causal LM of docs/integrations/trl.md (a 1-layer GPT-2 over characters), built
+    by that doc's own block."""
+    [build] = [b for b in BLOCKS if b.path.endswith("trl.md") and '"tiny-model"' in b.code]
+    path = tmp_path_factory.mktemp("tiny")
+    subprocess.run([sys.executable, "-c", build.code], cwd=path, check=True, timeout=300)
+    return path / "tiny-model"
 
 
 @pytest.mark.parametrize("block", BLOCKS, ids=[b.id for b in BLOCKS])
@@ -76,21 +63,28 @@ def test_block_runs_as_written(
         if hub in code:
             code = code.replace(hub, str(request.getfixturevalue("tiny_model")))
     argv = [sys.executable, "-c", code] if block.lang == "python" else ["bash", "-ec", code]
-    port = free_port() if block.kind == "daemon" else 0
-    env = {
-        **os.environ,
-        "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
-        "RLPULSE_PORT": str(port),
-        "RLPULSE_FINAL_WAIT": "0",
-    }
-    if block.kind == "daemon":
+    path = f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}"
+    if block.kind == "daemon":  # stopped by a signal: off the stack, on a port of its own
+        port = free_port()
+        env = {**os.environ, "PATH": path, "RLPULSE_PORT": str(port)}
         _serves_until_stopped(block, argv, tmp_path, env, f"http://127.0.0.1:{port}/metrics")
         return
     assert block.kind == "", f"{block.id}: unknown marker {block.kind!r}"
+    up: StackUp = request.getfixturevalue("stack")
+    env = {**up.env, "PATH": path, "HF_HUB_OFFLINE": "1"}  # offline, as the docs run
     run = subprocess.run(
         argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=900, check=False
     )
     assert run.returncode == 0, f"{block.id} failed:\n{run.stderr[-4000:]}"
+    served = SERVING.findall(run.stderr)
+    if any(call in code for call in STARTS):
+        assert served, f"{block.id} does not say where it serves:\n{run.stderr[-4000:]}"
+    for _, port_, where in served:  # each run it served is in Prometheus
+        assert where == f"registered for Prometheus at {up.targets}", run.stderr[-4000:]
+        instance = f"127.0.0.1:{port_}"
+        assert last(up.prometheus, f'rl_run_info{{instance="{instance}"}}'), (
+            f"{block.id}: its run at {instance} is not in Prometheus:\n{run.stderr[-4000:]}"
+        )
 
 
 def _serves_until_stopped(

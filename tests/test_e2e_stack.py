@@ -31,7 +31,7 @@ from tests.stackutil import (
 )
 
 RLPULSE = str(Path(sys.executable).with_name("rlpulse"))
-SERVICES = ("prometheus", "alertmanager", "inbox", "rollouts")
+SERVICES = ("prometheus", "alertmanager", "inbox", "rollouts", "pushgateway")  # all installed
 
 
 def rlpulse(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
@@ -64,6 +64,8 @@ def up_args(d: Path, p: dict[str, int], *extra: str) -> list[str]:
         str(p["inbox"]),
         "--rollouts-port",
         str(p["rollouts"]),
+        "--pushgateway-port",
+        str(p["pushgateway"]),
         *extra,
     ]
 
@@ -152,11 +154,12 @@ def test_up_again_reloads_down_stops_and_is_idempotent(
     assert moved.returncode == 2 and "stack down" in moved.stderr
 
     status = rlpulse("stack", "status", "--dir", str(d))
-    assert status.returncode == 0 and status.stdout.count(" ready ") == 4
+    assert status.returncode == 0 and status.stdout.count(" ready ") == 5
 
     down = rlpulse("stack", "down", "--dir", str(d))
     assert (
-        down.returncode == 0 and "stopped prometheus, alertmanager, inbox, rollouts" in down.stdout
+        down.returncode == 0
+        and "stopped prometheus, alertmanager, pushgateway, inbox, rollouts" in down.stdout
     )
     for pid in pids.values():
         assert pid is not None and not alive(pid)
@@ -246,7 +249,8 @@ def test_scripts_demo_runs_the_stack_and_the_trainer_then_stops_the_stack(tmp_pa
     for url in (prom, f"{prom}/alerts", f"http://127.0.0.1:{p['alertmanager']}"):
         assert url in out
     assert "notifications received" in out  # the status at the end
-    assert "stopped prometheus, alertmanager, inbox" in out
+    assert "Next: a run that goes wrong" in out and "--keep" in out  # the next step
+    assert "stopped prometheus, alertmanager, pushgateway, inbox, rollouts" in out
     assert not any(running_pid(d, name) for name in SERVICES)
 
 
@@ -260,11 +264,21 @@ def test_scripts_demo_keep_leaves_the_stack_and_runs_alone_without_binaries(
     demo = [str(ROOT / "scripts" / "demo"), "--steps", "5", "--step-delay", "0"]
     demo += ["--port", str(port)]
     try:
-        kept = subprocess.run(
-            [*demo, "--keep"], capture_output=True, text=True, env=env, timeout=120, check=False
-        )
+        with socket.socket() as busy:  # the inbox's port is taken: a stack option, passed on
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            taken = busy.getsockname()[1]
+            kept = subprocess.run(
+                [*demo, "--keep", "--inbox-port", str(taken)],
+                capture_output=True,
+                text=True,
+                env=env,
+                timeout=120,
+                check=False,
+            )
         assert kept.returncode == 0, kept.stdout + kept.stderr
-        assert "keeps running" in kept.stdout
+        assert f"port {taken} is in use; the inbox listens on" in kept.stdout
+        assert "keeps running" in kept.stdout and "Next: run your own trainer" in kept.stdout
         assert all(running_pid(d, name) for name in SERVICES)
         assert ready(f"http://127.0.0.1:{p['prometheus']}/-/ready")
     finally:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import socket
 import ssl
@@ -145,14 +146,47 @@ def test_start_is_idempotent_and_close_frees_the_port() -> None:
         again.close()
 
 
-def test_port_in_use_is_a_clear_error() -> None:
+def test_a_taken_port_falls_back_to_a_free_one_and_says_so(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    caplog.set_level(logging.INFO, "rlpulse")
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         s.listen()
         port = s.getsockname()[1]
-        exp = Exporter(port=port, addr="127.0.0.1", gpu=False, host=False)
+        exp = Exporter(port=port, addr="127.0.0.1", gpu=False, host=False).start()
+        try:
+            assert exp.port not in (port, 0)  # training goes on, served elsewhere
+            said = f"port {port} is in use; run {exp.run_id} rank 0 serving at {exp.url} instead"
+            assert said in caplog.text
+        finally:
+            exp.close()
+        strict = Exporter(port=port, addr="127.0.0.1", gpu=False, host=False, strict=True)
         with pytest.raises(PortInUseError, match=rf"port {port} .*RLPULSE_PORT.*port=0"):
-            exp.start()
+            strict.start()  # strict (tests): the taken port is an error
+
+
+def test_misused_options_are_one_line_errors_in_the_users_terms() -> None:
+    with pytest.raises(
+        TypeError, match=r"^rlpulse: unknown option 'runid' \(did you mean run_id\?\)$"
+    ):
+        rlpulse.start(runid="x")
+    with pytest.raises(ValueError, match=r"^rlpulse: port='abc' is not a port number"):
+        rlpulse.start(port="abc")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match=r"port=70000 is not a port number"):
+        Exporter(port=70000)
+    assert rlpulse.get_exporter() is None  # nothing was left serving
+
+
+def test_log_without_a_dict_is_counted_and_told_in_the_users_terms(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    exp = Exporter(port=0, addr="127.0.0.1", gpu=False, host=False)
+    exp.log("loss", 1)  # type: ignore[arg-type]
+    assert exp.dropped == {"bad_call": 1}  # never raised inside training
+    assert "log() takes a dict of metrics, not str (did you mean log({'loss': 1})?)" in caplog.text
+    with pytest.raises(TypeError, match=r"did you mean log\(\{'loss': 1\}\)"):
+        Exporter(port=0, strict=True).log("loss", 1)  # type: ignore[arg-type]
 
 
 def test_rank_and_port_come_from_the_launcher(monkeypatch: pytest.MonkeyPatch) -> None:

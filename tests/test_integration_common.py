@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import math
 import socket
 import subprocess
@@ -53,6 +54,7 @@ def test_exporter_for_prefers_given_then_running_then_starts_one() -> None:
 def test_a_taken_port_falls_back_to_a_free_one_and_training_goes_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    caplog.set_level(logging.INFO, "rlpulse")
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()

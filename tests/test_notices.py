@@ -1,4 +1,5 @@
-"""Problems reach a user's stderr without any logging set-up: the first of each kind, once;
+"""Problems reach a user's stderr without any logging set-up: the first of each kind (each
+dropped key), once;
 ``RLPULSE_QUIET=1`` silences them and a configured logging set-up takes over."""
 
 from __future__ import annotations
@@ -35,10 +36,13 @@ def _run(prelude: str = "", **env: str) -> str:
 def test_first_of_each_kind_on_stderr_without_logging_set_up() -> None:
     err = _run()
     notices = [line for line in err.splitlines() if line.endswith(HINT)]
-    assert sum("dropped" in line and "bad_metadata" not in line for line in notices) == 1, err
-    assert sum("bad_metadata" in line for line in notices) == 1, err  # two keys: one notice
+    # each dropped key once, at once (three steps of three bad keys: three notices)
+    assert sum("dropped" in line and "bad_metadata" not in line for line in notices) == 3, err
+    assert sum("bad_metadata" in line for line in notices) == 2, err  # two keys: two notices
     assert sum("collector disabled" in line for line in notices) == 1, err
-    assert len(notices) == 3, err
+    assert sum("reached no Prometheus" in line for line in notices) == 1, err  # said once
+    assert len(notices) == 7, err
+    assert "serving at http://127.0.0.1:" in err  # where the run is served, without any set-up
 
 
 def test_quiet_silences_them() -> None:

@@ -1,11 +1,12 @@
 """The classic tutorial as an acceptance test: the FrozenLake Q-learning block of
-docs/quickstart.md, run as written (a script that logs ``{"episode": e, "reward": r}`` and
-exits) while a real Prometheus scrapes it once a second and evaluates the generated rules: the
-short run's data reaches Prometheus, the run is finished, and nothing pages."""
+docs/quickstart.md, run as written with no setting (a script that logs ``{"episode": e,
+"reward": r}`` and exits) while the real local stack runs (``rlpulse stack up --fast``: 1 s
+scrapes, the generated rules): the run registers itself, the agent learns, the short run's data
+reaches Prometheus, the run is finished, and nothing pages."""
 
 from __future__ import annotations
 
-import os
+import re
 import subprocess
 import sys
 import time
@@ -15,8 +16,7 @@ import pytest
 
 from rlpulse import keys
 from tests.doc_blocks import REPO, marked
-from tests.runstack import alerts_once_settled, epoch, last, watching
-from tests.stackutil import free_port
+from tests.runstack import alerts_after, epoch, last, stack_up
 
 RUN = 'run_id="frozenlake-q"'
 EPISODES = 500
@@ -24,29 +24,30 @@ EPISODES = 500
 
 @pytest.fixture(scope="module")
 def tutorial(tmp_path_factory: pytest.TempPathFactory) -> Any:
-    """The tutorial run once under a watching Prometheus; yields (Prometheus URL, the run)."""
+    """The tutorial run once beside the local stack; yields (Prometheus URL, the run, when it
+    had ended)."""
     tmp = tmp_path_factory.mktemp("tutorial")
     script = tmp / "frozenlake.py"
     script.write_text(marked(REPO / "docs" / "quickstart.md", "stack").code)
-    port = free_port()
-    env = {**os.environ, "RLPULSE_PORT": str(port), "RLPULSE_EXPECT_SCRAPE": "1"}
-    with watching(tmp, port) as prom:
+    with stack_up(tmp) as stack:
         run = subprocess.run(
             [sys.executable, str(script)],
-            env=env,
+            env=stack.env,
             capture_output=True,
             text=True,
             timeout=180,
             check=False,
             cwd=tmp,
         )
-        yield prom, run
+        yield stack.prometheus, run, time.time()  # and when its process had exited
 
 
 def test_the_short_run_reaches_prometheus_and_ends_finished(tutorial: Any) -> None:
-    prom, run = tutorial
+    prom, run, _ = tutorial
     assert run.returncode == 0, run.stderr
     assert "waiting up to" in run.stderr  # the wait for a last scrape is visible
+    assert re.search(r"run frozenlake-q rank 0 serving at http://127\.0\.0\.1:\d+/metrics "
+                     r"\(registered for Prometheus at ", run.stderr), run.stderr  # fmt: skip
     [step] = last(prom, f"rl_step{{{RUN}}}")
     assert step["value"][1] == str(EPISODES - 1)  # the last step made it
     [outcome] = last(prom, f'rl_run_outcome{{{RUN}, outcome="finished"}}')
@@ -59,18 +60,28 @@ def test_the_short_run_reaches_prometheus_and_ends_finished(tutorial: Any) -> No
     assert last(prom, f"{reward.metric}{{{RUN}}}"), "the reward is queryable"
 
 
+def test_the_agent_learns(tutorial: Any) -> None:
+    _, run, _ = tutorial
+    rates = [float(x) for x in re.findall(r"success rate ([0-9.]+)", run.stdout)]
+    assert len(rates) == EPISODES // 100, run.stdout
+    assert rates[-1] > 0 and rates[-1] > rates[0], rates  # rising from chance
+    assert rates == sorted(rates[:3]) + rates[3:], rates  # rising while it explores
+
+
 def test_nothing_pages(tutorial: Any) -> None:
-    prom, _ = tutorial
-    alerts = alerts_once_settled(prom)
+    prom, _, ended = tutorial
+    alerts = alerts_after(prom, ended)  # its target left discovery: it never reads as down
     critical = [a["labels"] for a in alerts if a["labels"].get("severity") == "critical"]
     assert critical == [], critical
 
 
 def test_classic_keys_land_on_episode_metrics(tutorial: Any) -> None:
-    prom, _ = tutorial
+    prom, _, _ = tutorial
     assert last(prom, f"rl_episode_return{{{RUN}}}"), "reward as the episode return"
     [success] = last(prom, f"rl_success_ratio{{{RUN}}}")  # derived from the binary reward
-    assert 0 <= float(success["value"][1]) <= 1  # the tutorial's agent does not always learn
+    assert float(success["value"][1]) > 0.5  # the last 100 episodes: the agent learned
+    [episodes] = last(prom, f"rl_episodes_total{{{RUN}}}")
+    assert episodes["value"][1] == str(EPISODES)  # indices 0..499 are 500 episodes
     samples = last(prom, f"rl_samples_total{{{RUN}}}")
     assert all(float(s["value"][1]) == 0 for s in samples), "episodes are not samples"
 

@@ -1,6 +1,7 @@
 """Dropped user data: counted by reason (``rlpulse_dropped_values_total{reason}``), said once
-per key (for at most ``MAX_WARNED`` keys, then only counted), raised instead when strict.
-Nothing here keeps the dropped object: a bounded preview of it is logged."""
+per key, each key's first on stderr (for at most ``MAX_WARNED`` keys, then only counted),
+raised instead when strict. Nothing here keeps the dropped object: a bounded preview of it is
+logged."""
 
 from __future__ import annotations
 
@@ -40,7 +41,7 @@ class Drops:
             preview(value),
             name,
             reason,
-            extra={notices.KIND: "dropped_metadata" if reason == "bad_metadata" else "dropped"},
+            extra={notices.KIND: f"dropped:{reason}:{name}"},  # each key's first is shown
         )
         if len(self.warned) > MAX_WARNED:
             log.warning("rlpulse: drops for %d keys logged; later ones only counted", MAX_WARNED)

@@ -23,12 +23,27 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 from prometheus_client import CollectorRegistry
 
-from rlpulse import batches, catalog, http, keys, lastgood, lifecycle, runinfo, scrape, signals
+from rlpulse import (
+    batches,
+    catalog,
+    discovery,
+    http,
+    keys,
+    lastgood,
+    lifecycle,
+    notices,
+    options,
+    runinfo,
+    scrape,
+    signals,
+    targets,
+)
 from rlpulse.catalog import Metric
 from rlpulse.coerce import Dropped, label_text, plain, plain_snapshot
 from rlpulse.collectors.base import CachedReader
@@ -57,6 +72,7 @@ class Exporter:
     """One process's exporter; its arguments are those of ``rlpulse.options.Options.resolve``."""
 
     def __init__(self, port: int | None = None, **arguments: Any) -> None:
+        options.check_names(arguments)
         opts = self.options = Options.resolve(port, **arguments)
         self.strict = opts.strict
         self.rank, self.local_rank, self.node = opts.rank, opts.local_rank, opts.node
@@ -94,6 +110,8 @@ class Exporter:
         # (outcome, reason) an alert asked for (rlpulse.control): a normal end becomes this
         self.asked_end: tuple[str, str] | None = None
         self.scraper_seen = False  # a Prometheus-style scraper has fetched /metrics
+        self.registered: Path | None = None  # this process's file_sd target (rlpulse.discovery)
+        self._watched_by: tuple[str, str] | None = None  # (Prometheus URL, instance) it scrapes
         self._recorder: Any = None  # a rollouts.Recorder, opened by the first record_rollouts()
         # more scrape-time samples (rlpulse.control's marks): callables yielding scrape.samples'
         self.sample_sources: list[Callable[[], Iterable[scrape.Sample]]] = []
@@ -137,21 +155,76 @@ class Exporter:
         return self._server is not None
 
     def start(self) -> Exporter:
-        """Serve ``/metrics``; a no-op when already serving."""
+        """Serve ``/metrics`` (on a free port when this one is taken, unless strict), register
+        it for Prometheus (``rlpulse.discovery``) and say where; a no-op when already serving."""
         with self._lock:
             if self._server is not None:
                 return self
-            options = self.web_config.server_options() if self.web_config is not None else {}
+            tls = self.web_config.server_options() if self.web_config is not None else {}
             if self.certfile:  # (a web config with TLS too was refused in __init__)
-                options["tls"] = http.tls_context(self.certfile, self.keyfile)
+                tls["tls"] = http.tls_context(self.certfile, self.keyfile)
             metrics = scrape.noting_scrapers(self, http.metrics_handler(Renderer(self)))
             routes = {lifecycle.METRICS_PATH: metrics, **self._routes}
-            server = http.Server(self.addr, self.port, routes, **options)
-            self._server = server.start()
+            asked = self.port
+            try:
+                server = http.Server(self.addr, self.port, routes, **tls).start()
+            except PortInUseError:
+                if self.strict or not self.port:
+                    raise
+                server = http.Server(self.addr, 0, routes, **tls).start()  # training goes on
+            self._server = server
             self.port = server.port
             lifecycle.serving(self)
-            log.info("rlpulse: serving %s (run_id=%s rank=%s)", self.url, self.run_id, self.rank)
+            where = self._register()
+            busy = f"port {asked} is in use; " if asked and asked != self.port else ""
+            notices.say(
+                "rlpulse: %srun %s rank %s serving at %s%s (%s)",
+                busy,
+                self.run_id,
+                self.rank,
+                self.url,
+                " instead" if busy else "",
+                f"registered for Prometheus at {where.directory}"
+                if self.registered
+                else f"not registered for Prometheus: {where.why}"
+                + (f"; its end is pushed to {self.push_gateway}" if self.push_gateway else ""),
+            )
         return self
+
+    def _register(self) -> discovery.Where:
+        """Write this exporter's file_sd target where ``rlpulse.discovery`` says; a failure to
+        write it is said, never raised."""
+        where = discovery.resolve(self.options.targets_dir)
+        if where.directory is None:
+            return where
+        local = where.local and self.addr in ("", "0.0.0.0", "::", *_LOOPBACK)
+        address = targets.address_of(self, "127.0.0.1" if local else None)
+        try:
+            self.registered = discovery.register(
+                where.directory, address, self.run_id, self.rank, "https" if self.tls else "http"
+            )
+        except OSError as exc:
+            return discovery.Where(None, why=f"cannot write to {where.directory}: {exc}")
+        self.expect_scrape = True  # a registered run is one a scraper comes for
+        if where.prometheus:
+            self._watched_by = (where.prometheus, address)
+        self.final_wait = where.final_wait(self.final_wait)
+        if where.pushgateway and not self.push_gateway:
+            self.push_gateway = where.pushgateway
+        self._close_hooks.append(self._unregister_if_ended)
+        return where
+
+    def _unregister_if_ended(self) -> None:
+        """Remove the target once the run has ended (its last scrape taken): a run that never
+        said how it ended keeps it, so Prometheus pages the dead target."""
+        if self.outcome is not None:
+            self.unregister()
+
+    def unregister(self) -> None:
+        """Remove this exporter's own file_sd target now (``targets.register`` replaces it)."""
+        if self.registered is not None:
+            self.registered.unlink(missing_ok=True)
+            self.registered = None
 
     def mount(self, routes: Mapping[str, http.Handler]) -> None:
         """Serve more routes next to ``/metrics``, behind the same TLS and auth (for example the
@@ -221,16 +294,45 @@ class Exporter:
         labels = {"outcome": outcome, "reason": self.outcome[1]}
         put(self.writes.put, (OUTCOME.name, 1.0, labels), OUTCOME.name)
         self.flush()  # every call made before the end, applied before the last scrape and push
-        seen = lifecycle.await_final_scrape(self, self.final_wait if wait is None else wait)
+        wait = self.final_wait if wait is None else wait
+        since, started = time.time(), time.monotonic()
+        seen = lifecycle.await_final_scrape(self, wait)
+        if seen and self._watched_by is not None and self.registered is not None:
+            # the scrape that came may be another scraper's: wait for the registered one's
+            left = wait - (time.monotonic() - started)
+            seen = discovery.scraped_since(*self._watched_by, since, left)
+            if not seen:
+                notices.warn(
+                    "final_scrape_missed",
+                    "rlpulse: %s did not scrape %s within %.3g s after the run ended: its last "
+                    "values are lost to it",
+                    self._watched_by[0],
+                    self.url,
+                    wait,
+                )
+        if self._watched_by is not None and self.registered is not None and wait > 0:
+            self.unregister()  # then serve until that Prometheus lets go: no scrape of it fails
+            discovery.dropped(*self._watched_by, self.final_wait)
         self.close()  # before the push, so it carries no host/GPU readings that would go stale
-        pushed = lifecycle.push(self)
+        pushed = not seen and lifecycle.push(self)  # a scrape carried it: nothing to push
+        if not (seen or pushed or self.scraper_seen or self.expect_scrape):
+            notices.warn(
+                "unscraped",
+                "rlpulse: run %s ended and no Prometheus scraped %s: its metrics reached no "
+                "Prometheus (start `rlpulse stack up` first, or set %s or %s)",
+                self.run_id,
+                self.url,
+                discovery.TARGETS_ENV,
+                options.PUSHGATEWAY_ENV,
+            )
         return seen or pushed
 
     def close(self) -> None:
-        """Apply what is queued, stop serving and free the port. Recording calls stay harmless
-        afterwards."""
+        """Apply what is queued, stop serving, free the port and remove the file_sd target.
+        Recording calls stay harmless afterwards."""
         self.flush()
         with self._lock:
+            self.unregister()
             self._close()
 
     def on_close(self, hook: Callable[[], None]) -> None:
@@ -288,9 +390,10 @@ class Exporter:
                 step = plain(step)
             args = (snapshot, step, self.clock())
         except Exception as exc:
+            error = _log_misuse(metrics, step) or exc
             if self.strict:
-                raise
-            self.drops("bad_call", "log", exc)
+                raise error from None
+            self.drops("bad_call", "log", error)
             return
         self._calls.put(self._apply_log, args, "log")
 
@@ -452,3 +555,11 @@ class Exporter:
     def scrape_samples(self) -> Iterator[tuple[Metric, tuple[str, ...], float]]:
         """What a scrape adds to the store (``rlpulse.scrape.samples``)."""
         return scrape.samples(self)
+
+
+def _log_misuse(metrics: Any, step: Any) -> TypeError | None:
+    """The error for a ``log()`` call that passed no dict, in the caller's terms."""
+    if isinstance(metrics, Mapping):
+        return None
+    hint = f" (did you mean log({{{metrics!r}: {step!r}}})?)" if isinstance(metrics, str) else ""
+    return TypeError(f"log() takes a dict of metrics, not {type(metrics).__name__}{hint}")

@@ -41,11 +41,14 @@ SUCCESS = catalog.get("rl_success_ratio").name
 class _Binding:
     """How a logged key that is not a plain gauge write is applied."""
 
-    __slots__ = ("counter", "returns", "scale", "series")
+    __slots__ = ("counter", "offset", "returns", "scale", "series")
 
-    def __init__(self, series: Series, scale: float, returns: bool = False) -> None:
+    def __init__(
+        self, series: Series, scale: float, returns: bool = False, offset: float = 0.0
+    ) -> None:
         self.series = series
         self.scale = scale
+        self.offset = offset
         self.counter = series.metric.type == "counter"
         self.returns = returns  # a classic loop's episode return: success derived from it
 
@@ -165,7 +168,7 @@ class Ingest:
                 return
         assert isinstance(binding, _Binding)
         series = binding.series
-        v *= binding.scale
+        v = v * binding.scale + binding.offset
         if not math.isfinite(v):
             if binding.counter:
                 self.drops("non_finite_counter", key, value)
@@ -208,10 +211,15 @@ class Ingest:
                     self.bindings[key] = _OVERFLOW
                 return _OVERFLOW
             self.unmapped += 1  # unmapped_cap bounds these keys, not label_cap
-            metric, labels, scale = catalog.get("rl_unmapped_metric"), {"key": key}, 1.0
+            metric, labels, scale, offset = (
+                catalog.get("rl_unmapped_metric"),
+                {"key": key},
+                1.0,
+                0.0,
+            )
             capped: frozenset[str] = frozenset()
         else:
-            metric, labels, scale = target
+            metric, labels, scale, offset = target
             capped = USER_LABELS
         if metric.type not in ("gauge", "counter"):
             raise ValueError(f"key {key!r} maps to {metric.name}, a {metric.type}")
@@ -219,24 +227,24 @@ class Ingest:
             self.success.stop()  # the trainer logs its own rate: it is the only one
         series = self.store.bind(metric, labels, capped=capped)
         returns = metric.name == EPISODE_RETURN and self.framework == keys.CLASSIC.framework
-        binding = _Binding(series, scale, returns and not labels)
+        binding = _Binding(series, scale, returns and not labels, offset)
         if not remember:
             return binding
-        if metric.type == "gauge" and scale == 1.0 and not binding.returns:
+        if metric.type == "gauge" and scale == 1.0 and not offset and not binding.returns:
             self.slots[key] = series.slot  # later float/int writes take the fast path
         else:
             self.bindings[key] = binding
         return binding
 
-    def _resolve(self, key: str) -> tuple[Metric, dict[str, str], float] | None:
+    def _resolve(self, key: str) -> tuple[Metric, dict[str, str], float, float] | None:
         entry = catalog.BY_NAME.get(key)
         if entry is not None and not entry.labels and entry.type in ("gauge", "counter"):
-            return entry, {}, 1.0
+            return entry, {}, 1.0, 0.0
         user = self.key_map
         target = user[key] if key in user else keys.resolve(key, self.framework)
         if target is None:
             return None
-        return catalog.get(target.metric), dict(target.labels), target.scale
+        return catalog.get(target.metric), dict(target.labels), target.scale, target.offset
 
     # ---- direct catalog access --------------------------------------------------------------
     def series(self, name: str, kind: str, labels: Mapping[str, Any]) -> Series | None:

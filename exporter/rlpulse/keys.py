@@ -25,6 +25,7 @@ OpenRLHF's KL to the reference policy, not OpenAI baselines' update KL.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 import re
@@ -42,11 +43,13 @@ Labels = tuple[tuple[str, str], ...]
 
 @dataclass(frozen=True)
 class Target:
-    """Where one logged key goes: a catalog metric, its label values and a value multiplier."""
+    """Where one logged key goes: a catalog metric, its label values, a value multiplier and
+    an offset added after it (an episode index counted from 0 is one short of the count)."""
 
     metric: str
     labels: Labels = ()
     scale: float = 1.0
+    offset: float = 0.0
 
 
 def _t(metric_name: str, scale: float = 1.0, /, **labels: str) -> Target:
@@ -106,7 +109,7 @@ class _Pattern:
             return True, None
         values = {**dict(self.target.labels), **m.groupdict()}
         labels = tuple((k, values[k]) for k in self.order)
-        return True, Target(self.target.metric, labels, self.target.scale)
+        return True, dataclasses.replace(self.target, labels=labels)
 
 
 @dataclass(frozen=True)
@@ -901,11 +904,12 @@ CLASSIC = KeyMap(
                 "q_values": _VALUE,
                 "q_value": _VALUE,
                 "reward": _EP_RETURN,
-                "episode": _EPISODES,
+                "episode": dataclasses.replace(_EPISODES, offset=1.0),
             },
             notes={
                 "reward": "an episode's return; only with framework=classic (else TRL's batch)",
-                "episode": "an episode counter; only with framework=classic (TRL: samples)",
+                "episode": "the episode's index from 0 (`for e in range(N)`): e + 1 episodes "
+                "ran; only with framework=classic (TRL: samples)",
                 "q_values": "mean predicted Q-value",
             },
         ),

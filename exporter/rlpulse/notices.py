@@ -55,6 +55,16 @@ def warn(kind: str, message: str, *args: Any) -> None:
     log.warning(message, *args, extra={KIND: kind})
 
 
+def say(message: str, *args: Any) -> None:
+    """Tell the user something they need to know (where the run is served): an INFO record
+    where a logging set-up shows rlpulse's INFO records, else a line on stderr
+    (``RLPULSE_QUIET=1``: neither)."""
+    if logging_configured() and log.isEnabledFor(logging.INFO):
+        log.info(message, *args)
+    elif not _quiet():
+        print(message % args, file=sys.stderr, flush=True)
+
+
 def logging_configured() -> bool:
     """Whether a handler other than rlpulse's own would receive the ``rlpulse`` records."""
     logger: logging.Logger | None = log

@@ -3,11 +3,15 @@
 ``Options.resolve`` is the one place the exporter reads the environment: ``RANK``,
 ``LOCAL_RANK``, ``RLPULSE_PORT``, ``RLPULSE_ADDR``, ``RLPULSE_RUN_ID``, ``RLPULSE_NODE``,
 ``RLPULSE_CERTFILE``, ``RLPULSE_KEYFILE``, ``RLPULSE_WEB_CONFIG``, ``RLPULSE_FINAL_WAIT``,
-``RLPULSE_EXPECT_SCRAPE`` and ``RLPULSE_PUSHGATEWAY``.
+``RLPULSE_EXPECT_SCRAPE``, ``RLPULSE_PUSHGATEWAY`` and ``RLPULSE_TARGETS_DIR`` (read by
+``rlpulse.discovery`` when the exporter starts). A misspelt option or a port that is no port is a
+one-line ``TypeError``/``ValueError`` in the caller's terms.
 """
 
 from __future__ import annotations
 
+import difflib
+import inspect
 import os
 import socket
 import uuid
@@ -65,6 +69,7 @@ class Options:
     final_wait: float
     expect_scrape: bool
     push_gateway: str | None
+    targets_dir: str | os.PathLike[str] | None = None
     strict: bool = False
     gpu: bool = False
     host: bool = False
@@ -115,6 +120,7 @@ class Options:
         final_wait: float | None = None,
         expect_scrape: bool | None = None,
         push_gateway: str | None = None,
+        targets_dir: str | os.PathLike[str] | None = None,
     ) -> Options:
         """The options from arguments, the environment and defaults; ``ValueError`` for a bad
         environment value, an over-long run id or a certificate given twice.
@@ -123,7 +129,10 @@ class Options:
         """
         rank_ = rank if rank is not None else (_env_int("RANK") or 0)
         local = local_rank if local_rank is not None else (_env_int("LOCAL_RANK") or 0)
-        base = port if port is not None else (_env_int("RLPULSE_PORT") or DEFAULT_PORT)
+        base = _port(port) if port is not None else _env_int("RLPULSE_PORT")
+        base = DEFAULT_PORT if base is None else _port(base, "RLPULSE_PORT")
+        if base and not 0 < base + local < 65536:
+            raise ValueError(f"rlpulse: port {base} + local rank {local} is no TCP port")
         run = run_id or os.environ.get("RLPULSE_RUN_ID") or f"run-{uuid.uuid4().hex[:8]}"
         if len(run) > MAX_LABEL_CHARS:
             raise ValueError(
@@ -161,6 +170,7 @@ class Options:
             if expect_scrape is not None
             else _env_flag(EXPECT_SCRAPE_ENV),
             push_gateway=push_gateway or os.environ.get(PUSHGATEWAY_ENV) or None,
+            targets_dir=targets_dir,
             strict=strict,
             gpu=local == 0 if gpu is None else gpu,
             host=local == 0 if host is None else host,
@@ -175,3 +185,30 @@ class Options:
             rollouts=dict(rollouts or {}),
             key_map=key_map,
         )
+
+
+def _port(value: object, where: str = "port") -> int:
+    """A port number (0: any free port) from an argument; a one-line error naming it else."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        text = value.strip() if isinstance(value, str) else None
+        if text is None or not text.isdigit():
+            raise ValueError(f"rlpulse: {where}={value!r} is not a port number (0-65535)")
+        value = int(text)
+    if not 0 <= value <= 65535:
+        raise ValueError(f"rlpulse: {where}={value} is not a port number (0-65535)")
+    return value
+
+
+def option_names() -> list[str]:
+    """The keyword options ``Options.resolve`` takes."""
+    return [p for p in inspect.signature(Options.resolve).parameters if p != "port"]
+
+
+def check_names(given: Mapping[str, Any], extra: tuple[str, ...] = ()) -> None:
+    """``TypeError`` naming an unknown option, with the nearest known one."""
+    known = [*option_names(), "port", *extra]
+    for name in given:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1, cutoff=0.6)
+            hint = f" (did you mean {close[0]}?)" if close else ""
+            raise TypeError(f"rlpulse: unknown option {name!r}{hint}")

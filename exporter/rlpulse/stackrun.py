@@ -6,9 +6,14 @@ the receivers at local things (a placeholder PagerDuty routing key file written 
 the warning webhook and appends every notification to ``inbox.jsonl``), then starts
 ``prometheus`` and ``prometheus-alertmanager`` (or ``alertmanager``) in the background with their
 data and logs in the directory, and the rollout viewer (``rlpulse rollouts serve``) over the
-rollout data directory, which the pages' and panels' rollout links open, and waits until each
-answers ``/-/ready``. Pid files in the directory let ``down`` stop exactly those processes; both
-commands are idempotent.
+rollout data directory, which the pages' and panels' rollout links open, and
+``prometheus-pushgateway`` when installed, and waits until each answers ``/-/ready``. Pid files
+in the directory let ``down`` stop exactly those processes; both commands are idempotent.
+
+Prometheus watches the discovery directory (``rlpulse.discovery``): ``up`` notes there that it
+does (so every trainer on this machine registers itself) and removes the targets of processes
+that died while no stack ran; the inbox process sweeps dead processes' targets once they have
+paged for ``discovery.DEAD_KEEP``; ``down`` removes the note and every dead process's target.
 """
 
 from __future__ import annotations
@@ -31,14 +36,17 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from rlpulse import discovery
 from rlpulse.rollouts.paths import default_data_dir
 from rlpulse.rollouts.server import VIEWER_PORT, VIEWER_URL
 from rlpulse.stack import config, generate
 from rlpulse.stack.config import Config
+from rlpulse.stack.knobs import seconds
 
 DEFAULT_DIR = Path(".rlpulse/stack")
 DIR_ENV = "RLPULSE_STACK_DIR"
 INSTALL = "apt-get install -y prometheus prometheus-alertmanager"
+SWEEP_EVERY = 30.0  # seconds between the inbox process's sweeps of dead processes' targets
 PLACEHOLDER_KEY = "rlpulse-local-placeholder-routing-key\n"
 GENERATED = ("prometheus/", "alertmanager/", "grafana/")
 READY_TIMEOUT = 30.0
@@ -67,6 +75,8 @@ class Options:
     alertmanager_port: int = 9093
     inbox_port: int = 9095
     rollouts_port: int = VIEWER_PORT
+    pushgateway_port: int = 9091
+    targets_dir: Path = dataclasses.field(default_factory=discovery.default_dir)
     data_dir: Path | None = None  # the rollout stores the viewer reads (None: the default)
 
 
@@ -116,7 +126,13 @@ def stack_config(opts: Options) -> Config:
         info="none" if r.info == "none" else "webhook",
         webhook=dataclasses.replace(r.webhook, url=f"{inbox}/webhook"),
     )
-    scrape = dataclasses.replace(cfg.scrape, alertmanagers=(f"127.0.0.1:{opts.alertmanager_port}",))
+    pushgateways = (f"127.0.0.1:{opts.pushgateway_port}",) if _pushgateway(opts) else ()
+    scrape = dataclasses.replace(
+        cfg.scrape,
+        alertmanagers=(f"127.0.0.1:{opts.alertmanager_port}",),
+        file_sd=(*cfg.scrape.file_sd, str(opts.targets_dir.resolve() / "*.json")),
+        pushgateways=(*cfg.scrape.pushgateways, *pushgateways),
+    )
     links = dataclasses.replace(  # Prometheus scrapes itself there; silence links open there
         cfg.links,
         prometheus_url=f"http://127.0.0.1:{opts.prometheus_port}",
@@ -140,6 +156,7 @@ def write_files(opts: Options, cfg: Config) -> None:
     files = {p: t for p, t in generate.render(cfg).items() if p.startswith(GENERATED)}
     generate.write(files, opts.dir)
     (opts.dir / "prometheus" / "targets").mkdir(exist_ok=True)
+    opts.targets_dir.mkdir(parents=True, exist_ok=True)  # watched from Prometheus' start
     if opts.pagerduty_key_file is None:
         key = opts.dir / "secrets" / "pagerduty_routing_key"
         key.parent.mkdir(mode=0o700, exist_ok=True)
@@ -182,9 +199,21 @@ def _checker_args(opts: Options, d: Path) -> tuple[str, ...]:
     return (f"{grace:g}", pd.url, pd.routing_key_file)
 
 
+def _pushgateway(opts: Options) -> str | None:
+    """The Pushgateway binary, when installed and its port is free (or it already runs from
+    ``opts.dir``): the stack runs it then, else goes without it (it is optional)."""
+    try:
+        binary = find_binary("prometheus-pushgateway", "pushgateway", env="RLPULSE_PUSHGATEWAY_BIN")
+    except MissingBinary:
+        return None
+    mine = running_pid(opts.dir, "pushgateway") is not None
+    return binary if mine or _port_free(opts.pushgateway_port) else None
+
+
 def services(opts: Options) -> list[Service]:
-    """The four processes, with their command lines (binaries looked up now)."""
-    for name in ("prometheus", "alertmanager", "inbox", "rollouts"):
+    """The processes (the Pushgateway when installed), with their command lines (binaries
+    looked up now)."""
+    for name in ("prometheus", "alertmanager", "inbox", "rollouts", "pushgateway"):
         port = getattr(opts, f"{name}_port")
         if not 0 < port < 65536:  # each is written into the others' config before they start
             raise ValueError(f"--{name}-port {port}: expected a port number in 1-65535")
@@ -194,7 +223,22 @@ def services(opts: Options) -> list[Service]:
         "prometheus-alertmanager", "alertmanager", env="RLPULSE_ALERTMANAGER_BIN"
     )
     data_dir = (opts.data_dir or default_data_dir()).expanduser().resolve()
+    pushgateway = _pushgateway(opts)
+    gateway = [
+        Service(
+            "pushgateway",
+            opts.pushgateway_port,
+            (
+                pushgateway or "",
+                f"--web.listen-address=127.0.0.1:{opts.pushgateway_port}",
+                f"--persistence.file={d / 'data' / 'pushgateway.db'}",
+            ),
+            "/-/ready",
+        )
+    ]
+    inbox = (sys.executable, "-m", "rlpulse.stackrun", str(opts.inbox_port), str(d / INBOX_FILE))
     return [
+        *(gateway if pushgateway else []),
         Service(
             "rollouts",
             opts.rollouts_port,
@@ -207,11 +251,7 @@ def services(opts: Options) -> list[Service]:
         Service(
             "inbox",
             opts.inbox_port,
-            (
-                *(sys.executable, "-m", "rlpulse.stackrun", str(opts.inbox_port)),
-                str(d / INBOX_FILE),
-                *_checker_args(opts, d),
-            ),
+            (*inbox, str(opts.targets_dir.resolve()), *_checker_args(opts, d)),
             "/-/ready",
         ),
         Service(
@@ -358,8 +398,13 @@ def alive(pid: int) -> bool:
 
 
 def up(opts: Options) -> list[Service]:
-    """Generate into ``opts.dir`` and make sure all three processes run and are ready; a running
-    one is reloaded (SIGHUP) instead of restarted."""
+    """Generate into ``opts.dir`` and make sure every process runs and is ready; a running
+    one is reloaded (SIGHUP) instead of restarted. The inbox, which only Alertmanager calls,
+    moves to a free port when its own is taken."""
+    if running_pid(opts.dir, "inbox") is None and not _port_free(opts.inbox_port):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            opts = dataclasses.replace(opts, inbox_port=s.getsockname()[1])
     svcs = services(opts)  # a missing binary fails before anything is written
     cfg = stack_config(opts)
     d = opts.dir
@@ -383,14 +428,33 @@ def up(opts: Options) -> list[Service]:
             os.kill(pid, signal.SIGHUP)  # re-read the regenerated configuration
     for svc in svcs:
         wait_ready(svc, d)
-    _save_state(d, svcs)
+    _save_state(d, svcs, opts.targets_dir)
+    if pids["prometheus"] is None:  # runs that died while no stack ran paged nobody: let go
+        discovery.sweep(opts.targets_dir, keep=0)
+    prometheus = next(s for s in svcs if s.name == "prometheus")
+    gateway = [s.url for s in svcs if s.name == "pushgateway"]
+    discovery.write_watcher(
+        opts.targets_dir,
+        discovery.Watcher(
+            running_pid(d, "prometheus") or 0,
+            seconds(cfg.scrape.interval),
+            prometheus.url,
+            gateway[0] if gateway else "",
+        ),
+    )
     return svcs
 
 
 def down(d: Path) -> list[str]:
-    """Stop whatever ``up`` started from ``d`` (Prometheus first); the names that were running."""
-    names = ("prometheus", "alertmanager", "inbox", "rollouts")
+    """Stop whatever ``up`` started from ``d`` (Prometheus first), then remove its note in the
+    discovery directory and every dead process's target there; the names that were running."""
+    pid = running_pid(d, "prometheus")
+    targets = _state(d).get("targets_dir")
+    names = ("prometheus", "alertmanager", "pushgateway", "inbox", "rollouts")
     stopped = [name for name in names if stop(d, name)]
+    if targets:
+        discovery.remove_watcher(Path(targets), pid or 0)
+        discovery.sweep(Path(targets), keep=0)
     (d / "stack.json").unlink(missing_ok=True)
     return stopped
 
@@ -403,8 +467,9 @@ def _state(d: Path) -> dict[str, Any]:
     return data
 
 
-def _save_state(d: Path, svcs: Sequence[Service]) -> None:
-    state = {s.name: {"port": s.port, "url": s.url} for s in svcs}
+def _save_state(d: Path, svcs: Sequence[Service], targets: Path) -> None:
+    state: dict[str, Any] = {s.name: {"port": s.port, "url": s.url} for s in svcs}
+    state["targets_dir"] = str(targets.resolve())
     (d / "stack.json").write_text(json.dumps(state, indent=2) + "\n")
 
 
@@ -412,6 +477,8 @@ def status(d: Path) -> dict[str, dict[str, Any]]:
     """Per service of the stack in ``d``: its url, pid (None when stopped) and readiness."""
     out = {}
     for name, info in _state(d).items():
+        if not isinstance(info, dict):
+            continue
         pid = running_pid(d, name)
         out[name] = {
             **info,
@@ -573,9 +640,10 @@ class Checker:
 
 def _serve_inbox(argv: Sequence[str]) -> None:
     port, path = int(argv[0]), Path(argv[1])
+    threading.Thread(target=_sweep_forever, args=(Path(argv[2]),), daemon=True).start()
     checker = None
-    if len(argv) >= 5:
-        checker = Checker(float(argv[2]), argv[3], argv[4])
+    if len(argv) >= 6:
+        checker = Checker(float(argv[3]), argv[4], argv[5])
         threading.Thread(target=checker.run, name="rlpulse-heartbeat", daemon=True).start()
     Inbox(port, path, checker).serve_forever()
 
@@ -593,6 +661,17 @@ def dead_mans_switch(opts: Options) -> str:
     )
 
 
+def _sweep_forever(targets: Path) -> None:
+    """Remove dead processes' targets once they have paged for ``discovery.DEAD_KEEP``."""
+    dead_since: dict[str, float] = {}
+    while True:
+        time.sleep(SWEEP_EVERY)
+        try:
+            discovery.sweep(targets, discovery.DEAD_KEEP, dead_since)
+        except OSError as exc:
+            print(f"rlpulse stack: sweeping {targets} failed: {exc}", file=sys.stderr, flush=True)
+
+
 def iter_urls(svcs: Sequence[Service]) -> Iterator[tuple[str, str]]:
     """(what, URL) pairs worth opening for a running stack."""
     by = {s.name: s for s in svcs}
@@ -601,6 +680,11 @@ def iter_urls(svcs: Sequence[Service]) -> Iterator[tuple[str, str]]:
     yield "Alertmanager", by["alertmanager"].url
     yield "Notifications inbox (PagerDuty and webhook stand-in)", by["inbox"].url
     yield "Rollout viewer", by["rollouts"].url + "/"
+    if "pushgateway" in by:
+        yield (
+            "Pushgateway (short runs registered nowhere: RLPULSE_PUSHGATEWAY)",
+            by["pushgateway"].url,
+        )
 
 
 if __name__ == "__main__":

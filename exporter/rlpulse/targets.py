@@ -205,6 +205,15 @@ class Registration:
         return f"Registration({str(self.path)!r}, {self.address!r})"
 
 
+def address_of(exporter: Any, host: str | None = None) -> str:
+    """``host:port`` where Prometheus reaches a started exporter: ``host``, else its bind
+    address, or this machine's host name when it listens on all interfaces."""
+    host = host or (exporter.addr if exporter.addr not in _WILDCARD else socket.gethostname())
+    if ":" in host and not host.startswith("["):
+        host = f"[{host}]"  # IPv6
+    return f"{host}:{exporter.port}"
+
+
 def register(
     directory: Path | str,
     exporter: Any,
@@ -219,18 +228,18 @@ def register(
     :func:`unregister`). ``host`` is the address Prometheus reaches the process at: by default
     the exporter's bind address, or this machine's host name when it listens on all interfaces.
     An HTTPS exporter gets ``__scheme__: https``. A registered exporter expects Prometheus: the
-    end of its run waits for a last scrape (``Exporter.end``) even if none came yet.
+    end of its run waits for a last scrape (``Exporter.end``) even if none came yet. It replaces
+    the exporter's own registration (``rlpulse.discovery``), so no target is scraped twice.
     """
     if not exporter.serving:
         raise ValueError("register() needs a started exporter (its port is known once serving)")
-    host = host or (exporter.addr if exporter.addr not in _WILDCARD else socket.gethostname())
-    if ":" in host and not host.startswith("["):
-        host = f"[{host}]"  # IPv6
-    address = f"{host}:{exporter.port}"
+    address = address_of(exporter, host)
     labels = dict(labels or {})
     if exporter.tls:
         labels.setdefault("__scheme__", "https")
     Path(directory).mkdir(parents=True, exist_ok=True)
+    if exporter.registered is not None:  # this registration replaces the automatic one
+        exporter.unregister()
     reg = Registration(
         write_target(directory, exporter.run_id, exporter.rank, address, labels), address
     )

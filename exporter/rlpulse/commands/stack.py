@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlpulse import stackrun
+from rlpulse import discovery, stackrun
 from rlpulse.options import DEFAULT_PORT
 from rlpulse.rollouts.paths import default_data_dir
 from rlpulse.rollouts.server import VIEWER_PORT
@@ -63,6 +63,22 @@ def register(sub: Any) -> None:
     u.add_argument(
         "--data-dir", type=Path, help="rollout stores the viewer reads (default $RLPULSE_DATA_DIR)"
     )
+    u.add_argument(
+        "--pushgateway-port",
+        type=int,
+        default=9091,
+        help="the Pushgateway's port, when prometheus-pushgateway is installed",
+    )
+    env_dir = os.environ.get(discovery.TARGETS_ENV, "").strip()
+    u.add_argument(
+        "--targets-dir",
+        type=Path,
+        default=Path(env_dir)
+        if env_dir and env_dir.lower() not in discovery.OFF
+        else discovery.default_dir(),
+        help="the discovery directory every trainer on this machine registers in (default "
+        f"${discovery.TARGETS_ENV} or {discovery.default_dir()})",
+    )
     u.set_defaults(func=run_up)
     add("down", "stop what `stack up` started (idempotent)").set_defaults(func=run_down)
     add("status", "what runs, and the notifications received so far").set_defaults(func=run_status)
@@ -81,6 +97,8 @@ def run_up(args: argparse.Namespace) -> int:
         inbox_port=args.inbox_port,
         rollouts_port=args.rollouts_port,
         data_dir=args.data_dir,
+        pushgateway_port=args.pushgateway_port,
+        targets_dir=args.targets_dir,
     )
     try:
         svcs = stackrun.up(opts)
@@ -94,6 +112,9 @@ def run_up(args: argparse.Namespace) -> int:
         banner = "!" * 72
         print(f"{banner}\n{warning}\n{banner}", file=sys.stderr)
     d = args.dir
+    inbox = next(s for s in svcs if s.name == "inbox")
+    if inbox.port != args.inbox_port:
+        print(f"rlpulse stack: port {args.inbox_port} is in use; the inbox listens on {inbox.port}")
     preset = "fast preset: alerts within seconds" if args.fast else "default timings"
     print(f"rlpulse stack: running from {d} ({preset})")
     for what, url in stackrun.iter_urls(svcs):
@@ -102,10 +123,11 @@ def run_up(args: argparse.Namespace) -> int:
     print(f"  critical alerts page {critical}; warnings go to the inbox")
     print(f"  dead man's switch: {stackrun.dead_mans_switch(opts)}")
     print(f"  logs: {d}/*.log; stop with: rlpulse stack down --dir {d}")
-    scraped = ", ".join(stackrun.stack_config(opts).scrape.static_targets) or "no static target"
+    static = ", ".join(stackrun.stack_config(opts).scrape.static_targets) or "no static target"
     print(
-        f"Trainers: `rlpulse demo` serves 127.0.0.1:{DEFAULT_PORT}; Prometheus scrapes "
-        f"{scraped} and the file_sd targets in {d}/prometheus/targets/*.json"
+        f"Trainers: every rlpulse run on this machine registers itself in {args.targets_dir} "
+        f"(any port, default {DEFAULT_PORT}); Prometheus also scrapes {static} and the "
+        f"file_sd targets in {d}/prometheus/targets/*.json"
     )
     prometheus = next(s for s in svcs if s.name == "prometheus").url
     print(

@@ -9,7 +9,7 @@ from typing import Any
 
 import rlpulse
 from rlpulse import catalog, notices
-from rlpulse.exporter import Exporter, PortInUseError
+from rlpulse.exporter import Exporter
 
 HYPERPARAMETER = catalog.get("rl_hyperparameter").name
 
@@ -33,8 +33,8 @@ def exporter_for(
 
     ``exporter`` when given; else the process-wide one; else, with ``start``, a process-wide
     exporter started now with ``framework`` in its metadata (so logged keys go through that
-    framework's key map) and ``start_kwargs`` passed on to ``rlpulse.start``; on a free port
-    (with a notice) when that port is taken.
+    framework's key map) and ``start_kwargs`` passed on to ``rlpulse.start`` (which serves on a
+    free port, registered and said, when that port is taken).
     """
     if exporter is not None:
         return exporter
@@ -44,17 +44,7 @@ def exporter_for(
     metadata = {"framework": framework, "framework_version": framework_version}
     metadata.update(start_kwargs.pop("metadata", None) or {})
     try:
-        try:
-            return rlpulse.start(metadata=metadata, **start_kwargs)
-        except PortInUseError as exc:  # observability must not stop training
-            exporter = rlpulse.start(metadata=metadata, **{**start_kwargs, "port": 0})
-            notices.warn(
-                "port_taken",
-                "%s Training goes on; rlpulse serves on a free port instead: %s",
-                exc,
-                exporter.url,
-            )
-            return exporter
+        return rlpulse.start(metadata=metadata, **start_kwargs)  # a taken port: served on another
     except Exception as exc:  # bad monitoring configuration never stops training
         notices.warn(
             "monitoring_off",

@@ -63,7 +63,10 @@ def _target_text(target: Target | None, template: str) -> tuple[str, str]:
     values.update((k, f'"{v}"') for k, v in target.labels)
     labels = [f"{k}={values[k]}" for k in catalog.get(target.metric).labels]
     text = f"`{target.metric}" + ("{" + ", ".join(labels) + "}" if labels else "") + "`"
-    transform = "" if target.scale == 1.0 else f"x {target.scale:g}"
+    transform = " ".join(
+        [f"x {target.scale:g}"] * (target.scale != 1.0)
+        + [f"+ {target.offset:g}"] * bool(target.offset)
+    )
     return text, transform
 
 

@@ -128,7 +128,7 @@ def test_up_generates_starts_and_prints_what_to_open(
     }
     assert urls == {
         "null": None,
-        "watchdog": None,  # a dead man's switch is attached here
+        "watchdog": f"{inbox}/heartbeat",  # the inbox checks the heartbeats
         "pagerduty": f"{inbox}/pagerduty",
         "webhook": f"{inbox}/webhook",
     }

@@ -275,7 +275,7 @@ def test_every_alert_has_a_runbook_section() -> None:
         anchor = alert.annotations["runbook_url"].rsplit("#", 1)[1]
         assert anchor in anchors, f"{alert.name}: no section for #{anchor}"
         section = text.split(f"## {alert.name}\n", 1)[1].split("\n## ", 1)[0]
-        for part in ("What it means", "Panel to open", "What to try"):
+        for part in ("What it means", "What to do first", "Panel to open"):
             assert part in section, f"{alert.name}: runbook lacks {part!r}"
     committed = (REPO / "docs" / "runbooks.md").read_text()
     assert committed == text, "docs/runbooks.md is stale: run `rlpulse generate`"

@@ -104,8 +104,9 @@ def run_demo(
         elif not stop.is_set():  # every step trained: the run ends on purpose, nothing to page
             rlpulse.finish()
             print("rlpulse demo: finished (a last scrape carried the finish mark)", file=out)
-    except KeyboardInterrupt:
+    except KeyboardInterrupt:  # ended on purpose: a last scrape carries it, nothing pages
         print("rlpulse demo: interrupted", file=out)
+        rlpulse.end("interrupted", "KeyboardInterrupt")
         return 130
     finally:
         stop.set()

@@ -1,4 +1,5 @@
-"""docs/runbooks.md: one section per alert (what it means, which panel to open, what to try).
+"""docs/runbooks.md: one section per alert (what it means, what to do first, which panel to
+open, what to try then).
 
 Each alert's ``runbook_url`` points at ``#<alertname lowercased>``, the anchor GitHub and most
 Markdown renderers give the ``## <AlertName>`` heading below.
@@ -45,11 +46,10 @@ def render(cfg: Config) -> dict[str, str]:
             "",
             f"**What it means.** {rb.means}",
             "",
+            f"**What to do first.** {rb.tries[0]}",
+            "",
             f"**Panel to open.** {rb.panel}",
             "",
-            "**What to try.**",
-            "",
-            *(f"- {t}" for t in rb.tries),
-            "",
+            *(["**Then.**", "", *(f"- {t}" for t in rb.tries[1:]), ""] if rb.tries[1:] else []),
         ]
     return {"docs/runbooks.md": "\n".join(lines)}

@@ -759,3 +759,15 @@ def test_a_worker_crowded_out_by_silent_peers_gets_in_later(
             peer.close()
         hub.close()
         exp.close()
+
+
+def test_a_loop_that_reads_should_stop_but_trains_to_its_end_is_finished(run: Exporter) -> None:
+    c = control.Control(run, {"critical": "stop"}, Alertmanager("http://127.0.0.1:9"))
+    _collapse(run)
+    c.seen([_firing("RLEntropyCollapse", "critical", run.run_id)])
+    for step in range(60, 80):  # asks at every step, never breaks
+        assert c.should_stop()
+        run.log({"rl_entropy": 0.05}, step=step)
+        run.flush()
+    run.end(wait=0)
+    assert run.outcome == ("finished", "")

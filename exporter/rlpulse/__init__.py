@@ -6,6 +6,7 @@ The module-level functions drive one process-wide exporter started by :func:`sta
 
 from __future__ import annotations
 
+import os
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
@@ -44,6 +45,14 @@ __all__ = [
 _lock = threading.Lock()
 _current: Exporter | None = None
 _started_with: tuple[Any, dict[str, Any]] | None = None  # start()'s arguments for _current
+
+
+def _after_fork_in_child() -> None:
+    global _lock
+    _lock = threading.Lock()  # a parent thread may have held it at the fork
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 notices.install()  # problems reach stderr until logging is configured (RLPULSE_QUIET=1: never)
 
 

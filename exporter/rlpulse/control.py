@@ -141,6 +141,7 @@ class Control:
         self._pending: Request | None = None
         self._saved = False  # the pending request's checkpoint was reported
         self._committed = False  # should_stop() said True: the loop is ending
+        self._stop_step: float | None = None  # the applied step when it first said so
         self._seen: dict[tuple[str, float], bool] = {}  # firing -> acted on (bounded, oldest out)
         self._marks: dict[str, Request] = {}  # alertname -> its latest request (scrape time)
         self._last_save = -math.inf  # time.time() of the latest save asked
@@ -323,9 +324,20 @@ class Control:
         pending = self._pending
         if pending is None or not pending.stop:
             return False
-        self._committed = True
-        # a loop that breaks here and just ends is a stopped run, not a finished one
-        self.exporter.asked_end = (STOPPED, pending.alert.name)
+        step = getattr(self.exporter.detector, "_last_step", None)  # the latest applied step
+        if not self._committed:
+            self._committed, self._stop_step = True, step
+            # a loop that breaks here and just ends is a stopped run, not a finished one
+            self.exporter.asked_end = (STOPPED, pending.alert.name)
+        elif self._stop_step is None:
+            self._stop_step = step
+        elif step is not None and step > self._stop_step + 1 and self.exporter.asked_end:
+            self.exporter.asked_end = None  # read, not heeded: a run that trains to its end
+            log.warning(
+                "rlpulse: run %s trains on after should_stop() (step %g): it ends finished",
+                self.exporter.run_id,
+                step,
+            )
         return True
 
     def checkpoint_saved(self, step: float, path: str | os.PathLike[str]) -> None:

@@ -44,6 +44,17 @@ class FirstOfEachKind(logging.Handler):
         print(f"{text} [{QUIET_ENV}=1 silences rlpulse notices]", file=sys.stderr, flush=True)
 
 
+def _after_fork_in_child() -> None:
+    """Fresh locks: a parent thread may have held one at the fork."""
+    for handler in log.handlers:
+        if isinstance(handler, FirstOfEachKind):
+            handler._seen_lock = threading.Lock()
+            handler.createLock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
 def install() -> None:
     """Give the ``rlpulse`` logger its stderr notices (once)."""
     if not any(isinstance(h, FirstOfEachKind) for h in log.handlers):

@@ -771,3 +771,15 @@ def test_a_loop_that_reads_should_stop_but_trains_to_its_end_is_finished(run: Ex
         run.flush()
     run.end(wait=0)
     assert run.outcome == ("finished", "")
+
+
+def test_a_5000_digit_step_in_a_log_names_the_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from rlpulse.cli import main
+
+    log = tmp_path / "log.jsonl"
+    log.write_text('{"step": 1, "loss": 0.5}\n{"step": ' + "9" * 5000 + ', "loss": 0.4}\n')
+    assert main(["replay", str(log)]) != 0
+    err = capsys.readouterr().err
+    assert f"{log}: line 2: a number of over 4300 digits" in err and len(err) < 300, err

@@ -36,6 +36,10 @@ def objects(path: Path) -> Iterator[tuple[int, dict[str, object]]]:
                 if not line.endswith("\n"):
                     problem = f"truncated last line: {problem}"
                 raise LogFormatError(path, f"line {lineno}", problem) from None
+            except ValueError:  # an integer past Python's 4,300-digit conversion limit
+                raise LogFormatError(
+                    path, f"line {lineno}", "a number of over 4300 digits"
+                ) from None
             if not isinstance(obj, dict):
                 raise LogFormatError(
                     path, f"line {lineno}", f"expected a JSON object, got {type(obj).__name__}"

@@ -37,17 +37,18 @@ Pause = Callable[[], None]
 class Calls:
     """One exporter's queue of recording calls; ``apply()`` runs them in order."""
 
-    __slots__ = ("__weakref__", "drops", "lock", "queue", "scheduled")
+    __slots__ = ("__weakref__", "drops", "lock", "queue", "scheduled", "strict")
 
     def __init__(self, drops: Drops) -> None:
         self.drops = drops
+        self.strict = drops.strict
         self.queue: deque[Call] = deque()
         self.lock = threading.RLock()  # one applier at a time: the apply thread or a scrape
         self.scheduled = False  # the apply thread was woken for this queue's calls
 
     def put(self, apply: Callable[..., None], args: tuple[Any, ...], name: str) -> None:
         """Queue one call (``name`` is what a drop is counted under)."""
-        if self.drops.strict:  # applied at once, so that bad input raises in the caller
+        if self.strict:  # applied at once, so that bad input raises in the caller
             with self.lock:
                 self.apply()
                 apply(*args)

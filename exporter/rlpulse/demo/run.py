@@ -102,8 +102,9 @@ def run_demo(
         if stopped:  # an alert of the run asked it to stop: ended, saying where to resume
             print(f"rlpulse demo: {stopped}", file=out, flush=True)
         elif not stop.is_set():  # every step trained: the run ends on purpose, nothing to page
-            rlpulse.finish()
-            print("rlpulse demo: finished (a last scrape carried the finish mark)", file=out)
+            carried = rlpulse.finish()
+            how = " (a last scrape carried the finish mark)" if carried else ""
+            print(f"rlpulse demo: finished{how}", file=out)
     except KeyboardInterrupt:  # ended on purpose: a last scrape carries it, nothing pages
         print("rlpulse demo: interrupted", file=out)
         rlpulse.end("interrupted", "KeyboardInterrupt")

@@ -285,6 +285,15 @@ CATALOG: tuple[Metric, ...] = (
         "Unix time of the last log() call that carried metrics (liveness).",
     ),
     _m(
+        "rl_last_progress_timestamp_seconds",
+        "gauge",
+        "seconds",
+        "system",
+        "Unix time of the run's last progress of any kind: a logged step, or a heartbeat from a "
+        "phase that logs no step (evaluation, checkpoint saving: Exporter.progress(), the "
+        "integrations call it). RLTrainingStalled reads it.",
+    ),
+    _m(
         "rl_step_interval_seconds",
         "gauge",
         "seconds",

@@ -87,6 +87,7 @@ class Exporter:
         self.checkpoints = lastgood.Checkpoints()  # the resume points every page names
         self.levels = lastgood.levels(lastgood.levels_path())  # where each step alert fires
         self.onsets = lastgood.Onsets()  # where each alert's failure began
+        self.progress_at = 0.0  # time.time() of the latest progress() heartbeat
         self.writes = Writes(self.store, self.detector, self.drops)
         self.run_info = runinfo.run_info(opts.metadata, self.drops)
         self.ingest = Ingest(
@@ -539,6 +540,16 @@ class Exporter:
         """The scrape-time collectors (GPU, host)."""
         return iter(self._readers)
 
+    def progress(self) -> None:
+        """The run makes progress without logging a step (an evaluation batch, a checkpoint
+        being saved): RLTrainingStalled does not page while such heartbeats come. One
+        attribute write; call it as often as you like."""
+        self.progress_at = time.time()
+
+    def last_progress(self) -> float:
+        """When the run last made progress of any kind (a logged step or a heartbeat)."""
+        return max(self.store.values[self.ingest.last_ts.slot], self.progress_at)
+
     def checkpoint_saved(self, step: Any, path: Any) -> None:
         """The trainer saved a checkpoint at ``step`` (its path): a resume point the pages name.
         A step or path that cannot be used is dropped and counted (``bad_checkpoint``)."""
@@ -551,6 +562,7 @@ class Exporter:
             return
         self.checkpoints.add(at, where, time.time())
         self.writes.put(CHECKPOINT.name, at)
+        self.progress()
 
     def scrape_samples(self) -> Iterator[tuple[Metric, tuple[str, ...], float]]:
         """What a scrape adds to the store (``rlpulse.scrape.samples``)."""

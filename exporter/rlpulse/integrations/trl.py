@@ -213,6 +213,27 @@ class RlpulseCallback(TrainerCallback):
             tool_calls=[_tool_calls(c) for c in completions],
         )
 
+    def on_prediction_step(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:
+        """Each evaluation batch is progress: a long evaluation is no stall."""
+        if self.exporter is not None:
+            self.exporter.progress()
+
+    def on_evaluate(
+        self,
+        args: TrainingArguments,
+        state: TrainerState,
+        control: TrainerControl,
+        **kwargs: Any,
+    ) -> None:
+        if self.exporter is not None:
+            self.exporter.progress()
+
     def on_save(
         self,
         args: TrainingArguments,

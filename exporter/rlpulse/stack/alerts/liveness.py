@@ -27,6 +27,7 @@ from rlpulse.stack.query import RUN_BY, Query
 
 M = catalog.get
 LAST_LOG = M("rl_last_step_timestamp_seconds")
+PROGRESS = M("rl_last_progress_timestamp_seconds")
 INTERVAL = M("rl_step_interval_seconds")
 LOGGED = M("rl_logged_steps_total")
 STARTED = M("rl_exporter_start_timestamp_seconds")
@@ -223,7 +224,9 @@ def _still(name: str) -> str:
 
 
 def _stall_rules(q: Query, k: TrainingStalledKnobs) -> Iterator[Alert]:
-    since = f"(time() - {q.s(LAST_LOG)})"
+    # progress of any kind: a logged step or a heartbeat (an evaluation batch, a checkpoint
+    # save); exporters older than the heartbeat export only the step's time
+    since = f"(time() - ({q.s(PROGRESS)} or {q.s(LAST_LOG)}))"
     wait = (
         f"clamp_min({q.s(INTERVAL)} * {k.factor:g}, {seconds(k.min_wait):g})"
         f" or ({q.s(LAST_LOG)} * 0 + {seconds(k.first_steps_wait):g})"
@@ -264,6 +267,24 @@ def _stall_scenarios(k: TrainingStalledKnobs) -> Iterator[Scenario]:
     )
     # one step every 19 minutes: the old fixed 15-minute window paged at every step
     slow = " ".join(str(1140 * (i // 19)) for i in range(120))
+    # steps stop at 29m while an evaluation sends heartbeats until 45m; then nothing
+    beats = " ".join(str(60 * min(i, 45)) for i in range(70))
+    yield Scenario(
+        "An evaluation is no stall: a step a minute for 30m, then an evaluation logs no step "
+        "for 16 minutes but sends heartbeats (rl_last_progress_timestamp_seconds) every "
+        "minute: no stall; its heartbeats stop at 45m, so it fires 5m + 1m later.",
+        (
+            (series(LAST_LOG, ts), " ".join(str(60 * i) for i in range(30)) + " 1740x39"),
+            (series(PROGRESS, ts), beats),
+            (series(INTERVAL, ts), "60x69"),
+            (series(LOGGED, ts), "1+1x29 30x39"),
+        ),
+        (
+            Check(STALLED, "40m"),
+            Check(STALLED, "45m"),
+            Check(STALLED, "52m", (Expect("critical", ts, 52 * 60 - 45 * 60),)),
+        ),
+    )
     yield Scenario(
         "Slow steps are not a stall: one step every 19 minutes (interval 1140 s); 5 intervals "
         "are 95 minutes, so the gaps between steps never fire.",
@@ -497,10 +518,12 @@ DEFS: tuple[AlertDef, ...] = (
         _stall_rules,
         {
             STALLED: Runbook(
-                "The exporter still answers but the trainer has logged no step for many times "
-                "its own median step interval (so runs with 20-minute steps are not paged "
-                "between steps): the loop hangs (deadlock, stuck collective, waiting on a dead "
-                "worker or grader).",
+                "The exporter still answers but the trainer has made no progress of any kind "
+                "(no logged step, no heartbeat of an evaluation or a checkpoint save: the TRL "
+                "integration sends one per evaluation batch, Exporter.progress() does it by "
+                "hand) for many times its own median step interval (so runs with 20-minute "
+                "steps are not paged between steps): the loop hangs (deadlock, stuck "
+                "collective, waiting on a dead worker or grader).",
                 panels.see(panels.TRAINING, panels.LIVENESS, panels.STEPS_RATE)
                 + panels.SEPARATOR
                 + panels.see(panels.SYSTEM, panels.PHASE_BREAKDOWN),

@@ -171,6 +171,8 @@ def test_misused_options_are_one_line_errors_in_the_users_terms() -> None:
         TypeError, match=r"^rlpulse: unknown option 'runid' \(did you mean run_id\?\)$"
     ):
         rlpulse.start(runid="x")
+    with pytest.raises(TypeError, match=r"unknown option 'on_alrt' \(did you mean on_alert\?\)"):
+        rlpulse.start(on_alrt="stop")  # start()'s own options are known too
     with pytest.raises(ValueError, match=r"^rlpulse: port='abc' is not a port number"):
         rlpulse.start(port="abc")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match=r"port=70000 is not a port number"):

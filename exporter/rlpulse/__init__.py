@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any
 
-from rlpulse import control, notices
+from rlpulse import control, notices, options
 from rlpulse.control import action, should_save, should_stop
 from rlpulse.exporter import Exporter, PortInUseError
 from rlpulse.recording import Recording
@@ -73,6 +73,7 @@ def start(
     (``rlpulse.control.attach``; ``RLPULSE_ON_ALERT`` and its variables when left None).
     """
     global _current, _started_with
+    options.check_names(kwargs, ("on_alert", "alertmanager", "alert_poll_interval", "rules_config"))
     acting = (on_alert, alertmanager, alert_poll_interval, rules_config)
     with _lock:
         if _current is None:

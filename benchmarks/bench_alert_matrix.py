@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import statistics
 import tempfile
 import time
 from collections.abc import Callable
@@ -30,9 +29,10 @@ from typing import Any
 from benchmarks import alert_matrix as am
 from benchmarks import trainings as tr
 from benchmarks import trl_grpo
+from rlpulse.stack import qualitydoc
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = REPO / "benchmarks" / "results" / "alert-matrix.json"
+RESULTS = qualitydoc.MATRIX  # rendered into DOC by ``rlpulse generate`` too
 DOC = REPO / "docs" / "alert-quality-trainings.md"
 COMMAND = ".venv/bin/python -m benchmarks.bench_alert_matrix"
 SEEDS = (0, 1, 2)
@@ -188,11 +188,11 @@ def totals(rows: list[dict]) -> dict[str, Any]:
     return {
         "failures": len(failing),
         "healthy_runs": len(healthy),
-        **_figures(failing, healthy, ""),
-        **_figures([r["fast"] for r in failing], [r["fast"] for r in healthy], "_fast"),
+        **qualitydoc.figures(failing, healthy, ""),
+        **qualitydoc.figures([r["fast"] for r in failing], [r["fast"] for r in healthy], "_fast"),
         "resolved_early": sum(bool(r["resolved_early"]) for r in failing),
         "live_runs": len(live),
-        "live_agree": sum(_agree(r) for r in live),
+        "live_agree": sum(qualitydoc.agree(r) for r in live),
         "live_failures": sum(r["caught"] is not None for r in live),
         "live_caught": sum(bool(r["live"]["alerts"]) for r in live if r["caught"] is not None),
         "live_healthy": sum(r["caught"] is None for r in live),
@@ -200,276 +200,26 @@ def totals(rows: list[dict]) -> dict[str, Any]:
     }
 
 
-def _figures(failing: list[dict], healthy: list[dict], suffix: str) -> dict[str, Any]:
-    leads = [r["lead"] for r in failing if r["lead"] is not None]
-    figures = {
-        "caught": sum(bool(r["caught"]) for r in failing),
-        "median_lead": statistics.median(leads) if leads else None,
-        "healthy_critical": sum(len(r["critical"]) for r in healthy),
-        "max_incidents": max((len(r["incidents"]) for r in failing), default=0),
+def results(rows: list[dict], quick: bool) -> dict[str, Any]:
+    """What ``rlpulse.stack.qualitydoc`` renders: the runs, their totals and the set-up."""
+    context = {
+        "stall_seconds": tr.STALL_SECONDS,
+        "warmup_steps": trl_grpo.WARMUP_STEPS,
+        "objective": trl_grpo.OBJECTIVE,
+        "high_lr": trl_grpo.HIGH_LR,
+        "drop": am.DROP,
+        "slow": am.SLOW,
+        "live_pace": trl_grpo.LIVE_PACE,
+        "frameworks": list(FRAMEWORKS),
+        "notes": [[fw, sc, text] for (fw, sc), text in NOTES.items()],
     }
-    return {k + suffix: v for k, v in figures.items()}
-
-
-def _agree(r: dict) -> bool:
-    return am.names(r["live"]["alerts"]) == am.names(r["live"]["replay_fast"])
-
-
-def _cell(value: Any) -> str:
-    if value is None or value == []:
-        return "-"
-    return ", ".join(value) if isinstance(value, list) else str(value)
-
-
-def _first(v: dict) -> str:
-    if v["caught"] is False:
-        return "**missed**"
-    return f"{v['first_alert']} @{v['first_alert_step']}" if v["first_alert"] else "-"
-
-
-def table(rows: list[dict]) -> str:
-    """The Markdown table of every run."""
-    head = (
-        "| framework | scenario | seed | alerts (severity) @ onset step | first relevant alert "
-        "@ step | damage visible @ step | lead (logged steps) | incidents | resolved while "
-        "failing | fast rules: first alert @ step | fast rules: lead |"
-    )
-    lines = [head, "|" + "---|" * 11]
-    for r in rows:
-        lines.append(
-            f"| {r['framework']} | {r['scenario']} | {r['seed']} | {_cell(r['alerts'])} | "
-            f"{_first(r)} | {_cell(r['visible_step'])} | {_cell(r['lead'])} | "
-            f"{_cell(r['incidents'])} | {_cell(r['resolved_early'])} | {_first(r['fast'])} | "
-            f"{_cell(r['fast']['lead'])} |"
-        )
-    return "\n".join(lines)
-
-
-def live_table(rows: list[dict]) -> str:
-    """Live stack against replay of the same log with the same (fast) rules."""
-    lines = [
-        "| run | live: alerts fired | live: PagerDuty incidents | replay (fast rules) | agree |",
-        "|---|---|---|---|---|",
-    ]
-    for r in rows:
-        if not r["live"]:
-            continue
-        lv = r["live"]
-        lines.append(
-            f"| {r['run_id']} | {_cell(lv['alerts'])} | {lv['incidents']} "
-            f"({_cell(lv['pages'])}) | {_cell(lv['replay_fast'])} | "
-            f"{'yes' if _agree(r) else '**no**'} |"
-        )
-    return "\n".join(lines)
-
-
-def framework_table(rows: list[dict]) -> str:
-    """The targets per framework (shipped rules)."""
-    lines = [
-        "| framework | failures caught (fast) | median lead (fast) | critical on healthy (seeds) | "
-        "most incidents per cause | resolved while failing |",
-        "|---|---|---|---|---|---|",
-    ]
-    for fw in FRAMEWORKS:
-        mine = [r for r in rows if r["framework"] == fw]
-        failing = [r for r in mine if r["caught"] is not None]
-        healthy = [r for r in mine if r["caught"] is None]
-        fig = _figures(failing, healthy, "")
-        fast = _figures([r["fast"] for r in failing], [r["fast"] for r in healthy], "")
-        lines.append(
-            f"| {fw} | {fig['caught']} ({fast['caught']}) of {len(failing)} | "
-            f"{_cell(fig['median_lead'])} ({_cell(fast['median_lead'])}) | "
-            f"{fig['healthy_critical']} ({len(healthy)}) | {fig['max_incidents']} | "
-            f"{sum(bool(r['resolved_early']) for r in failing)} |"
-        )
-    return "\n".join(lines)
-
-
-def target_misses(rows: list[dict]) -> str:
-    """Every run that misses a target (shipped rules), and which."""
-    out = []
-    for r in rows:
-        why = []
-        if r["caught"] is False:
-            why.append("not caught")
-        if r["lead"] is not None and r["lead"] > 3:
-            why.append(f"lead {r['lead']} logged steps (target <= 3)")
-        if r["caught"] is None and r["critical"]:
-            why.append(f"critical on a healthy run: {', '.join(r['critical'])}")
-        if len(r["incidents"]) > 1:
-            why.append(f"{len(r['incidents'])} incidents: {', '.join(r['incidents'])}")
-        if r["resolved_early"]:
-            why.append(f"resolved while failing: {', '.join(r['resolved_early'])}")
-        if why:
-            out.append(f"- {r['run_id']}: " + "; ".join(why))
-    return "Runs missing a target (shipped rules):\n\n" + ("\n".join(out) or "None.")
-
-
-def notes() -> str:
-    """The mechanism of every induced failure."""
-    return "\n".join(f"- **{fw} {sc}**: {text}" for (fw, sc), text in NOTES.items())
-
-
-def missed(rows: list[dict]) -> str:
-    """The signal values of every failing run that raised nothing."""
-    out = []
-    for r in rows:
-        if r["caught"] is False:
-            values = "; ".join(f"{k} {v[0]:g}..{v[1]:g}" for k, v in sorted(r["signals"].items()))
-            out.append(f"- {r['run_id']}: {values or 'no step signal exported'}")
-    return "\n".join(out) or "None."
-
-
-def totals_table(tot: dict[str, Any]) -> str:
-    """Shipped against fast rules, against the targets."""
-    n, h = tot["failures"], tot["healthy_runs"]
-    lines = ["| | shipped | fast | target |", "|---|---|---|---|"]
-    for label, key, target in (
-        (f"induced failures caught (of {n})", "caught", "all"),
-        ("median lead (logged steps)", "median_lead", "<= 3"),
-        (f"critical alerts on {h} healthy runs", "healthy_critical", "0"),
-        ("most incidents for one root cause", "max_incidents", "<= 1"),
-    ):
-        lines.append(f"| {label} | {tot[key]} | {tot[key + '_fast']} | {target} |")
-    return "\n".join(lines)
-
-
-def document(rows: list[dict], tot: dict[str, Any], quick: bool) -> str:
-    """docs/alert-quality-trainings.md."""
-    cmd = COMMAND + (" --quick" if quick else "")
-    return f"""# Alert quality on real trainings
-
-Generated by `{cmd}` from `benchmarks/results/alert-matrix.json`; do not edit by hand.
-
-Real CPU trainings, seeds fixed, with failures induced the way they happen (never by writing a
-bad metric value; see `benchmarks/trainings.py` and `benchmarks/trl_grpo.py`):
-
-- SB3 PPO, A2C and DQN on CartPole: a learning-rate schedule swapped for 0.5, `ent_coef` set to
-  -0.5 (PPO, A2C: DQN has no entropy term), an env wrapper returning NaN rewards, a wrapper
-  negating the reward the agent learns from, an env step that blocks for
-  {tr.STALL_SECONDS / 60:g} min once (a stall);
-- TRL `GRPOTrainer` on a 2-layer GPT-2 (d=64) and a character tokenizer written locally, warmed
-  up by {trl_grpo.WARMUP_STEPS} supervised steps on `a+b=` sums: a reward paying only length,
-  one paying only format (against the held-out correctness of TRL's evaluation, mapped as the
-  run's true objective, `{trl_grpo.OBJECTIVE}: objective`), the temperature driven toward 0, the
-  learning rate jumping to {trl_grpo.HIGH_LR:g} (`beta` 1e-3), a correctness grader that goes down;
-- tabular Q-learning on FrozenLake (a schedule bug resets epsilon and alpha to 1);
-- a CleanRL-style PPO writing TensorBoard events (Adam's lr set to 0.5).
-
-Each failure starts at a fixed step (from the first step for the TRL reward functions) and
-persists to the end, except the stall, which ends when the env answers again (its alert may end
-with it). Healthy runs: 3 seeds per framework.
-
-Each run's own log (SB3 `progress.csv`, TRL `trainer_state.json`, JSONL, TensorBoard events) is
-replayed with the shipped rules (`rlpulse replay`; a TRL step, logged without a time, counts as a
-minute). *Damage visible*: the first logged step at or after the failure began where the logged
-reward (TRL: the held-out correctness) is non-finite (or no longer logged where it was: TRL
-logs a NaN metric as null) or below {am.DROP:g} of its best before (of its first reading, for a
-failure from the first step; stall: a step that took {am.SLOW:g}x the median step time). *First
-relevant alert*: the first alert with its onset at or after the failure began (for a stall: at
-or after the last step logged before the hang). *Resolved while failing*: every time an alert
-that fired after the failure began stopped firing before the run's last step ("again": it fired
-anew later). *Lead*: logged
-steps from the damage to that alert (negative: ahead of it). *Incidents*: critical alerts left after
-cause-based inhibition.
-
-## Totals
-
-Shipped rules (15 s scrapes and evaluations) / fast preset (1 s, every duration / 60, what the
-live stack runs). These trainings log a step every 0.3-1 s, so at 15 s scrapes Prometheus sees
-one state per 15-50 logged steps: the lead in logged steps is bounded below by that ratio.
-
-{totals_table(tot)}
-
-{framework_table(rows)}
-
-{target_misses(rows)}
-
-- failing runs with an alert that resolved while the failure persisted (shipped):
-  {tot["resolved_early"]}
-- live stack and replay (fast rules) agree on the alerts: {tot["live_agree"]} of
-  {tot["live_runs"]} live runs
-- live stack (fast preset): {tot["live_caught"]} of {tot["live_failures"]} failing runs raised
-  an alert (a crash pages `RLRunCrashed`, which no replayed log can); PagerDuty incidents on
-  {tot["live_healthy"]} healthy runs: {tot["live_healthy_pages"]}
-
-## Replay with the shipped rules
-
-{table(rows)}
-
-## Why targets are missed
-
-- **Not caught: NaN reward, SB3 PPO and A2C.** The run crashes at the update after the NaN, before
-  SB3 dumps a row carrying it: the log holds neither a NaN nor the crash. Live, the exporter ends
-  the run `crashed` and RLRunCrashed pages (1 incident, its reason the `ValueError` of the NaN
-  logits); a replay cannot. DQN does not crash: its NaN `train/loss` is logged and
-  RLNonFiniteLoss pages.
-- **Not caught: DQN sign flip.** No logged number shows it: over the 48k steps after the flip the
-  return keeps rising (about 145 to 234) and the TD loss falls. DQN learns from a 50k-transition
-  buffer, and with a reward of -1 every step the Q-values of both actions fall together, so the
-  greedy action barely changes. There is no damage to catch within the run.
-- **Lead above 3 logged steps, shipped rules (SB3, CleanRL).** These runs log a row every
-  0.05-1 s. The shipped rules scrape and evaluate every 15 s, so Prometheus sees one state per
-  15-300 rows, and the lead counts rows per scrape, not training progress. A DQN run lasts about
-  20 s, so its whole failure lies within one or two scrapes: the alert comes at the run's last
-  step. The fast preset's leads are in the table. The median over all failures (3) meets the
-  target.
-- **More than one incident: fast preset and live only.** With the shipped rules every failure
-  opens at most one incident. The fast preset divides every duration by 60 but not the per-step
-  signals, so the order in which alerts fire changes:
-  - SB3 sign flip: RLRewardCollapse pages a step or two before RLEntropyCollapse, and a reward
-    collapse does not cause entropy collapse (the reverse holds, and a cycle would silence
-    both).
-  - The live failing grader: RLRewardCollapse pages before RLGraderErrors has seen enough
-    failed calls to fire.
-- **Resolved while failing (TRL), shipped rules.**
-  - Format-only reward: RLEvalDrop (critical) clears at step 94 and pages again at 105. The
-    held-out correctness is a noisy 100-prompt score. It came back to within its clear level
-    (22.5% below its best) for two evaluations, longer than `keep_firing_for` (10 min, which
-    is 10 replayed TRL steps).
-  - KL blow-up: RLRewardCollapse (critical) clears from step 100 to 114 for the same reason.
-  - RLGradNormSpike and RLKLReferenceSpike (warnings) end after their spike.
-  - RLZeroStdGroupsHigh reads 0 once the (hacked) format reward is at its best, so it ends 10
-    minutes later, at step 119.
-  - In the KL blow-up, the truncation and length-explosion warnings end when the garbage
-    completions turn short, and RLResponseLengthCollapse takes over.
-  - The exporter holds each signal at its worst over the last 3 logged steps (`hold`), and
-    `keep_firing_for` is wall-clock time; these dips lasted 11 and 14 steps. A longer hold for
-    the paging tier, counted in logged steps (or objective readings), would keep an alert
-    through them on any cadence. That is not built yet.
-- **RLResponseLengthExplosion only reaches warning (TRL length-only reward).** Its critical
-  multiple (5x the starting ~3.3 characters) lies above the 16-character completion cap.
-  RLRewardHacking pages instead: it is critical once the objective has fallen as far as
-  RLEvalDrop pages for, and it holds back RLEvalDrop, RLTruncationHigh and RLEntropyCollapse.
-
-## How each failure shows in the logs
-
-{notes()}
-
-## Missed failures: the step signals after the failure began
-
-[min, max] of every `rl_step_signal` (signal/series) over the scrapes from the failure's first
-logged step to the end, in the replay with the shipped rules.
-
-{missed(rows)}
-
-## Live stack against replay
-
-Each SB3 and TRL run also reported live through its `RlpulseCallback`, and each CleanRL run was
-followed live by `rlpulse tail-tensorboard` (the writer flushing every second), to `rlpulse stack
-up --fast` (real Prometheus and Alertmanager, PagerDuty stand-in); its own log was then replayed
-with the same fast rules (a live TRL step paced to {trl_grpo.LIVE_PACE:g} s, replayed at that
-pace). Only the live run counts grader errors (`rl_grader_errors_total`, from the reward
-function): TRL logs none. Alerts compared by name (onset steps differ by up to a scrape: the live
-exporter is scraped at wall-clock instants, the replay on a grid from the log's own times).
-
-{live_table(rows)}
-
-## Not covered
-
-- LunarLander and other tasks: CartPole, FrozenLake and the toy sums only.
-- A crash is visible live only: a replayed log carries no exit status.
-"""
+    return {
+        "command": COMMAND,
+        "quick": quick,
+        "context": context,
+        "totals": totals(rows),
+        "runs": rows,
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -484,6 +234,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.doc_only:
         saved = json.loads(RESULTS.read_text())
         rows, quick = saved["runs"], saved["quick"]
+        saved = results(rows, quick)
+        RESULTS.write_text(json.dumps(saved, indent=1) + "\n")
     else:
         with tempfile.TemporaryDirectory(prefix="rlpulse-alert-matrix-") as tmp:
             rows = run_matrix(
@@ -496,11 +248,11 @@ def main(argv: list[str] | None = None) -> int:
             ]
             rows = sorted(kept + rows, key=lambda r: list(FRAMEWORKS).index(r["framework"]))
         RESULTS.parent.mkdir(parents=True, exist_ok=True)
-        saved = {"command": COMMAND, "quick": quick, "totals": totals(rows), "runs": rows}
-        RESULTS.write_text(json.dumps(saved, indent=1))
-    DOC.write_text(document(rows, totals(rows), quick))
-    print(table(rows))
-    print(live_table(rows))
+        saved = results(rows, quick)
+        RESULTS.write_text(json.dumps(saved, indent=1) + "\n")
+    DOC.write_text(qualitydoc.matrix_doc(saved))
+    print(qualitydoc.table(rows))
+    print(qualitydoc.live_table(rows))
     print(json.dumps(totals(rows), indent=1))
     return 0
 

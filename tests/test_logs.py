@@ -198,6 +198,7 @@ def test_unknown_formats_are_named(tmp_path: Path) -> None:
         "rllib-json",
         "rllib-csv",
         "dopamine",
+        "json-columns",
         "deepspeed-chat",
         "env-digest",
     }
@@ -394,3 +395,74 @@ def test_dopamine_is_told_by_its_keys_in_any_order(tmp_path: Path) -> None:
     )
     assert detect_format(log) == "dopamine"
     assert [(r.segment, r.step) for r in read_log(log)][2:4] == [("DQN #1", 2), ("DQN #2", 0)]
+
+
+def test_a_null_is_non_finite_in_every_json_reader(tmp_path: Path) -> None:
+    """Issue 24.6: most JSON writers write NaN as null; one rule in every reader: a null is a
+    non-finite value, unless its key held text before (then it is only "no value")."""
+    log = tmp_path / "run.jsonl"
+    rows = [{"step": 1, "loss": 0.5, "grad_norm": 1.0, "note": "warmup"}]
+    rows += [{"step": 2, "loss": None, "grad_norm": None, "note": None}]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    second = list(read_log(log))[1].values
+    assert math.isnan(second["loss"]) and math.isnan(second["grad_norm"])
+    assert "note" not in second
+    nested = tmp_path / "nested.jsonl"
+    nested.write_text('{"step": 1, "train": {"loss": null}}\n')
+    assert math.isnan(next(read_log(nested)).values["train/loss"])
+    state = tmp_path / "trainer_state.json"
+    state.write_text(json.dumps({"log_history": rows}))
+    assert math.isnan(list(read_log(state))[1].values["loss"])
+    cols = tmp_path / "cols.json"
+    cols.write_text('{"loss": [0.5, null, 0.4]}')
+    assert math.isnan(list(read_log(cols))[1].values["loss"])
+
+
+def test_a_null_loss_in_a_trl_keyed_jsonl_pages_like_nan(tmp_path: Path) -> None:
+    """A JSONL with null for the loss and grad norm replays as non-finite (RLNonFiniteLoss)."""
+    from rlpulse.replay.timeline import build
+
+    log = tmp_path / "run.jsonl"
+    rows = [{"step": s, "loss": 0.5, "grad_norm": 1.0, "reward": 0.3} for s in range(10)]
+    rows += [{"step": s, "loss": None, "grad_norm": None, "reward": 0.3} for s in range(10, 15)]
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    tl = build(
+        read_log(log),
+        run_id="r",
+        framework="trl",
+        job="rlpulse",
+        scrape_interval=15.0,
+        step_seconds=60.0,
+    )
+    counts = [v for k in tl.keys_of("rl_nonfinite_values_total") for v in tl.values(k)]
+    assert max(v for v in counts if v is not None) >= 5
+
+
+def test_column_oriented_json_is_read_as_series(tmp_path: Path) -> None:
+    """Issue 24.10: {"episode_rewards": [...500], "eval_scores": [...10]}: arrays of one length
+    are one table (a row per index), another length is another series (its own segment)."""
+    doc = {
+        "episode_rewards": [float(i % 7) for i in range(500)],
+        "episode_lengths": [9] * 500,
+        "eval_scores": [0.1 * i for i in range(10)],
+        "seed": 3,
+    }
+    pretty = tmp_path / "results.json"
+    pretty.write_text(json.dumps(doc, indent=2))
+    one_line = tmp_path / "results-line.json"
+    one_line.write_text(json.dumps(doc))
+    for path in (pretty, one_line):
+        assert detect_format(path) == "json-columns"
+        recs = list(read_log(path))
+        train = [r for r in recs if r.segment == "episode_rewards+episode_lengths"]
+        evals = [r for r in recs if r.segment == "eval_scores"]
+        assert len(train) == 500 and len(evals) == 10
+        assert train[3].step == 3 and train[3].values == {
+            "episode_rewards": 3.0,
+            "episode_lengths": 9.0,
+        }
+        assert evals[-1].values["eval_scores"] == pytest.approx(0.9)
+    state = tmp_path / "not_a_state.json"
+    state.write_text(json.dumps({"global_step": 3, "best_metric": None}, indent=2))
+    with pytest.raises(LogFormatError, match="json-columns"):
+        list(read_log(state, "trl"))

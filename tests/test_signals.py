@@ -150,8 +150,18 @@ def test_zero_std_from_reward_std_and_saturation() -> None:
 
 def test_an_end_of_sequence_share_is_read_as_truncation() -> None:
     exp = _exporter()
-    _feed(exp, [{"env/all/format_eos": 0.46}] * 3)
+    _feed(exp, [{"env/all/format_eos": 0.46}] * 5)
     assert _signals(exp)[("truncation_level", "")] == 0.54
+
+
+def test_a_level_waits_for_the_steps_its_text_claims() -> None:
+    """Issue 23.3: a 3-step smoke test has no "median of the last 5 logged steps"."""
+    exp = _exporter()
+    _feed(exp, [{"env/all/format_eos": 0.0}] * 3)
+    assert ("truncation_level", "") not in _signals(exp)
+    exp = _exporter()
+    _feed(exp, [{"reward": 0.1, "reward_std": 0.0}] * 9)  # "of the last 10 batches"
+    assert ("zero_std_unsolved_ratio", "") not in _signals(exp)
 
 
 def test_eval_drop_beyond_the_readings_noise() -> None:
@@ -202,3 +212,172 @@ def test_a_replayed_log_and_a_live_run_compute_the_same_signals(tmp_path: Path) 
         series = labels.get("series", '""').strip('"')
         replayed[(signal, series)] = tl.values(key)[-1]
     assert replayed == live_final
+
+
+def _trace(exp: Exporter, rows: list[dict[str, float]], key: tuple[str, str]) -> list[float]:
+    """The signal as a scrape after every logged row reads it (0 while undefined)."""
+    out = []
+    for step, row in enumerate(rows):
+        exp.log(row, step=step)
+        out.append(_signals(exp).get(key, 0.0))
+    return out
+
+
+def _running_mean(values: list[float], window: int, every: int) -> list[float]:
+    """SB3's ep_rew_mean: the mean of the last ``window`` episodes, logged every ``every``."""
+    return [
+        sum(values[max(0, i - window) : i]) / len(values[max(0, i - window) : i])
+        for i in range(every, len(values) + 1, every)
+    ]
+
+
+def test_a_running_mean_wandering_in_its_noise_has_gained_nothing() -> None:
+    """Issue 24.2: random-exploration CartPole returns (~21 +- 11) as SB3's 100-episode mean
+    logged every 4 episodes wander 19-23; step-to-step that looks like a gain and its loss."""
+    for seed in range(8):
+        rng = random.Random(seed)
+        episodes = [max(8.0, rng.gauss(21, 11)) for _ in range(1200)]
+        rows = [{"rollout/ep_rew_mean": v} for v in _running_mean(episodes, 100, 4)]
+        exp = _exporter(metadata={"framework": "sb3"})
+        worst = max(_trace(exp, rows, ("reward_gain_lost_ratio", "episode_return")))
+        assert worst < 0.5, (seed, worst)
+
+
+def test_a_small_early_gain_within_the_noise_is_not_the_gain() -> None:
+    """Issue 24.3: a reward rising 0.2 -> 0.7 over 200 steps with noise 0.02: no warning
+    from a noise dip early on, in any of 16 seeds; a real loss later still counts."""
+    for seed in range(16):
+        rng = random.Random(seed)
+        rows = [{"reward": 0.2 + 0.5 * s / 200 + rng.gauss(0, 0.02)} for s in range(200)]
+        exp = _exporter()
+        worst = max(_trace(exp, rows, ("reward_gain_lost_ratio", "reward_mean")))
+        assert worst < 0.5, (seed, worst)
+    _feed(exp, [{"reward": 0.2 + rng.gauss(0, 0.02)} for _ in range(5)], start=200)
+    assert _signals(exp)[("reward_gain_lost_ratio", "reward_mean")] > 0.75
+
+
+def test_a_collapse_keeps_its_loss_while_it_persists() -> None:
+    """The fall's own step is not noise: a collapse that persists keeps reading as one."""
+    rng = random.Random(3)
+    exp = _exporter()
+    rows = [{"reward": min(s / 30, 1.0) + rng.gauss(0, 0.03)} for s in range(80)]
+    trace = _trace(
+        exp,
+        rows + [{"reward": rng.gauss(0, 0.03)} for _ in range(100)],
+        ("reward_gain_lost_ratio", "reward_mean"),
+    )
+    assert min(trace[84:]) > 0.75
+
+
+def test_a_return_back_at_its_start_pages_whatever_its_level() -> None:
+    """Issue 24.8: a 100-episode mean that only rose part of the way (-1400 -> -1100, a
+    short run) and falls back to its start has lost all of it, at any offset."""
+    rng = random.Random(0)
+    episodes = [rng.gauss(-1400, 150) for _ in range(200)]
+    episodes += [rng.gauss(-600, 100) for _ in range(40)]  # learned, then the blow-up
+    episodes += [rng.gauss(-1400, 150) for _ in range(200)]
+    rows = [{"rollout/ep_rew_mean": v} for v in _running_mean(episodes, 100, 2)]
+    exp = _exporter(metadata={"framework": "sb3"})
+    trace = _trace(exp, rows, ("reward_gain_lost_ratio", "episode_return"))
+    assert trace[-1] > 0.75
+
+
+def test_entropy_falling_while_the_return_holds_its_best_is_convergence() -> None:
+    """Issue 24.4: entropy 1.38 -> 0.11 while the return rose and holds its best reads 1;
+    the same entropy with the return falling back (or never rising) is a collapse."""
+    rng = random.Random(0)
+    ramp = [min(s / 40, 1.0) for s in range(120)]
+    entropy = [max(0.11, 1.38 - 0.015 * s) for s in range(120)]
+    rows = [
+        {"rollout/ep_rew_mean": 300 + 150 * r + rng.gauss(0, 3), "train/entropy_loss": -e}
+        for r, e in zip(ramp, entropy, strict=True)
+    ]
+    exp = _exporter(metadata={"framework": "sb3"})
+    assert min(_trace(exp, rows, ("entropy_ratio_to_peak", ""))[5:]) > 0.35
+    fall = [{"rollout/ep_rew_mean": 300 + rng.gauss(0, 3), "train/entropy_loss": -0.11}] * 6
+    _feed(exp, fall, start=120)
+    assert _signals(exp)[("entropy_ratio_to_peak", "")] < 0.2
+    flat = [
+        {"rollout/ep_rew_mean": 300 + rng.gauss(0, 3), "train/entropy_loss": -e} for e in entropy
+    ]
+    exp = _exporter(metadata={"framework": "sb3"})
+    assert min(_trace(exp, flat, ("entropy_ratio_to_peak", ""))[5:]) < 0.2
+
+
+def test_a_proxy_rising_far_over_a_flat_objective_is_hacking() -> None:
+    """Issue 24.5: proxy 0.20 -> 0.70, declared objective 0.000-0.010 from its first reading
+    (it never fell): hacking, in every seed. An objective rising with the proxy clears it."""
+    for seed in range(6):
+        rng = random.Random(seed)
+        exp = _exporter(key_map={"eval/correct": "objective"})
+        for step in range(100):
+            row = {"reward": 0.2 + 0.5 * step / 100 + rng.gauss(0, 0.02)}
+            if step % 5 == 0:
+                row["eval/correct"] = rng.choice([0.0, 0.005, 0.01])
+            exp.log(row, step=step)
+        assert _signals(exp)[("reward_hacking_rise_ratio", "reward_mean")] > 0.5, seed
+    exp = _exporter(key_map={"eval/correct": "objective"})
+    for step in range(100):
+        row = {"reward": 0.2 + 0.5 * step / 100 + rng.gauss(0, 0.02)}
+        if step % 5 == 0:
+            row["eval/correct"] = 0.1 + 0.5 * step / 100 + rng.gauss(0, 0.01)
+        exp.log(row, step=step)
+    assert _signals(exp).get(("reward_hacking_rise_ratio", "reward_mean"), 0.0) < 0.25
+
+
+def test_a_held_out_best_never_decays() -> None:
+    """Issue 23.4: 60 readings after the drop, the best is still the best of the run."""
+    exp = _exporter()
+    good = [{"val/test_score/gsm8k": 0.31 + 0.005 * (i % 3)} for i in range(10)]
+    bad = [{"val/test_score/gsm8k": 0.008 + 0.004 * (i % 3)} for i in range(80)]
+    trace = _trace(exp, good + bad, ("eval_drop_ratio", "gsm8k,eval"))
+    assert min(trace[13:]) > 0.9
+    assert exp.detector.held[("eval_drop_ratio", "gsm8k,eval")].baseline >= 0.31
+
+
+def test_a_reward_frozen_below_its_peak_is_a_lost_signal() -> None:
+    """Issue 24.7: per-episode returns that varied, then read 0 for every episode (a broken
+    grader), page; a reward pinned at its peak (solved CartPole) and 0/1 returns of a learning
+    FrozenLake agent do not."""
+    rng = random.Random(0)
+    exp = _exporter()
+    returns = [rng.uniform(0, 100) for _ in range(60)] + [0.0] * 40
+    trace = _trace(
+        exp, [{"episode_return": r} for r in returns], ("reward_frozen_ratio", "episode_return")
+    )
+    assert max(trace[:60]) < 1 and trace[-1] >= 3
+    exp = _exporter()
+    solved = [min(500.0, 20 + 10.0 * s + rng.uniform(0, 5)) for s in range(60)] + [500.0] * 100
+    trace = _trace(
+        exp, [{"episode_return": r} for r in solved], ("reward_frozen_ratio", "episode_return")
+    )
+    assert max(trace) == 0.0
+    for seed in range(4):
+        rng = random.Random(seed)
+        exp = _exporter()
+        wins = [float(rng.random() < min(0.9, s / 1000)) for s in range(2000)]
+        trace = _trace(
+            exp, [{"episode_return": w} for w in wins], ("reward_frozen_ratio", "episode_return")
+        )
+        assert max(trace) < 2, (seed, max(trace))
+
+
+def test_a_return_falling_over_many_rows_is_read_within_three_rows() -> None:
+    """Issue 24.9: exploration forced to 1.0 takes SB3's 100-episode mean down one episode at a
+    time over ~25 rows; the loss reads 0.5 within 3 rows of the logged mean losing half its
+    gain (the lead is counted in rows, so the statistic must not add a window of its own)."""
+    rng = random.Random(0)
+    learned = [min(500.0, 20 + 2.0 * e) + rng.gauss(0, 20) for e in range(400)]
+    episodes = learned + [rng.gauss(21, 9) for _ in range(200)]
+    means = _running_mean(episodes, 100, 4)
+    exp = _exporter(metadata={"framework": "sb3"})
+    trace = _trace(
+        exp,
+        [{"rollout/ep_rew_mean": v} for v in means],
+        ("reward_gain_lost_ratio", "episode_return"),
+    )
+    peak = max(means[:100])
+    start = means[0]
+    half = next(i for i in range(100, len(means)) if means[i] < peak - 0.5 * (peak - start))
+    caught = next(i for i in range(100, len(trace)) if trace[i] >= 0.5)
+    assert caught - half <= 3

@@ -13,7 +13,12 @@ Every statistic works on the run's own values, in steps:
 - *sustained*: the median of the last ``2 * smooth`` values (half of them must agree);
 - *peak* / *floor*: the highest / lowest smoothed value once ``warmup`` values were seen;
 - *start*: the first smoothed value after warm-up;
-- *noise*: the step-to-step noise of the history (robust spread of its differences / sqrt 2);
+- *noise*: the noise of the history: the robust spread (MAD around their median, so a steady
+  trend adds nothing) of its step-to-step differences / sqrt 2, or of its second differences at
+  lags 2 to 24 over the last ``4 * history`` values / sqrt 6 where larger (a second difference
+  ``x[t+L] - 2 x[t] + x[t-L]`` leaves out a trend, even a bending learning curve). A running mean
+  (SB3's 100-episode ``ep_rew_mean``, a windowed TRL mean) barely moves from one value to the
+  next but wanders over many: the longer lags see that wander;
 - *history*: the last ``history`` raw values before the current one (median and MAD for spikes).
 
 An exported value is the worst of the last ``hold`` values: a function of the logged steps alone,
@@ -42,6 +47,12 @@ Worse = Literal["above", "below"]
 Unit = Literal["fraction", "multiple", "nats", "sigma"]
 
 
+NOISE_LAGS = (2, 4, 8, 16, 24)  # longer lags of the noise estimate
+NOISE_SPAN = 4  # the noise looks at this many histories of values (a 100-episode mean wanders
+# over 25 values logged every 4 episodes: a few such windows are needed to see its spread)
+NOISE_MIN_DIFFS = 8  # differences a lag needs before its spread counts
+
+
 @dataclass(frozen=True)
 class Windows:
     """How many logged values each statistic looks at."""
@@ -64,11 +75,11 @@ class Track:
         self.recent: deque[float] = deque(maxlen=w.smooth)
         self.long: deque[float] = deque(maxlen=2 * w.smooth)
         self.history: deque[float] = deque(maxlen=w.history)
-        # the history's step-to-step differences, and both kept sorted (median, quantiles and
-        # noise in O(1) on every step instead of sorting the window each time)
+        self.span: deque[float] = deque(maxlen=NOISE_SPAN * w.history)  # for ``noise``
+        # the history's step-to-step differences; the history kept sorted too (median and
+        # quantiles in O(1) on every step instead of sorting the window each time)
         self.diffs: deque[float] = deque(maxlen=w.history - 1)
         self._sorted: list[float] = []
-        self._sorted_abs_diffs: list[float] = []
         self.last = math.nan
         self.smoothed = math.nan
         self.peak = math.nan
@@ -78,6 +89,11 @@ class Track:
         self.level = math.nan
         self.level_peak = math.nan
         self.level_start = math.nan
+        self.gain_noise = math.nan  # the noise a gain is judged by (``gain``)
+        self.best3 = math.nan  # the best median of three readings (``_drop_from_best``)
+        # readings in a row at one value, and the longest such stretch before it
+        self.same = 0
+        self.longest_same = 0
 
     @property
     def warm(self) -> bool:
@@ -88,6 +104,11 @@ class Track:
             return
         if not math.isnan(self.last):
             self._keep(self.last)
+        if value == self.last:
+            self.same += 1
+        else:
+            self.longest_same = max(self.longest_same, self.same)
+            self.same = 1
         self.n += 1
         self.last = value
         self.recent.append(value)
@@ -110,12 +131,9 @@ class Track:
         if len(h) == h.maxlen:
             del self._sorted[bisect.bisect_left(self._sorted, h[0])]
         if h:
-            if len(self.diffs) == self.diffs.maxlen:
-                gone = abs(self.diffs[0])
-                del self._sorted_abs_diffs[bisect.bisect_left(self._sorted_abs_diffs, gone)]
             self.diffs.append(value - h[-1])
-            bisect.insort(self._sorted_abs_diffs, abs(value - h[-1]))
         h.append(value)
+        self.span.append(value)
         bisect.insort(self._sorted, value)
 
     def median(self) -> float:
@@ -129,13 +147,22 @@ class Track:
         h = self._sorted
         return h[min(int(q * len(h)), len(h) - 1)] if h else math.nan
 
-    def noise(self) -> float:
-        """Step-to-step noise: the robust spread of the history's differences, / sqrt(2)."""
+    def noise(self, longest: int = NOISE_LAGS[-1]) -> float:
+        """The history's noise: step-to-step, or over up to ``longest`` steps where larger (a
+        smoothed series is quiet from one value to the next, not over many); see the module
+        doc."""
         if len(self.diffs) < 2:
             return math.nan
-        mad = _median(self._sorted_abs_diffs)
-        spread = 1.4826 * mad if mad > 0 else statistics.pstdev(self.diffs)
-        return spread / math.sqrt(2)
+        d = sorted(self.diffs)
+        mad = _mad(d)
+        noise = (1.4826 * mad if mad > 0 else statistics.pstdev(d)) / math.sqrt(2)
+        h = list(self.span)
+        for lag in NOISE_LAGS:
+            if lag > longest or len(h) - 2 * lag < NOISE_MIN_DIFFS:
+                break
+            d = sorted(h[i + lag] - 2 * h[i] + h[i - lag] for i in range(lag, len(h) - lag))
+            noise = max(noise, 1.4826 * _mad(d) / math.sqrt(6))
+        return noise
 
     def mad(self) -> float:
         if not self.history:
@@ -148,6 +175,12 @@ def _median(ordered: list[float]) -> float:
     """The median of an ascending, non-empty list."""
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _mad(ordered: list[float]) -> float:
+    """The median absolute deviation from the median of an ascending, non-empty list."""
+    mid = _median(ordered)
+    return _median(sorted(abs(x - mid) for x in ordered))
 
 
 def _ratio(num: float, den: float) -> float:
@@ -180,12 +213,10 @@ def _ratio_to_start(d: Detector, t: Track, key: str) -> tuple[float, float]:
     return (_ratio(t.smoothed, t.start), t.start) if t.warm else (math.nan, math.nan)
 
 
-LEVEL_MIN = 3  # values before an absolute level counts: the median of three outvotes one
-
-
 def _level(d: Detector, t: Track, key: str) -> tuple[float, float]:
-    """The smoothed level itself, once three values agree on it (no peak to wait for)."""
-    return (t.smoothed, t.median()) if t.n >= LEVEL_MIN else (math.nan, math.nan)
+    """The smoothed level itself (no peak to wait for), once ``smooth`` values were seen: the
+    alert says "median of the last 5 logged steps", so a 3-step run has no such median."""
+    return (t.smoothed, t.median()) if t.n >= d.w.smooth else (math.nan, math.nan)
 
 
 def _sustained(d: Detector, t: Track, key: str) -> tuple[float, float]:
@@ -226,19 +257,68 @@ def _ratio_to_typical(d: Detector, t: Track, key: str) -> tuple[float, float]:
     return _ratio(t.smoothed, typical), typical
 
 
-def _gain_lost(d: Detector, t: Track, key: str) -> tuple[float, float]:
-    """The fraction of what the run gained (start -> peak of the sustained level: learning must
-    hold over half of 2 x smooth steps) that the smoothed level has lost again (a collapse shows
-    within three logged values)."""
+GAIN_NOISE = 6.0  # a gain counts beyond this many times the series' noise
+GAIN_MIN_READINGS = 15  # and once this many values were seen (3 x smooth)
+
+
+def gain(t: Track) -> float:
+    """The run's gain (start -> peak of the sustained level: learning must hold over half of
+    2 x smooth steps), or 0 while it does not stand out of the series' own noise (a dip of the
+    smoothed level below a peak that is within the noise is noise itself) or too few values
+    were seen. NaN before the sustained level exists."""
     if math.isnan(t.level):
-        return math.nan, math.nan
-    gain = t.level_peak - t.level_start
-    # a gain counts when it stands out of the run's step-to-step noise and its own level
-    noise = t.noise()
+        return math.nan
+    g = t.level_peak - t.level_start
+    # the noise is measured while the level is in its upper half, and kept through a fall (a
+    # fall's own step would read as noise and clear a persisting collapse)
+    if t.smoothed >= t.level_start + g / 2 or math.isnan(t.gain_noise):
+        t.gain_noise = t.noise()
     big = max(abs(t.level_start), abs(t.level_peak))
-    if math.isnan(noise) or not gain > max(3 * noise, 0.1 * big, 1e-12):
+    if t.n < GAIN_MIN_READINGS or math.isnan(t.gain_noise):
+        return 0.0
+    return g if g > max(GAIN_NOISE * t.gain_noise, 0.01 * big, 1e-12) else 0.0
+
+
+def _gain_lost(d: Detector, t: Track, key: str) -> tuple[float, float]:
+    """The fraction of the run's gain (``gain``) that the smoothed level has lost again (a
+    collapse shows within three logged values; back at the start is 1, whatever the level)."""
+    g = gain(t)
+    if math.isnan(g):
+        return math.nan, math.nan
+    if g == 0:
         return 0.0, t.level_peak
-    return (t.level_peak - t.smoothed) / gain, t.level_peak
+    return (t.level_peak - t.smoothed) / g, t.level_peak
+
+
+HOLDS_BEST = 0.25  # a reward within this share of its gain from its peak holds its best
+
+
+def _entropy_collapse(d: Detector, t: Track, key: str) -> tuple[float, float]:
+    """Smoothed entropy against its peak, 1 while the reward rose significantly and holds its
+    best (a policy converging, not collapsing)."""
+    ratio, peak = _ratio_to_peak(d, t, key)
+    reward = d.reward_track()
+    if reward is not None and not math.isnan(ratio):
+        g = gain(reward)
+        if g > 0 and reward.level_peak - reward.smoothed <= HOLDS_BEST * g:
+            return 1.0, peak
+    return ratio, peak
+
+
+FROZEN_MIN = 10  # readings at one value that are never unusual, whatever the run did before
+
+
+def _frozen(d: Detector, t: Track, key: str) -> tuple[float, float]:
+    """Readings in a row at one value below the reward's peak, as a multiple of the longest
+    such stretch before it (at least ``FROZEN_MIN``): a reward that varied and now never moves
+    comes from a dead reward signal (a grader returning a constant, a reward wrapper zeroing
+    it). At the peak it is a solved task (CartPole's 500). 0 until the reward varied once."""
+    if not t.warm or t.longest_same == 0:
+        return math.nan if not t.warm else 0.0, math.nan
+    base = max(t.longest_same, FROZEN_MIN)
+    if not t.last < t.peak:
+        return 0.0, base
+    return t.same / base, base
 
 
 EVAL_SMOOTH = 3  # eval readings are rare: a drop must hold over the median of the last three
@@ -246,21 +326,19 @@ EVAL_SMOOTH = 3  # eval readings are rare: a drop must hold over the median of t
 
 def _drop_from_best(d: Detector, t: Track, key: str) -> tuple[float, float]:
     """How far the held-out score (median of its last three readings) is below the best such
-    median so far, as a fraction of that best; 0 while the drop is within twice the readings'
-    step-to-step noise."""
+    median of the whole run, as a fraction of that best; 0 while the drop is within twice the
+    readings' noise. The best never decays: a failure that persists keeps its drop."""
     if t.n < EVAL_SMOOTH:
         return math.nan, math.nan
-    readings = [*t.history, t.last]
-    medians = [
-        statistics.median(readings[i - EVAL_SMOOTH : i])
-        for i in range(EVAL_SMOOTH, len(readings) + 1)
-    ]
-    best = max(medians)
+    now = statistics.median(list(t.recent)[-EVAL_SMOOTH:])
+    t.best3 = now if math.isnan(t.best3) else max(t.best3, now)
+    best = t.best3
     if not best > 0:
         return math.nan, best
-    drop = best - medians[-1]
-    # a drop counts when it stands out of the readings' own noise (small eval sets are noisy)
-    if not drop > 2 * t.noise():
+    drop = best - now
+    # a drop counts when it stands out of the readings' own noise (small eval sets are noisy;
+    # each reading is its own evaluation, so step-to-step: a persisting drop is no noise)
+    if not drop > 2 * t.noise(longest=1):
         return 0.0, best
     return drop / best, best
 
@@ -292,7 +370,7 @@ def _hacking_rise(d: Detector, t: Track, key: str) -> tuple[float, float]:
 def _zero_std(d: Detector, t: Track, key: str) -> tuple[float, float]:
     """The zero-std share of groups over the last ``2 * smooth`` batches, 0 while the reward
     is at its best (a solved task has one reward per group and nothing to learn)."""
-    if not t.warm:
+    if len(t.long) < 2 * d.w.smooth:  # the alert says "of the last 10 batches"
         return math.nan, math.nan
     reward = d.reward_track()
     if reward is not None and reward.warm and reward.peak > reward.start:
@@ -312,8 +390,9 @@ SIGNALS: tuple[Signal, ...] = (
         "entropy_ratio_to_peak",
         "rl_entropy",
         "below",
-        _ratio_to_peak,
-        "Smoothed policy entropy as a fraction of its peak so far.",
+        _entropy_collapse,
+        "Smoothed policy entropy as a fraction of its peak so far; 1 while the reward rose "
+        "significantly and holds its best (convergence).",
         "fraction",
     ),
     Signal(
@@ -364,8 +443,20 @@ SIGNALS: tuple[Signal, ...] = (
             "above",
             _gain_lost,
             "Fraction of the run's reward gain (start to peak of the sustained level) lost since "
-            "the peak; 0 while the gain is within 3x the step-to-step noise.",
+            "the peak; 0 while the gain is within 6x the series' noise or before 15 values.",
             "fraction",
+        )
+        for m in REWARDS
+    ),
+    *(
+        Signal(
+            "reward_frozen_ratio",
+            m,
+            "above",
+            _frozen,
+            "Readings in a row at one value below the reward's peak, as a multiple of the "
+            "longest such stretch before (at least 10); 0 at the peak (a solved task).",
+            "multiple",
         )
         for m in REWARDS
     ),
@@ -614,15 +705,25 @@ class Detector:
                 trail.append((self._calls, value_))
 
     def _objective(self, labels: tuple[str, ...], value: float) -> None:
-        """A true-objective reading: at a new best, remember each reward's level then."""
+        """A true-objective reading: at a new best of its level, remember each reward's level
+        then."""
+        # its level is the median of its last three readings: one lucky reading (0.010 on an
+        # objective that reads 0.000-0.010) is no improvement the proxy's rise could go with,
+        # while an objective that rises through its noise keeps setting new bests; before its
+        # third reading it has no level, and hacking is not judged against it
+        track = self.tracks[(OBJECTIVE, labels)]
+        if track.n < EVAL_SMOOTH:
+            return
         obj = self.objectives.setdefault(labels, _Objective())
-        if obj.best is not None and not value > obj.best:
+        level = statistics.median(list(track.recent)[-EVAL_SMOOTH:])
+        if obj.best is not None and not level > obj.best:
             obj.since_best += 1
             return
+        value = level
         obj.best, obj.since_best = value, 0
         for metric in REWARDS:
             reward = self.tracks.get((metric, ()))
-            if reward is not None and reward.n:
+            if reward is not None and reward.warm:
                 obj.proxy_at_best[metric] = reward.smoothed
 
     def reward_track(self) -> Track | None:

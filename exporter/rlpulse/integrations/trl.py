@@ -50,7 +50,7 @@ from rlpulse.integrations.common import (
     set_hyperparameters,
     starts_exporter,
 )
-from rlpulse.logs.base import nan_if_none
+from rlpulse.logs.base import Nulls
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
@@ -116,6 +116,7 @@ class RlpulseCallback(TrainerCallback):
         self._trainer: weakref.ref[Any] | None = None
         self._recorded: tuple[Any, ...] | None = None  # the batch recorded last
         self._given = exporter
+        self._nulls = Nulls()
         self._start = start
         self.all_ranks = all_ranks
         self.framework = framework
@@ -257,12 +258,9 @@ class RlpulseCallback(TrainerCallback):
     ) -> None:
         if self.exporter is None or not logs or not self._reports(state):
             return
-        # the same on every rank; TRL logs a metric that was NaN all window long as None
-        gathered = (
-            numbers({k: nan_if_none(v) for k, v in logs.items()})
-            if state.is_world_process_zero
-            else {}
-        )
+        # the same on every rank; TRL logs a metric that was NaN all window long as None:
+        # a None is NaN (``Nulls``, the rule of every log reader)
+        gathered = self._nulls(numbers(logs), dict(logs)) if state.is_world_process_zero else {}
         self.exporter.log(gathered, step=int(state.global_step))
 
     def on_train_end(

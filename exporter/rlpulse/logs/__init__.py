@@ -5,7 +5,8 @@ Formats: ``trl`` (trainer_state.json ``log_history``), ``verl-log`` (console lin
 ``sb3-eval-json`` (an evaluation-history document), ``tensorboard`` (event files), ``jsonl``
 (one object per line: tinker-cookbook ``metrics.jsonl``, W&B-style dumps), ``rllib-json`` and
 ``rllib-csv`` (Tune's ``result.json`` / ``progress.csv``), ``dopamine`` (baseline long-format
-JSON, one segment per run), ``deepspeed-chat`` (step-3 PPO console log), ``env-digest`` (a
+JSON, one segment per run), ``json-columns`` (an object of arrays, a segment per array length),
+``deepspeed-chat`` (step-3 PPO console log), ``env-digest`` (a
 per-environment epoch digest, one segment per environment). ``read_log(path)`` detects the
 format. Every reader streams, bounds what it holds in memory (one line, one JSON value, one CSV
 field) and reports a malformed file as one ``LogFormatError`` naming the file and position."""
@@ -19,7 +20,7 @@ from rlpulse.logs.base import LogFormatError, Record
 from rlpulse.logs.deepspeed_chat import read_deepspeed_chat
 from rlpulse.logs.detect import NAMES, detect_format
 from rlpulse.logs.digest import read_digest
-from rlpulse.logs.documents import read_dopamine, read_sb3_eval_json
+from rlpulse.logs.documents import read_dopamine, read_json_columns, read_sb3_eval_json
 from rlpulse.logs.jsonl import read_jsonl, read_verl_jsonl
 from rlpulse.logs.rllib import read_rllib_csv, read_rllib_json
 from rlpulse.logs.sb3_csv import read_sb3_csv
@@ -38,6 +39,7 @@ FORMATS: dict[str, Callable[[Path], Iterator[Record]]] = {
     "rllib-json": read_rllib_json,
     "rllib-csv": read_rllib_csv,
     "dopamine": read_dopamine,
+    "json-columns": read_json_columns,
     "deepspeed-chat": read_deepspeed_chat,
     "env-digest": read_digest,
 }

@@ -37,10 +37,30 @@ class LogFormatError(ValueError):
         self.problem = problem
 
 
-def nan_if_none(value: object) -> object:
-    """A ``null`` a framework wrote for a NaN (verl's file logger, TRL's all-NaN metrics) as
-    the NaN it stands for; anything else as it is."""
-    return math.nan if value is None else value
+class Nulls:
+    """One log's rule for ``null``, the same in every reader and integration: a null is a
+    non-finite value (what most JSON writers make of a NaN: verl's file logger, TRL's all-NaN
+    metrics, ``json.dumps`` workarounds) unless its key held a non-number (text, a flag, a list)
+    before, where it only means "no value"."""
+
+    def __init__(self) -> None:
+        self.text: set[str] = set()
+
+    def __call__(
+        self, values: dict[str, float], obj: dict[str, object], prefix: str = ""
+    ) -> dict[str, float]:
+        """``values`` (``flatten(obj)``, which skips nulls) with the nulls of ``obj`` added as
+        NaN under their ``/``-joined keys, but for keys that held a non-number before."""
+        for key, value in obj.items():
+            name = f"{prefix}{key}"
+            if isinstance(value, dict):
+                self(values, value, f"{name}/")
+            elif value is None:
+                if name not in self.text:
+                    values[name] = math.nan
+            elif name not in values:
+                self.text.add(name)
+        return values
 
 
 def number(value: object) -> float | None:

@@ -69,6 +69,7 @@ NAMES = (
     "rllib-json",
     "rllib-csv",
     "dopamine",
+    "json-columns",
     "deepspeed-chat",
     "env-digest",
 )
@@ -76,6 +77,8 @@ NAMES = (
 _FIRST_OBJECT = re.compile(r"\[\s*(\{[^{}]*\})")
 _KEY = re.compile(r'"([^"\\]+)"\s*:')
 _SB3_HISTORY = re.compile(r'^\s{0,8}"training_history"\s*:', re.MULTILINE)
+# a member whose value is an array of numbers: a column of a dict-of-arrays dump
+_COLUMN = re.compile(r'"[^"\\]+"\s*:\s*\[\s*(-?[\d.]|null|NaN|-?Infinity)')
 
 
 def _json_format(stripped: str, first_line: str) -> str:
@@ -85,6 +88,8 @@ def _json_format(stripped: str, first_line: str) -> str:
         # a pretty-printed document: trainer_state.json, or an SB3 evaluation history
         if '"log_history"' not in stripped and _SB3_HISTORY.search(stripped):
             return "sb3-eval-json"
+        if '"log_history"' not in stripped and _COLUMN.search(stripped):
+            return "json-columns"
         return "trl"
     if isinstance(first, dict) and "log_history" in first:
         return "trl"
@@ -92,6 +97,8 @@ def _json_format(stripped: str, first_line: str) -> str:
         return "verl-jsonl"
     if looks_like_rllib(first):
         return "rllib-json"
+    if stripped.strip() == first_line.strip() and _COLUMN.search(first_line):
+        return "json-columns"  # the whole file is one object holding arrays of numbers
     return "jsonl"
 
 

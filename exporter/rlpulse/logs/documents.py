@@ -11,6 +11,12 @@
   ``evaluate_policy`` result and is read under EvalCallback's keys (``eval/mean_reward``,
   ``eval/std_reward``); the summary scalars describe the finished run, not a step, and are
   not replayed.
+* ``json-columns``: one object of arrays, ``{"episode_rewards": [...], "eval_scores": [...]}``
+  (what a hand-written loop dumps at the end). Arrays of one length are the columns of one
+  table, a row per index (the step); arrays of another length are another series, logged at
+  another cadence nobody wrote down, so each length is its own **segment** named by its keys
+  rather than aligned by a guess. Top-level scalars describe the whole run and are not
+  replayed; a ``null`` in an array is a non-finite value (``base.Nulls``).
 """
 
 from __future__ import annotations
@@ -19,7 +25,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from rlpulse.logs.base import LogFormatError, Record, as_step, number
+from rlpulse.logs.base import LogFormatError, Nulls, Record, as_step, number
 from rlpulse.logs.trl import JsonStream
 
 DOPAMINE_KEYS = ("Iteration", "Value", "Agent")
@@ -45,6 +51,7 @@ def read_dopamine(path: Path) -> Iterator[Record]:
     """One record per (run, iteration); a run ends where ``Iteration`` stops increasing."""
     runs: dict[str, int] = {}  # agent -> runs seen
     last: tuple[str, int] | None = None
+    nulls = Nulls()
     with open(path, encoding="utf-8", errors="replace") as fh:
         for where, raw in JsonStream(path, fh).array():
             entry = _entry(path, where, raw, DOPAMINE_KEYS)
@@ -54,14 +61,38 @@ def read_dopamine(path: Path) -> Iterator[Record]:
             last = (agent, step)
             value = number(entry["Value"])
             values = {} if value is None else {DOPAMINE_RETURN: value}
+            nulls(values, {DOPAMINE_RETURN: entry["Value"]})
             yield Record(step, None, values, where, segment=f"{agent} #{runs[agent]}")
+
+
+def read_json_columns(path: Path) -> Iterator[Record]:
+    """One record per index of each group of equally long arrays (a segment per length when
+    the arrays differ in length, the longest first)."""
+    columns: dict[str, list[Any]] = {}
+    with open(path, encoding="utf-8", errors="replace") as fh:
+        stream = JsonStream(path, fh)
+        for key in stream.members():
+            value = stream.value()
+            if isinstance(value, list):
+                columns[key] = value
+    if not columns:
+        raise LogFormatError(path, "start", "no array in this JSON object (json-columns)")
+    lengths = sorted({len(v) for v in columns.values()}, reverse=True)
+    for length in lengths:
+        names = [k for k, v in columns.items() if len(v) == length]
+        segment = "+".join(names) if len(lengths) > 1 else ""
+        nulls = Nulls()
+        for i in range(length):
+            row = {k: columns[k][i] for k in names}
+            values = {k: v for k, v in ((k, number(x)) for k, x in row.items()) if v is not None}
+            yield Record(i, None, nulls(values, row), f"index {i}", segment=segment)
 
 
 def read_sb3_eval_json(path: Path) -> Iterator[Record]:
     """One record per ``training_history`` entry, at its ``step`` (environment steps)."""
     with open(path, encoding="utf-8", errors="replace") as fh:
         stream = JsonStream(path, fh)
-        found = False
+        found, nulls = False, Nulls()
         for key in stream.members():
             if key != SB3_HISTORY:
                 stream.value()
@@ -69,11 +100,11 @@ def read_sb3_eval_json(path: Path) -> Iterator[Record]:
             found = True
             for where, raw in stream.array():
                 entry = _entry(path, where, raw, ("step",))
+                row = {f"eval/{k}": x for k, x in entry.items() if k != "step"}
                 values = {
-                    f"eval/{k}": v
-                    for k, v in ((k, number(x)) for k, x in entry.items() if k != "step")
-                    if v is not None
+                    k: v for k, v in ((k, number(x)) for k, x in row.items()) if v is not None
                 }
+                nulls(values, row)
                 yield Record(_step(path, where, entry["step"]), None, values, where)
         if not found:
             raise stream.error(f"no {SB3_HISTORY!r} list in this document")

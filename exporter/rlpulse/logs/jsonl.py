@@ -2,9 +2,10 @@
 (``verl-jsonl``: ``{"step": N, "data": {key: value, ...}}`` per line, appended by
 ``verl.utils.tracking.FileLogger``). Both stream line by line.
 
-verl's file logger writes a NaN or ±Inf metric as JSON ``null``; a ``null`` in its ``data`` is
-read back as NaN, so the exporter counts it in ``rl_nonfinite_values_total`` instead of dropping
-it. A generic JSONL ``null`` stays "no value". Bare ``NaN``/``Infinity`` tokens (RLlib, Python's
+verl's file logger, and most JSON writers, write a NaN or ±Inf metric as JSON ``null``: in both
+formats a ``null`` is read back as NaN (``base.Nulls``, the rule of every reader), so the exporter
+counts it in ``rl_nonfinite_values_total`` instead of dropping it; only a ``null`` for a key that
+held text before is no value. Bare ``NaN``/``Infinity`` tokens (RLlib, Python's
 ``json.dumps``) are read as the non-finite numbers they stand for."""
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 
-from rlpulse.logs.base import LogFormatError, Record, as_step, flat, lines, nan_if_none, number
+from rlpulse.logs.base import LogFormatError, Nulls, Record, as_step, flat, lines, number
 
 STEP_KEYS = ("step", "global_step", "_step", "train/global_step", "iteration", "timestep")
 TIME_KEYS = ("timestamp", "_timestamp", "wall_time", "walltime")
@@ -60,9 +61,9 @@ def _timestamp(value: object) -> float | None:
 def read_jsonl(path: Path) -> Iterator[Record]:
     """Rows of a generic JSONL metrics log. The step is the first of ``STEP_KEYS`` present
     (else the previous step + 1); nested objects flatten to ``a/b`` keys."""
-    step = -1
+    step, nulls = -1, Nulls()
     for lineno, obj in objects(path):
-        values = flat(path, f"line {lineno}", obj)
+        values = nulls(flat(path, f"line {lineno}", obj), obj)
         raw = next((obj[k] for k in STEP_KEYS if k in obj), None)
         if raw is None:
             step += 1
@@ -79,6 +80,7 @@ def read_jsonl(path: Path) -> Iterator[Record]:
 
 def read_verl_jsonl(path: Path) -> Iterator[Record]:
     """Rows of verl's ``file`` logger: ``{"step": N, "data": {...}}`` per line."""
+    nulls = Nulls()
     for lineno, obj in objects(path):
         step, data = as_step(obj.get("step")), obj.get("data")
         if step is None or not isinstance(data, dict):
@@ -89,6 +91,4 @@ def read_verl_jsonl(path: Path) -> Iterator[Record]:
                 f"got keys {sorted(obj)[:6]}",
             )
         where = f"line {lineno}"
-        yield Record(
-            step, None, flat(path, where, {k: nan_if_none(v) for k, v in data.items()}), where
-        )
+        yield Record(step, None, nulls(flat(path, where, data), data), where)

@@ -8,8 +8,9 @@ soon as it is complete, so memory stays at one entry plus one chunk however long
 single value larger than ``MAX_VALUE`` characters is refused rather than read whole).
 
 TRL writes a metric whose every value in the logging window was NaN (a reward function that
-returned None for the whole batch, say) as ``null``: it is read back as NaN, so the exporter
-counts it in ``rl_nonfinite_values_total`` instead of dropping it."""
+returned None for the whole batch, say) as ``null``: it is read back as NaN (``base.Nulls``, the
+rule of every reader), so the exporter counts it in ``rl_nonfinite_values_total`` instead of
+dropping it."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
-from rlpulse.logs.base import LogFormatError, Record, as_step, flatten, nan_if_none
+from rlpulse.logs.base import LogFormatError, Nulls, Record, as_step, flatten
 
 CHUNK = 1 << 16
 MAX_VALUE = 1 << 26  # characters of one JSON value (an entry, a top-level member)
@@ -151,11 +152,16 @@ def _entries(stream: JsonStream) -> Iterator[tuple[str, Any]]:
             yield from stream.array()
             return
         stream.value()
-    raise stream.error("no 'log_history' in this trainer state")
+    raise stream.error(
+        "no 'log_history' in this trainer state; other JSON documents are read with --format "
+        "sb3-eval-json ('training_history'), json-columns (an object of arrays) or dopamine (an "
+        "array of {Iteration, Value, Agent})"
+    )
 
 
 def read_trl(path: Path) -> Iterator[Record]:
     """One record per ``log_history`` entry (the trainer's ``on_log`` dicts, eval ones too)."""
+    nulls = Nulls()
     with open(path, encoding="utf-8", errors="replace") as fh:
         stream = JsonStream(path, fh)
         for where, entry in _entries(stream):
@@ -168,5 +174,6 @@ def read_trl(path: Path) -> Iterator[Record]:
                 raise LogFormatError(
                     path, where, f"log entry has no integer 'step' ({entry.get('step')!r})"
                 )
-            values = flatten({k: nan_if_none(v) for k, v in entry.items() if k != "step"})
+            row = {k: v for k, v in entry.items() if k != "step"}
+            values = nulls(flatten(row), row)
             yield Record(step, None, values, where)

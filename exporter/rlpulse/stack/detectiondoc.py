@@ -48,13 +48,28 @@ Wall-clock rules remain for what is about time: liveness (relative to the run's 
 interval, `rl_step_interval_seconds`), a start-up hang, GPUs, host, throughput and latency tails.
 
 Signals are robust by construction rather than by tuning: levels are medians (one bad batch
-moves nothing), sustained levels need half of the last 2 x `smooth` values, gains and rises count
-only beyond three times the run's own step-to-step noise, spikes are measured against the
-history's 90th percentile (steps without learning signal and a near-zero gradient norm do not
-make every normal step a spike) or a robust z-score with a floor in nats, and held-out drops only
-beyond twice the readings' own noise. A reward is "hacked" when it rose since the **true
-objective** was last at its best and a later objective reading did not improve; declare which
-logged key is the objective with a key map (`docs/replay.md`, `rlpulse.start(key_map=...)`).
+moves nothing), sustained levels need half of the last 2 x `smooth` values, and a signal exists
+only once it has the values its alert text claims (no "median of the last 5 logged steps" on a
+3-step smoke test). **Noise** holds for smoothed inputs: SB3's `ep_rew_mean` (a 100-episode
+mean) or a windowed TRL mean barely moves from one value to the next but wanders over many, so
+the noise is the largest robust spread of the step-to-step differences and of second
+differences over up to 24 steps (a second difference leaves a learning curve's trend out). A
+**gain** counts only beyond six times that noise and after 15 values (a noise dip below a noisy
+early peak is not "most of the gain lost"); once counted, the noise it was judged by is kept
+through a fall, so a collapse that persists keeps paging. Entropy that falls while the reward
+rose and **holds its best** is convergence, not collapse: `entropy_ratio_to_peak` reads 1 then,
+and falls again as soon as the reward loses a quarter of its gain. Spikes are measured against
+the history's 90th percentile (steps without learning signal and a near-zero gradient norm do
+not make every normal step a spike) or a robust z-score with a floor in nats, and held-out drops
+only beyond twice the readings' own noise, against the **best of the whole run** (the best never
+decays, so a persisting drop keeps firing). A reward is "hacked" when it rose far (beyond three
+times its noise) since the **true objective** was last at its best and a later objective reading
+did not improve on it by more than twice the objective's own noise: a proxy that climbs while
+the objective stays flat is hacking whether or not the objective ever fell. A reward that varied
+and then reads one value below its peak over many more readings in a row than it ever did is a
+**dead reward signal** (`reward_frozen_ratio`; a reward pinned at its peak is a solved task).
+Declare which logged key is the objective with a key map (`docs/replay.md`,
+`rlpulse.start(key_map=...)`).
 """
 
 

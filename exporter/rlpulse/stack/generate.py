@@ -26,6 +26,7 @@ from rlpulse.stack import (
     levels,
     output,
     prometheus,
+    qualitydoc,
     rules,
     ruletests,
     runbooks,
@@ -102,6 +103,7 @@ def render(cfg: Config, *, kubernetes: bool = False) -> dict[str, str]:
     files.update(runbooks.render(cfg))
     files.update(configdoc.render())
     files.update(detectiondoc.render())
+    files.update(qualitydoc.render())
     files["docs/metrics.md"] = reference.as_markdown()
     files["docs/frameworks.md"] = keysdoc.markdown()
     # imported here: the dashboards pull in grafana-foundation-sdk, which the rules do not need

@@ -244,6 +244,38 @@ REWARD_COLLAPSE = StepAlert(
         ),
     ),
 )
+REWARD_LOST = StepAlert(
+    name="RLRewardSignalLost",
+    key="reward_signal_lost",
+    area="rl",
+    signal="reward_frozen_ratio",
+    summary="The reward stopped moving below its peak: the reward signal is likely dead.",
+    subject="The stretch of unchanged reward readings",
+    relation="the longest earlier stretch at one value",
+    healthy=0.0,
+    warning=2.0,
+    critical=3.0,
+    runbook=Runbook(
+        "The reward (episode return, or the logged reward mean) varied earlier in the run and "
+        "now reads one value, below its peak, over many more readings in a row than it ever "
+        "did before: a grader returning a constant, a reward wrapper zeroing it, a reward "
+        "service answering a default. The policy gets no learning signal and drifts. A reward "
+        "pinned at its peak (a solved task, CartPole's 500) does not fire.",
+        panels.see(
+            panels.TRAINING,
+            panels.alert_signal("RLRewardSignalLost", "reward_frozen_ratio"),
+            panels.REWARD,
+            panels.REWARD_COMPONENTS,
+        ),
+        (
+            "Read a few recent rollouts and their rewards: is the grader or reward function "
+            "returning one value for every sample?",
+            "Check the grader (RLGraderErrors, grader_version in the run metadata) and any "
+            "reward wrapper or normalisation changed at the step the reward froze.",
+            "Once fixed, resume from the checkpoint before the reward froze.",
+        ),
+    ),
+)
 ZERO_STD = StepAlert(
     name="RLZeroStdGroupsHigh",
     key="zero_std_groups_high",
@@ -300,6 +332,7 @@ STEP_ALERTS: tuple[StepAlert, ...] = (
     GRAD_SPIKE,
     VALUE_LOSS,
     REWARD_COLLAPSE,
+    REWARD_LOST,
     ZERO_STD,
     ADVANTAGE_COLLAPSE,
 )

@@ -10,7 +10,8 @@ failures. Each run's own log goes through ``rlpulse replay`` with the shipped ru
 TRL runs also report live to ``rlpulse stack up --fast`` (real Prometheus and Alertmanager,
 PagerDuty stand-in on 127.0.0.1) through their callbacks, the CleanRL runs through ``rlpulse
 tail-tensorboard``, and their log is replayed with the same fast rules to compare. Prints the
-table, writes benchmarks/results/alert-matrix.json and docs/alert-quality-trainings.md.
+table, writes rlpulse/stack/quality/alert-matrix.json (from which ``rlpulse generate`` renders
+docs/alert-quality-trainings.md) and that document.
 Minutes on 2 CPUs (``--quick``: one healthy seed, shorter runs).
 """
 
@@ -19,6 +20,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import subprocess
 import tempfile
 import time
 from collections.abc import Callable
@@ -36,6 +38,10 @@ RESULTS = qualitydoc.MATRIX  # rendered into DOC by ``rlpulse generate`` too
 DOC = REPO / "docs" / "alert-quality-trainings.md"
 COMMAND = ".venv/bin/python -m benchmarks.bench_alert_matrix"
 SEEDS = (0, 1, 2)
+# the commit whose rules and signals a row was measured on (``--only`` keeps older rows)
+MEASURED = subprocess.run(
+    ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True, check=False
+).stdout.strip()
 FRAMEWORKS = {**tr.FAILURES, "trl-grpo": trl_grpo.FAILURES}
 LIVE_CALLBACK = ("sb3-ppo", "sb3-a2c", "sb3-dqn", "trl-grpo")  # report through their callback
 LIVE = (*LIVE_CALLBACK, "cleanrl-ppo")  # and CleanRL's events, followed by the tailer
@@ -177,7 +183,7 @@ def _one(
             "replay_fast_incidents": am.incidents(fast),
         }
     say(f"{run.run_id}: {time.time() - t0:.0f}s {verdict.alerts}")
-    return am.row(run, verdict)
+    return {**am.row(run, verdict), "measured": MEASURED}
 
 
 def totals(rows: list[dict]) -> dict[str, Any]:

@@ -10,6 +10,7 @@ from pathlib import Path
 from types import ModuleType
 
 from rlpulse.replay import replay
+from rlpulse.stack import qualitydoc
 from rlpulse.stack.config import Config
 from rlpulse.stack.rules import all_alerts
 from tests.corpus import CORPUS, needs_corpus
@@ -68,7 +69,7 @@ def test_report_classifies_and_measures(tmp_path: Path) -> None:
     assert failing.delay() == onset - 30  # one record per step
     assert failing.incidents() == ["RLEntropyCollapse"]
     assert failing.unstable() == []  # keeps firing to the end of the run
-    text = aq.markdown([failing, healthy])
+    text = qualitydoc.corpus_doc(aq.results([failing, healthy]))  # what generate renders
     assert f"TP RLEntropyCollapse (critical @ {onset})" in text
     assert f"FP RLEntropyCollapse (critical @ {onset})" in text
     assert "- Failing runs caught by a relevant alert: **1 of 1**." in text

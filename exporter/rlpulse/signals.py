@@ -16,7 +16,8 @@ Every statistic works on the run's own values, in steps:
 - *noise*: the noise of the history: the robust spread (MAD around their median, so a steady
   trend adds nothing) of its step-to-step differences / sqrt 2, or of its second differences at
   lags 2 to 24 over the last ``4 * history`` values / sqrt 6 where larger (a second difference
-  ``x[t+L] - 2 x[t] + x[t-L]`` leaves out a trend, even a bending learning curve). A running mean
+  ``x[t+L] - 2 x[t] + x[t-L]`` leaves out a steady trend; a lag counts once the values span 6 of
+  them, so a short run's own bending learning curve does not read as noise). A running mean
   (SB3's 100-episode ``ep_rew_mean``, a windowed TRL mean) barely moves from one value to the
   next but wanders over many: the longer lags see that wander;
 - *history*: the last ``history`` raw values before the current one (median and MAD for spikes).
@@ -50,7 +51,8 @@ Unit = Literal["fraction", "multiple", "nats", "sigma"]
 NOISE_LAGS = (2, 4, 8, 16, 24)  # longer lags of the noise estimate
 NOISE_SPAN = 4  # the noise looks at this many histories of values (a 100-episode mean wanders
 # over 25 values logged every 4 episodes: a few such windows are needed to see its spread)
-NOISE_MIN_DIFFS = 8  # differences a lag needs before its spread counts
+NOISE_MIN_SPAN = 6  # a lag counts once the values span this many lags (a short run's own
+# learning curve bends within a few long lags and would read as noise)
 
 
 @dataclass(frozen=True)
@@ -158,7 +160,7 @@ class Track:
         noise = (1.4826 * mad if mad > 0 else statistics.pstdev(d)) / math.sqrt(2)
         h = list(self.span)
         for lag in NOISE_LAGS:
-            if lag > longest or len(h) - 2 * lag < NOISE_MIN_DIFFS:
+            if lag > longest or len(h) < NOISE_MIN_SPAN * lag:
                 break
             d = sorted(h[i + lag] - 2 * h[i] + h[i - lag] for i in range(lag, len(h) - lag))
             noise = max(noise, 1.4826 * _mad(d) / math.sqrt(6))
@@ -271,7 +273,8 @@ def gain(t: Track) -> float:
     g = t.level_peak - t.level_start
     # the noise is measured while the level is in its upper half, and kept through a fall (a
     # fall's own step would read as noise and clear a persisting collapse)
-    if t.smoothed >= t.level_start + g / 2 or math.isnan(t.gain_noise):
+    upper = t.level_start + g / 2
+    if (t.smoothed >= upper and t.last >= upper) or math.isnan(t.gain_noise):
         t.gain_noise = t.noise()
     big = max(abs(t.level_start), abs(t.level_peak))
     if t.n < GAIN_MIN_READINGS or math.isnan(t.gain_noise):

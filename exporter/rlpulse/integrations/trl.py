@@ -50,7 +50,7 @@ from rlpulse.integrations.common import (
     set_hyperparameters,
     starts_exporter,
 )
-from rlpulse.logs.base import Nulls
+from rlpulse.logs.base import Nulls, nan_if_none
 
 try:
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments

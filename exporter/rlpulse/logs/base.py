@@ -37,6 +37,12 @@ class LogFormatError(ValueError):
         self.problem = problem
 
 
+def nan_if_none(value: object) -> object:
+    """One sample's ``None`` (a reward function that could not score it) as NaN; anything
+    else as it is. Metrics dicts go through ``Nulls``."""
+    return math.nan if value is None else value
+
+
 class Nulls:
     """One log's rule for ``null``, the same in every reader and integration: a null is a
     non-finite value (what most JSON writers make of a NaN: verl's file logger, TRL's all-NaN

@@ -53,7 +53,9 @@ only once it has the values its alert text claims (no "median of the last 5 logg
 3-step smoke test). **Noise** holds for smoothed inputs: SB3's `ep_rew_mean` (a 100-episode
 mean) or a windowed TRL mean barely moves from one value to the next but wanders over many, so
 the noise is the largest robust spread of the step-to-step differences and of second
-differences over up to 24 steps (a second difference leaves a learning curve's trend out). A
+differences over up to 24 steps (a second difference leaves a steady trend out; a lag counts once
+the values span 6 of them, so a short run's own learning curve does not read as noise: before
+~150 values the wander of a 100-episode mean can still read as a small gain). A
 **gain** counts only beyond six times that noise and after 15 values (a noise dip below a noisy
 early peak is not "most of the gain lost"); once counted, the noise it was judged by is kept
 through a fall, so a collapse that persists keeps paging. Entropy that falls while the reward

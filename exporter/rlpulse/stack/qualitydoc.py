@@ -256,6 +256,26 @@ def missed(rows: list[dict]) -> str:
     return "\n".join(out) or "None."
 
 
+EARLIER = "4d62b14"  # the measurement before rows carried their commit
+
+
+def measured(rows: list[dict]) -> str:
+    """Which commit's rules and signals each framework's rows were measured on."""
+    by: dict[str, list[str]] = {}
+    for r in rows:
+        fws = by.setdefault(r.get("measured") or EARLIER, [])
+        if r["framework"] not in fws:
+            fws.append(r["framework"])
+    if len(by) == 1:
+        return f"Every row measured on the rules and signals of commit `{next(iter(by))}`."
+    parts = [f"`{c}`: {', '.join(fws)}" for c, fws in by.items()]
+    return (
+        "Rows measured on the rules and signals of different commits (`--only FRAMEWORK` "
+        "re-measures one framework and keeps the others' rows): " + "; ".join(parts) + ". "
+        f"Figures of rows measured on `{EARLIER}` predate issue 24's detection changes."
+    )
+
+
 def totals_table(tot: dict[str, Any]) -> str:
     """Shipped against fast rules, against the targets."""
     n, h = tot["failures"], tot["healthy_runs"]
@@ -311,6 +331,8 @@ steps from the damage to that alert (negative: ahead of it). *Incidents*: critic
 cause-based inhibition.
 
 ## Totals
+
+{measured(rows)}
 
 Shipped rules (15 s scrapes and evaluations) / fast preset (1 s, every duration / 60, what the
 live stack runs). These trainings log a step every 0.3-1 s, so at 15 s scrapes Prometheus sees

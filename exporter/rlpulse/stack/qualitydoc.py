@@ -474,10 +474,15 @@ def heldout_doc(res: dict[str, Any]) -> str:
         "",
         "# Alert quality on a held-out set",
         "",
-        "Causes and runs detection was not tuned on (issue 24): real trainings with seeds none "
-        f"of the tuning used ({', '.join(map(str, res['seeds']))}) and causes the alert matrix "
+        "Causes and runs detection was not tuned on (issue 24). The set "
+        "(`scripts/heldout_quality.py`, `CASES`) holds real trainings (SB3 on CartPole, the "
+        "Q-learning tutorial loop on FrozenLake) with seeds none of the tuning used "
+        f"({', '.join(map(str, res['seeds']))}) and causes the alert matrix "
         "([alert-quality-trainings.md](alert-quality-trainings.md)) does not induce, and "
         "TRL-keyed logs generated with TRL's GRPO keys and replayed with `--framework trl`. "
+        "**This measurement covers: "
+        + ", ".join(sorted({r["framework"] for r in runs}))
+        + "** (the other cases of the set were not run in it). "
         "Every run was judged **before** it was replayed: its kind, the step its failure "
         "begins and the alerts that name that failure follow from the cause alone (the `why` "
         "column; `scripts/heldout_quality.py`, `CASES`). Each run's own log is replayed with "

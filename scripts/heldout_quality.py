@@ -259,16 +259,20 @@ def judge(case: Case, run: Run) -> dict[str, Any]:
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-sb3", action="store_true", help="skip the SB3 trainings")
-    ap.add_argument("--only", help="only cases of this framework")
+    ap.add_argument("--only", help="only cases of this framework (the others' rows are kept)")
+    ap.add_argument("--first-seed", action="store_true", help="one seed per case")
     args = ap.parse_args(argv)
     rows = []
+    if args.only and qualitydoc.HELDOUT.exists():
+        kept = qualitydoc.load(qualitydoc.HELDOUT)["runs"]
+        rows = [r for r in kept if r["framework"] != args.only]
     with tempfile.TemporaryDirectory(prefix="rlpulse-heldout-") as tmp:
         for case in CASES:
             if args.no_sb3 and case.framework.startswith("sb3"):
                 continue
             if args.only and case.framework != args.only:
                 continue
-            for seed in case.seeds:
+            for seed in case.seeds[:1] if args.first_seed else case.seeds:
                 run = case.train(case.scenario, seed, Path(tmp))
                 row = judge(case, run)
                 rows.append(row)

@@ -87,14 +87,6 @@ class Selector:
         labels = ", ".join(("le", *by))
         return f"histogram_quantile({q}, sum by ({labels}) ({self.rate(name, '_bucket')}))"
 
-    def mean(self, name: str, by: Sequence[str] = ()) -> str:
-        """Mean observation of a catalog histogram over ``$__rate_interval`` (sum / count)."""
-        labels = ", ".join(by)
-        return (
-            f"sum by ({labels}) ({self.rate(name, '_sum')})"
-            f" / sum by ({labels}) ({self.rate(name, '_count')})"
-        )
-
 
 @dataclass(frozen=True)
 class Recorded:

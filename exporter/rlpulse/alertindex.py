@@ -28,6 +28,7 @@ SEVERITIES: dict[str, tuple[str, ...]] = {
     "RLResponseLengthExplosion": ("critical", "warning"),
     "RLRewardCollapse": ("critical", "warning"),
     "RLRewardHacking": ("critical", "warning"),
+    "RLRewardSignalLost": ("warning",),
     "RLRolloutLatencyTail": ("warning",),
     "RLRunCrashed": ("critical",),
     "RLSlowRank": ("warning",),
@@ -157,6 +158,13 @@ LEVELS: dict[tuple[str, str], tuple[str, bool, float, str, str]] = {
         0.25,
         "Training reward",
         "fraction",
+    ),
+    ("RLRewardSignalLost", "warning"): (
+        "reward_frozen_ratio",
+        True,
+        2.0,
+        "The stretch of unchanged reward readings",
+        "multiple",
     ),
     ("RLTruncationHigh", "critical"): (
         "truncation_level",

@@ -93,6 +93,7 @@ class Track:
         self.level_start = math.nan
         self.gain_noise = math.nan  # the noise a gain is judged by (``gain``)
         self.best3 = math.nan  # the best median of three readings (``_drop_from_best``)
+        self.settled = False  # the reward held its best before entropy halved (``_entropy...``)
         # readings in a row at one value, and the longest such stretch before it
         self.same = 0
         self.longest_same = 0
@@ -294,17 +295,24 @@ def _gain_lost(d: Detector, t: Track, key: str) -> tuple[float, float]:
 
 
 HOLDS_BEST = 0.25  # a reward within this share of its gain from its peak holds its best
+FALL_BEGUN = 0.5  # entropy below this share of its peak has begun to fall
 
 
 def _entropy_collapse(d: Detector, t: Track, key: str) -> tuple[float, float]:
-    """Smoothed entropy against its peak, 1 while the reward rose significantly and holds its
-    best (a policy converging, not collapsing)."""
+    """Smoothed entropy against its peak, 1 while the reward rose significantly, held its best
+    before entropy had halved, and still holds it (a policy converging: the return stopped
+    improving first). Entropy gone before the return's gain was in, or a return falling with
+    it, is a collapse."""
     ratio, peak = _ratio_to_peak(d, t, key)
     reward = d.reward_track()
-    if reward is not None and not math.isnan(ratio):
-        g = gain(reward)
-        if g > 0 and reward.level_peak - reward.smoothed <= HOLDS_BEST * g:
-            return 1.0, peak
+    if reward is None or math.isnan(ratio):
+        return ratio, peak
+    g = gain(reward)
+    holds = g > 0 and reward.level_peak - reward.smoothed <= HOLDS_BEST * g
+    if ratio >= FALL_BEGUN:
+        t.settled = holds
+    elif holds and t.settled:
+        return 1.0, peak
     return ratio, peak
 
 

@@ -575,6 +575,9 @@ class PanelQuery:
         return self.expr != self.raw
 
 
+_RANGE_AFTER_PARENS = re.compile(r"\)\[([0-9a-z$_]+)\]")
+
+
 def inline_recordings(expr: str, cfg: cfgmod.Config) -> str:
     """``expr`` with every recorded series replaced by its rule's expression, the selector's
     matchers pushed into the rule's raw selectors (``Config.selectors``): what the panel would
@@ -596,7 +599,8 @@ def inline_recordings(expr: str, cfg: cfgmod.Config) -> str:
         expr, before = _RECORDED_REF.sub(sub, expr), expr
         if expr == before:
             break
-    return expr
+    # a range over a recorded series becomes a subquery over its inlined expression
+    return _RANGE_AFTER_PARENS.sub(r")[\1:]", expr)
 
 
 def panel_queries(cfg: cfgmod.Config, rate_interval: str) -> list[PanelQuery]:

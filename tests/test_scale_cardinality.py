@@ -50,9 +50,10 @@ def _base(sample_name: str) -> str:
     return sample_name
 
 
-def _fed(rank: int, steps: int = 30) -> Iterator[tuple[Exporter, str]]:
+def _fed(rank: int, steps: int = 60) -> Iterator[tuple[Exporter, str]]:
     """A started simulated rank, fed ``steps`` steps; yields (exporter, scrape) twice: after
-    ``steps`` and after as many more."""
+    ``steps`` and after as many more. 60 steps warm every step signal up: a baseline is exported
+    once it is defined (the hacking signal's once the reward's gain counts, after 15 values)."""
     exp = bench_scale.rank_exporter(rank, GPUS).start()
     rng = random.Random(rank)
     try:

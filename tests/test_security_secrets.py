@@ -133,7 +133,7 @@ def test_exporter_logs_and_scrapes_hold_no_credential(
     assert "rl_run_info" in bodies[0] and "rl_run_info" in bodies[2]
     assert not _leaks(str(err.value), secrets)
     logged = "\n".join(r.getMessage() for r in caplog.records)
-    assert "rlpulse: serving" in logged  # the log was captured
+    assert " serving at " in logged  # the log was captured
     assert not _leaks(logged, secrets)
     for body in bodies:
         assert not _leaks(body, secrets)

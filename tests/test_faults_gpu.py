@@ -37,9 +37,15 @@ class Load:
     steps: list[int] = field(default_factory=list)
     errors: list[BaseException] = field(default_factory=list)
 
-    def during(self, phase: str, seconds: float) -> None:
+    def during(self, phase: str, seconds: float, scrapes: int = 2, limit: float = 60) -> None:
+        """Hold ``phase`` ``seconds``, and on until ``scrapes`` whole scrapes fell inside it
+        (a scrape first applies the calls the writers queued: on a loaded machine it can take
+        longer than the phase)."""
         self.phase = phase
         time.sleep(seconds)
+        deadline = time.monotonic() + limit
+        while len(self.seen(phase)) < scrapes and time.monotonic() < deadline:
+            time.sleep(0.05)
 
     def seen(self, phase: str) -> list[Scrape]:
         return [s for s in self.scrapes if s.phase == phase]

@@ -6,7 +6,8 @@ at the call (``rlpulse.coerce``: no reference to a user object is kept) and appe
 the order it was made. One daemon thread per process (``rlpulse-apply``) applies every live
 exporter's queue: a call that finds its queue idle wakes it, and it waits ``BATCH_SECONDS`` for
 more calls before it applies them all. A scrape applies what is left before it reads, so it is
-never stale. Past ``MAX_QUEUED`` waiting calls a call is dropped and counted
+never stale (it applies the calls made before it began, not those that keep coming). Past
+``MAX_QUEUED`` waiting calls a call is dropped and counted
 (``rlpulse_dropped_values_total{reason="queue_full"}``, said once at once), never blocking.
 """
 
@@ -82,12 +83,13 @@ class Calls:
         _wake()
 
     def apply(self, pause: Pause | None = None) -> None:
-        """Apply the queued calls in order; ``pause`` (called after each while fewer than
-        ``BACKLOG`` wait) hands the GIL back to the training thread between them. Calls queued
-        meanwhile are applied too."""
+        """Apply the calls queued so far, in order; ``pause`` (called after each while fewer
+        than ``BACKLOG`` wait) hands the GIL back to the training thread between them. Calls
+        queued meanwhile wait for the next apply: writers faster than the apply must not hold
+        an applier (and a scrape waiting behind it) forever."""
         queue = self.queue
         with self.lock:
-            while queue:
+            for _ in range(len(queue)):
                 fn, args = queue.popleft()
                 fn(*args)
                 if pause is not None and len(queue) < BACKLOG:

@@ -63,9 +63,11 @@ class TargetDownKnobs(AlertConfig):
 # Each target's run, kept while the run has not said it ended: the last time the target served
 # it (its rl_run_info scraped), with the run's metadata. A latch: the rule reads its own previous
 # value, so a run that died unannounced stays here however long ago it died, until its target
-# serves another run, is dropped from discovery (the launcher removed it), or a last scrape
-# carries its end mark. Prometheus 2.x and 3.x evaluate it alike; a Prometheus that stops
-# evaluating for longer than its lookback delta (5m) forgets the runs that were dead then.
+# serves another run, is dropped from discovery (the launcher removed it), or a scrape within
+# windows.recent carried its end mark (read over that window, not at one evaluation: an
+# evaluation can fall after the end's scrape was appended late and the next scrape failed).
+# Prometheus 2.x and 3.x evaluate it alike; a Prometheus that stops evaluating for longer
+# than its lookback delta (5m) forgets the runs that were dead then.
 SERVED = record_name("target", RUN_INFO, "last_served")
 RUN_META = ("model", "git_sha", "framework", "owner", "user")
 
@@ -75,7 +77,11 @@ def _served(q: Query, k: TargetDownKnobs) -> list[Recording]:
         f"max by ({TARGET_BY}, {', '.join(RUN_META)}) (timestamp({q.s(RUN_INFO)}))"
         f" unless on({TARGET_BY}) {q.s(FINISHED)}"
     )
-    kept = f"{SERVED} and on(job, instance) {q.up()} unless on(job, instance) {q.s(RUN_INFO)}"
+    ended = f"last_over_time({q.s(FINISHED)}[{q.w.recent}])"
+    kept = (
+        f"{SERVED} and on(job, instance) {q.up()} unless on(job, instance) {q.s(RUN_INFO)}"
+        f" unless on({TARGET_BY}) {ended}"
+    )
     return [Recording(SERVED, f"({live}) or ({kept})")]
 
 

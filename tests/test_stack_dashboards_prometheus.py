@@ -412,6 +412,16 @@ def test_since_last_log_keeps_counting_after_a_kill(stack: Stack) -> None:
     assert now > 5  # the kill was more than the wait for the idle windows ago
 
 
+@pytest.mark.parametrize("run", [FINISHED, CRASHED])
+def test_since_last_log_stops_at_a_run_that_said_it_ended(stack: Stack, run: str) -> None:
+    """An ended run is not a hanging one: the clock stops at its end (no red stat for it)."""
+    expr = _expand(_panel_expr("rl-training.json", "Since last log"), run)
+    (now,) = [v for _, _, v in _values(query(stack.url, expr, stack.end))]
+    (before,) = [v for _, _, v in _values(query(stack.url, expr, stack.end - 5))]
+    assert now == before
+    assert 0 <= now < 5  # it logged until shortly before its end
+
+
 def test_comparison_tables_show_finished_runs(stack: Stack) -> None:
     runs = query(stack.url, _expand(_panel_expr("rl-comparison.json", "Runs"), ".*"), stack.end)
     assert {s["metric"]["run_id"] for s in runs["data"]["result"]} == set(RUNS)

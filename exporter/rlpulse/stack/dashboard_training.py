@@ -95,19 +95,24 @@ def train_steps_rate() -> stat.Panel:
     )
 
 
+def since_last_log_expr() -> str:
+    """Seconds from the run's last log to now, or to its end once it said it ended."""
+    last = f"max by (run_id) (last_over_time({REC(LAST_LOG_NEWEST)}[$__range]))"
+    ended = (
+        f"max by (run_id) (last_over_time({SEL('rl_run_finished_timestamp_seconds')}[$__range]))"
+    )
+    return f"(({ended} - {last}) >= 0) or (time() - {last})"
+
+
 def since_last_log() -> stat.Panel:
     return single_stat(
         "Since last log",
         "s",
         "Seconds since the trainer last called log() on any rank, from the last log time seen "
         "in the time range: grows while a loop hangs and keeps growing after the process died "
-        "(its series are gone, their last value is not).",
-        [
-            Query(
-                f"time() - max by (run_id) (last_over_time({REC(LAST_LOG_NEWEST)}[$__range]))",
-                RUN,
-            )
-        ],
+        "(its series are gone, their last value is not). A run that said it ended (finished, "
+        "stopped, crashed) stops the clock at its end: the gap between its last log and its end.",
+        [Query(since_last_log_expr(), RUN)],
     ).thresholds(thresholds((None, "green"), (120.0, "orange"), (600.0, "red")))
 
 

@@ -366,6 +366,30 @@ def test_a_reward_frozen_below_its_peak_is_a_lost_signal() -> None:
         assert max(trace) < 2, (seed, max(trace))
 
 
+def test_a_binary_reward_is_judged_by_its_own_frequencies() -> None:
+    """Issue 24.7 on 0/1 returns (slippery FrozenLake): a success rate of 1.5 % for 600
+    episodes, then rising to 0.7, is flat at 0 for long healthy stretches, which its own
+    frequency explains; the same run whose reward wrapper answers 0 from episode 2000 pages
+    once those zeros are no longer luck (0.7 success: within 60 episodes)."""
+    for seed in range(4):
+        rng = random.Random(seed)
+        rate = [0.015 if e < 600 else min(0.7, 0.015 + (e - 600) / 1300) for e in range(2600)]
+        wins = [float(rng.random() < p) for p in rate]
+        for broken in (False, True):
+            returns = [0.0 if broken and e >= 2000 else w for e, w in enumerate(wins)]
+            trace = _trace(
+                _exporter(),
+                [{"episode_return": r} for r in returns],
+                ("reward_frozen_ratio", "episode_return"),
+            )
+            if not broken:
+                assert max(trace) < 2, (seed, max(trace))
+            else:
+                assert max(trace[:2000]) < 2
+                caught = next(i for i, v in enumerate(trace) if v >= 3)
+                assert 2000 < caught <= 2060, (seed, caught)
+
+
 def test_a_return_falling_over_many_rows_is_read_within_three_rows() -> None:
     """Issue 24.9: exploration forced to 1.0 takes SB3's 100-episode mean down one episode at a
     time over ~25 rows; the loss reads 0.5 within 3 rows of the logged mean losing half its

@@ -28,7 +28,7 @@ SEVERITIES: dict[str, tuple[str, ...]] = {
     "RLResponseLengthExplosion": ("critical", "warning"),
     "RLRewardCollapse": ("critical", "warning"),
     "RLRewardHacking": ("critical", "warning"),
-    "RLRewardSignalLost": ("warning",),
+    "RLRewardSignalLost": ("critical", "warning"),
     "RLRolloutLatencyTail": ("warning",),
     "RLRunCrashed": ("critical",),
     "RLSlowRank": ("warning",),
@@ -158,6 +158,13 @@ LEVELS: dict[tuple[str, str], tuple[str, bool, float, str, str]] = {
         0.25,
         "Training reward",
         "fraction",
+    ),
+    ("RLRewardSignalLost", "critical"): (
+        "reward_frozen_ratio",
+        True,
+        3.0,
+        "The stretch of unchanged reward readings",
+        "multiple",
     ),
     ("RLRewardSignalLost", "warning"): (
         "reward_frozen_ratio",

@@ -94,9 +94,7 @@ class Track:
         self.gain_noise = math.nan  # the noise a gain is judged by (``gain``)
         self.best3 = math.nan  # the best median of three readings (``_drop_from_best``)
         self.settled = False  # the reward held its best before entropy halved (``_entropy...``)
-        # readings in a row at one value, and the longest such stretch before it
-        self.same = 0
-        self.longest_same = 0
+        self.stretches: Stretches | None = None  # a reward's runs of one value (``_frozen``)
 
     @property
     def warm(self) -> bool:
@@ -107,11 +105,8 @@ class Track:
             return
         if not math.isnan(self.last):
             self._keep(self.last)
-        if value == self.last:
-            self.same += 1
-        else:
-            self.longest_same = max(self.longest_same, self.same)
-            self.same = 1
+        if self.stretches is not None:
+            self.stretches.add(value)
         self.n += 1
         self.last = value
         self.recent.append(value)
@@ -317,19 +312,67 @@ def _entropy_collapse(d: Detector, t: Track, key: str) -> tuple[float, float]:
 
 
 FROZEN_MIN = 10  # readings at one value that are never unusual, whatever the run did before
+FROZEN_RECENT = 500  # readings an ended stretch stays the baseline for
+FROZEN_VALUES = 64  # distinct values whose frequency is counted (a discrete reward has few)
+FROZEN_CHANCE = -6.0  # log10 chance below which a stretch is not the value's own frequency
+
+
+class Stretches:
+    """Runs of one value in a series: the current one, the longest that ended within the last
+    ``FROZEN_RECENT`` readings, and how often each value was read (the first
+    ``FROZEN_VALUES`` distinct ones; a continuous series reads each value about once)."""
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.value = math.nan
+        self.same = 0
+        self.varied = False
+        # (reading the stretch ended at, its length), lengths decreasing: a sliding maximum
+        self._ended: deque[tuple[int, int]] = deque()
+        self._counts: dict[float, int] = {}
+
+    def add(self, value: float) -> None:
+        self.n += 1
+        if value == self.value:
+            self.same += 1
+        else:
+            if self.same:
+                self.varied = True
+                while self._ended and self._ended[-1][1] <= self.same:
+                    self._ended.pop()
+                self._ended.append((self.n - 1, self.same))
+            self.value, self.same = value, 1
+        while self._ended and self._ended[0][0] <= self.n - FROZEN_RECENT:
+            self._ended.popleft()
+        if value in self._counts or len(self._counts) < FROZEN_VALUES:
+            self._counts[value] = self._counts.get(value, 0) + 1
+
+    def longest(self) -> int:
+        """The longest stretch that ended within the last ``FROZEN_RECENT`` readings."""
+        return self._ended[0][1] if self._ended else 0
+
+    def log_chance(self) -> float:
+        """log10 of the chance that the current stretch is luck: each reading taking this value
+        as often as it did before the stretch (Laplace-smoothed), independently."""
+        before = self.n - self.same
+        count = max(self._counts.get(self.value, 0) - self.same, 0)
+        return self.same * math.log10((count + 1) / (before + 2))
 
 
 def _frozen(d: Detector, t: Track, key: str) -> tuple[float, float]:
     """Readings in a row at one value below the reward's peak, as a multiple of the longest
-    such stretch before it (at least ``FROZEN_MIN``): a reward that varied and now never moves
-    comes from a dead reward signal (a grader returning a constant, a reward wrapper zeroing
-    it). At the peak it is a solved task (CartPole's 500). 0 until the reward varied once."""
-    if not t.warm or t.longest_same == 0:
-        return math.nan if not t.warm else 0.0, math.nan
-    base = max(t.longest_same, FROZEN_MIN)
-    if not t.last < t.peak:
+    such stretch in the last ``FROZEN_RECENT`` readings (at least ``FROZEN_MIN``): a reward
+    that varied and now never moves comes from a dead reward signal (a grader returning a
+    constant, a reward wrapper zeroing it). At the peak it is a solved task (CartPole's 500).
+    0 until the reward varied once, and while the value's own frequency explains the stretch
+    (chance above 1e-6: a 0/1 reward that is mostly 0 is flat for long healthy stretches)."""
+    s = t.stretches
+    if s is None or not t.warm:
+        return math.nan, math.nan
+    base = max(s.longest(), FROZEN_MIN)
+    if not s.varied or not t.last < t.peak or s.log_chance() > FROZEN_CHANCE:
         return 0.0, base
-    return t.same / base, base
+    return s.same / base, base
 
 
 EVAL_SMOOTH = 3  # eval readings are rare: a drop must hold over the median of the last three
@@ -466,7 +509,9 @@ SIGNALS: tuple[Signal, ...] = (
             "above",
             _frozen,
             "Readings in a row at one value below the reward's peak, as a multiple of the "
-            "longest such stretch before (at least 10); 0 at the peak (a solved task).",
+            "longest such stretch in the last 500 readings (at least 10); 0 at the peak (a "
+            "solved task) and while the value's own frequency explains the stretch (chance "
+            "above 1e-6).",
             "multiple",
         )
         for m in REWARDS
@@ -696,6 +741,8 @@ class Detector:
         track = self.tracks.get(key)
         if track is None:
             track = self.tracks[key] = Track(self.w)
+            if metric in REWARDS:
+                track.stretches = Stretches()
         track.add(value)
         # the two reward metrics feed the same signals: the series label tells them apart
         series = metric.removeprefix("rl_") if metric in REWARDS else ",".join(labels)

@@ -66,6 +66,12 @@ CAUSES: dict[str, tuple[str, ...]] = {
         rl.ADVANTAGE_COLLAPSE.name,
         task.EVAL_DROP.name,
     ),
+    # no reward signal: the policy drifts, and the frozen reward's spread and level go too
+    rl.REWARD_LOST.name: (
+        rl.REWARD_COLLAPSE.name,
+        rl.ZERO_STD.name,
+        rl.ADVANTAGE_COLLAPSE.name,
+    ),
     # a policy that stopped exploring takes its reward down with it (an lr spike, a sign flip)
     rl.ENTROPY_COLLAPSE.name: (
         rl.ZERO_STD.name,

@@ -253,7 +253,8 @@ REWARD_LOST = StepAlert(
     subject="The stretch of unchanged reward readings",
     relation="the longest earlier stretch at one value",
     healthy=0.0,
-    warning=2.0,  # no page: a binary reward (FrozenLake's 0/1) is flat for long healthy stretches
+    warning=2.0,
+    critical=3.0,
     runbook=Runbook(
         "The reward (episode return, or the logged reward mean) varied earlier in the run and "
         "now reads one value, below its peak, over many more readings in a row than it ever "

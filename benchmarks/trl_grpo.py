@@ -182,10 +182,14 @@ def train_grpo(
     steps: int = 120,
     inject_at: int = 60,
     exporter: Exporter | None = None,
+    eval_every: int = EVAL_EVERY,
+    eval_prompts: int = 100,
 ) -> Run:
     """GRPO on the warmed-up tiny model; ``healthy`` or one of ``FAILURES``. The run's own log is
     TRL's ``trainer_state.json`` (``log_history``, a record per step). With an ``exporter`` (live)
-    each step takes at least ``LIVE_PACE`` seconds, so the fast stack's 1 s scrapes follow it."""
+    each step takes at least ``LIVE_PACE`` seconds, so the fast stack's 1 s scrapes follow it.
+    Every ``eval_every`` steps it evaluates on ``eval_prompts`` held-out prompts (the 100 sums of
+    two digits, repeated)."""
     from datasets import Dataset  # type: ignore[import-untyped]
     from transformers import PrinterCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -205,7 +209,8 @@ def train_grpo(
     data = Dataset.from_dict(
         {"prompt": [f"{rng.randint(0, 9)}+{rng.randint(0, 9)}=" for _ in range(steps * 4)]}
     )
-    held_out = Dataset.from_dict({"prompt": [f"{a}+{b}=" for a in range(10) for b in range(10)]})
+    sums = [f"{a}+{b}=" for a in range(10) for b in range(10)]
+    held_out = Dataset.from_dict({"prompt": [sums[i % 100] for i in range(eval_prompts)]})
     rewards = Rewards(exporter)
     funcs: list[Any] = [rewards.correct, Rewards.format, Rewards.length]
     args = GRPOConfig(
@@ -214,7 +219,7 @@ def train_grpo(
         beta=1e-3 if scenario == "kl-blowup" else 0.0, temperature=1.0, logging_steps=1,
         save_strategy="no", report_to="none", seed=seed, use_cpu=True, disable_tqdm=True,
         reward_weights=list(WEIGHTS.get(scenario, WEIGHTS["healthy"])), dataloader_num_workers=0,
-        eval_strategy="steps", eval_steps=EVAL_EVERY, num_generations_eval=1,
+        eval_strategy="steps", eval_steps=eval_every, num_generations_eval=1,
         per_device_eval_batch_size=50,
     )  # fmt: skip
     inject = _injection(scenario, inject_at, rewards, run.pace or 0.0)

@@ -21,6 +21,7 @@ issue) is not part of it yet.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -36,11 +37,13 @@ from typing import Any
 import yaml
 
 from rlpulse import stackrun
+from rlpulse.exporter import Exporter
 from tests.stackutil import free_port, wait_for
 
 ONSET = 60  # --onset: steps 1-60 train healthy, 61 on with the scenario's settings
 SAVE_EVERY = 25
 STEP_DELAY = 0.1
+TRL_STEPS = 40
 
 
 @dataclass
@@ -235,6 +238,40 @@ def _killed(s: Stack, d: Path, port: int, hold: float) -> list[Check]:
     ]
 
 
+def _trl_eval(s: Stack, d: Path, port: int, heartbeats: bool) -> list[Check]:
+    """A healthy TRL GRPO run (tiny local model, a step every ~0.3 s) evaluating every 10
+    steps on enough prompts that each evaluation lasts far longer than the stall level (5 s
+    and 5 step intervals in the fast preset): no page. Without the callback's heartbeats
+    (``heartbeats=False``: the exporter ignores ``progress()``) the same run pages a stall,
+    which shows the evaluations are long enough to matter."""
+    from benchmarks import trl_grpo
+
+    run_id = f"drill-trl-eval{'' if heartbeats else '-silent'}"
+    exp = Exporter(port, addr="127.0.0.1", run_id=run_id, gpu=False, final_wait=5).start()
+    if not heartbeats:
+        exp.progress = lambda: None  # type: ignore[method-assign]
+    try:
+        run = trl_grpo.train_grpo(
+            "healthy", 0, d, steps=TRL_STEPS, exporter=exp, eval_every=10, eval_prompts=8000
+        )
+    finally:
+        exp.finish(wait=5)
+    time.sleep(5)  # a few evaluations and Alertmanager's fast group_wait after the run
+    history = json.loads(run.log.read_text())["log_history"]
+    evals = [r["eval_runtime"] for r in history if "eval_runtime" in r]
+    pages = sorted({p["payload"]["custom_details"]["alertname"] for p in s.pages(run_id)})
+    text = (
+        f"{len(evals)} evaluations of {min(evals):.1f}-{max(evals):.1f} s in {TRL_STEPS} steps "
+        f"of ~{trl_grpo.LIVE_PACE} s; pages: {', '.join(pages) or 'none'}"
+    )
+    if heartbeats:
+        why = "evaluation is progress (the TRL callback's heartbeats): no stall page"
+        return [Check("TRL GRPO, eval every 10 steps", "(none)", text, not pages, why)]
+    why = "the control: with its heartbeats ignored the same evaluations read as stalls"
+    right = pages == ["RLTrainingStalled"]
+    return [Check("the same, heartbeats ignored", "RLTrainingStalled", text, right, why)]
+
+
 def _watchdog(s: Stack) -> list[Check]:
     stackrun.stop(s.dir, "alertmanager")
 
@@ -255,6 +292,8 @@ SCENARIOS: dict[str, Callable[..., list[Check]]] = {
     "kl-act": lambda s, d, p: _kl(s, d, p[1], acting=True),
     "hacking": lambda s, d, p: _hacking(s, d, p[2]),
     "killed": lambda s, d, p: _killed(s, d, p[3], hold=60.0),
+    "trl-eval": lambda s, d, p: _trl_eval(s, d, p[4], heartbeats=True),
+    "trl-eval-silent": lambda s, d, p: _trl_eval(s, d, p[5], heartbeats=False),
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -156,3 +157,28 @@ def test_episodes_are_recorded_as_rollouts(ppo_run: tuple[Exporter, PPO, Recorde
     for r in stored:
         assert r["length"] == r["reward"]  # CartPole pays 1 per step
         assert r["metadata"]["seed"] == 0 and "TimeLimit.truncated" in r["metadata"]["final_info"]
+
+
+def test_an_eval_callbacks_evaluation_is_progress_not_a_stall() -> None:
+    """Issue 23.2: each step of an EvalCallback's evaluation (next to the rlpulse callback) is
+    a heartbeat, so a long evaluation does not read as a stall; after training the
+    EvalCallback is left as it was."""
+    import gymnasium as gym
+    from stable_baselines3.common.callbacks import EvalCallback
+
+    exp = Exporter(port=0, run_id="sb3-eval", gpu=False, host=False, process=False)
+    beats: list[float] = []
+
+    class Watched(gym.Wrapper):  # type: ignore[type-arg]
+        def step(self, action: Any) -> Any:
+            beats.append(exp.last_progress())
+            time.sleep(0.001)  # an evaluation step takes time: each heartbeat is a new time
+            return super().step(action)
+
+    evaluation = EvalCallback(Watched(gym.make("CartPole-v1")), eval_freq=128, n_eval_episodes=2)
+    model = PPO("MlpPolicy", make_vec_env("CartPole-v1", n_envs=1, seed=0), n_steps=128, seed=0)
+    model.learn(256, callback=[RlpulseCallback(exp), evaluation])
+    assert len(beats) > 20
+    assert len(set(beats)) > len(beats) / 2  # nothing is logged: each step's heartbeat is new
+    assert "_log_success_callback" not in vars(evaluation)
+    exp.close()

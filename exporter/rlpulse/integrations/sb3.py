@@ -43,7 +43,7 @@ from rlpulse.integrations.common import (
 
 try:
     import stable_baselines3
-    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.callbacks import BaseCallback, CallbackList, EvalCallback
     from stable_baselines3.common.logger import KVWriter
 except ImportError as exc:
     raise missing("stable-baselines3", "sb3", exc) from exc
@@ -131,6 +131,7 @@ class RlpulseCallback(BaseCallback):
         self._lengths: list[float] = []
         self._rollout_t0 = 0.0
         self._update_t0: float | None = None
+        self._watched: list[EvalCallback] = []
 
     # ---- lifecycle --------------------------------------------------------------------------
     def _on_training_start(self) -> None:
@@ -151,6 +152,7 @@ class RlpulseCallback(BaseCallback):
         if self.writer is None or self.writer not in formats:
             self.writer = PrometheusWriter(self.exporter)
             formats.append(self.writer)
+        self._watch_evaluations(self.locals.get("callback"), self.exporter)
 
     def _on_rollout_start(self) -> None:
         now = time.perf_counter()
@@ -187,6 +189,9 @@ class RlpulseCallback(BaseCallback):
         self._update_t0 = now
 
     def _on_training_end(self) -> None:
+        for cb in self._watched:
+            vars(cb).pop("_log_success_callback", None)
+        self._watched = []
         self._end_update(time.perf_counter())
         if self.exporter is not None:
             self._flush(self.exporter)
@@ -207,6 +212,26 @@ class RlpulseCallback(BaseCallback):
             control.checkpoint_saved(updates, path, self.exporter)
 
     # ---- helpers ----------------------------------------------------------------------------
+    def _watch_evaluations(self, callback: Any, exp: Exporter) -> None:
+        """Every step of an ``EvalCallback``'s evaluation in the same callback list is a
+        heartbeat (``Exporter.progress``): a long evaluation is no stall. It goes through the
+        per-step callback EvalCallback hands ``evaluate_policy``, for this training only."""
+        todo = [callback]
+        while todo:
+            cb = todo.pop()
+            if isinstance(cb, CallbackList):
+                todo += cb.callbacks
+            elif isinstance(cb, EvalCallback) and "_log_success_callback" not in vars(cb):
+                each = cb._log_success_callback
+
+                def beat(locals_: dict[str, Any], globals_: dict[str, Any], _each: Any = each,
+                         _progress: Any = exp.progress) -> None:  # fmt: skip
+                    _progress()
+                    _each(locals_, globals_)
+
+                cb._log_success_callback = beat  # type: ignore[method-assign]
+                self._watched.append(cb)
+
     def _end_update(self, now: float) -> None:
         if self._update_t0 is not None and self.exporter is not None:
             self.exporter.observe(PHASE, now - self._update_t0, phase=UPDATE)

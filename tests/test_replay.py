@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import math
+import random
 from collections.abc import Callable
 from pathlib import Path
 
@@ -255,6 +256,25 @@ def test_parse_promtool_failures() -> None:
     a, b = parse_failures(output)
     assert (a.alert, a.seconds, dict(a.labels)["run_id"], a.value) == ("RLX", 3735.0, 'a "b"', 0.5)
     assert dict(b.labels)["severity"] == "warning" and b.value is not None and math.isnan(b.value)
+
+
+def test_a_run_longer_than_a_day_names_the_step_it_fired_at(tmp_path: Path) -> None:
+    """promtool writes eval times past a day as ``1d4h21m15s``: a dead reward from episode
+    2000 of a 0/1 per-episode log (50 s a step, 1.7 simulated days) fires after episode 2000,
+    not at the step the hours alone would name (~314)."""
+    assert promtool._go_duration("1d4h21m15s") == 102075
+    assert promtool._go_duration("1w2d") == 9 * 86400
+    rng = random.Random(0)
+    rate = [min(0.7, 0.02 + e / 1500) for e in range(2600)]
+    rows = [{"step": e + 1, "reward": 0.0 if e >= 2000 else float(rng.random() < p)}
+            for e, p in enumerate(rate)]  # fmt: skip
+    log = tmp_path / "episodes.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (result,) = replay_runs(log, fmt="jsonl", step_seconds=50)
+    lost = [
+        a for a in result.alerts if a.alert == "RLRewardSignalLost" and a.severity == "critical"
+    ]
+    assert lost and all(a.onset_step is not None and a.onset_step > 2000 for a in lost), lost
 
 
 def test_tensorboard_run_directory_with_real_time(tmp_path: Path) -> None:

@@ -171,8 +171,10 @@ _BLOCK = re.compile(r"^\s*alertname: (\S+), time: (\S+),\s*$")
 _LABELS = re.compile(r"^\s*Labels:(\{.*\}),?\s*$")
 _ANNOTATIONS = re.compile(r"^\s*Annotations:(\{.*\}),?\s*$")
 _PAIR = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
-_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|h|m|s)")
-_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+# promtool prints eval times as Prometheus durations: days, weeks and years past a day
+_DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|y|w|d|h|m|s)")
+_UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
+_UNIT["y"] = 365 * _UNIT["d"]
 
 
 def _go_duration(text: str) -> float:

@@ -50,6 +50,7 @@ SLOW_PERIOD = 2.5
 RUNS = (FINISHED, CRASHED, KILLED, RUNNING, SLOW)
 LEARNING_RATES = {FINISHED: 1e-3, RUNNING: 5e-3}
 FIRING_RULE = "DashboardTestFiring"  # an alert firing for the running run (the oldest start)
+END_RULE = "DashboardTestEndFiring"  # firing for the finished run until its series go
 RATE = "4s"  # the rules' rate window and $__rate_interval
 RANGE = "10m"  # $__range: the whole test
 # label values used for every catalog label a test series needs
@@ -189,7 +190,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
                         {
                             "alert": FIRING_RULE,
                             "expr": f'max by (job, run_id) (rl_run_info{{run_id="{RUNNING}"}})',
-                        }
+                        },
+                        {
+                            "alert": END_RULE,
+                            "expr": f'max by (job, run_id) (rl_run_info{{run_id="{FINISHED}"}})',
+                            "labels": {"severity": "critical"},
+                        },
                     ],
                 }
             ]
@@ -394,6 +400,25 @@ def test_outcome_of_each_run(stack: Stack) -> None:
     assert _outcome(stack, CRASHED) == ["crashed"]
     assert _outcome(stack, KILLED) == [dashboard_training.DIED]
     assert _outcome(stack, RUNNING) == [dashboard_training.RUNNING]
+
+
+def test_the_alert_firing_when_a_run_ended_stays_on_its_outcome(stack: Stack) -> None:
+    """Issue 23.5: the finished run's alert resolved with its series, and the Outcome stat
+    still names it (the run's end did not cure it); a running run lists none."""
+    model = dashboards.dashboards(Config())["rl-training.json"]
+    (at_end,) = [
+        e for t, e in dashboards.panel_queries(model) if t == "Outcome" and "firing_at_end" in e
+    ]
+    live = f'ALERTS{{alertname="{END_RULE}",alertstate="firing"}}'
+    assert not query(stack.url, live, stack.end)["data"]["result"]
+    ended = {}
+    for run in (FINISHED, RUNNING):
+        body = query(stack.url, _expand(at_end, run), stack.end)
+        ended[run] = {
+            (r["metric"]["alertname"], r["metric"]["severity"]) for r in body["data"]["result"]
+        }
+    assert (END_RULE, "critical") in ended[FINISHED]
+    assert not ended[RUNNING]  # its alert fires now: it has not ended
 
 
 def _panel_expr(dashboard: str, title: str) -> str:

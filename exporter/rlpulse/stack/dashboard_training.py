@@ -22,6 +22,7 @@ from grafana_foundation_sdk.models import dashboard as dm
 from rlpulse.stack import dashboard_steps, rules
 from rlpulse.stack import panels as t
 from rlpulse.stack.alerts import STEP_ALERTS
+from rlpulse.stack.alerts.liveness import ENDED_FIRING
 from rlpulse.stack.alerts.rl import ENTROPY_COLLAPSE
 from rlpulse.stack.alerts.step import StepAlert
 from rlpulse.stack.config import Config
@@ -152,8 +153,16 @@ def outcome() -> stat.Panel:
             "crashed (pages RLRunCrashed), interrupted, or stopped by one of its own alerts "
             "(rlpulse.start(on_alert=...); reason names the alert, no page); running while it "
             f"is scraped without one; '{DIED}' when it went away without one (a kill: "
-            "RLTargetDown pages).",
-            [Query(outcome_expr(), "{{outcome}} {{reason}}", instant=True)],
+            "RLTargetDown pages). Below it, the alerts that were firing when the run ended "
+            "(kept after they resolve: an ended run does not cure its failure).",
+            [
+                Query(outcome_expr(), "{{outcome}} {{reason}}", instant=True),
+                Query(
+                    f"max by (alertname, severity) ({REC(ENDED_FIRING)})",
+                    "{{alertname}} ({{severity}}) firing at the end",
+                    instant=True,
+                ),
+            ],
             span=4,
         )
         .text_mode(cm.BigValueTextMode.NAME)

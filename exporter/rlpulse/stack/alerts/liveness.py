@@ -175,6 +175,26 @@ def _run_crashed(q: Query, k: RunCrashedKnobs) -> Iterator[Alert]:
     )
 
 
+# The alerts that were firing when each run ended, valued at its end time: a run that ended
+# does not cure its failure, and once its alerts resolve (the run's series are gone) this is
+# where the dashboards still show them. A latch like SERVED, cleared when the same run_id
+# serves again without an end mark, and after END_KEEP.
+ENDED_FIRING = record_name("run", OUTCOME, "firing_at_end")
+END_KEEP = 7 * 86400
+
+
+def _ended_firing(q: Query, k: RunCrashedKnobs) -> list[Recording]:
+    ended = f"max by (job, run_id) (last_over_time({q.s(FINISHED)}[{q.w.recent}]))"
+    firing = 'ALERTS{alertstate="firing", run_id!=""}'
+    new = (
+        f"max by (job, run_id, alertname, severity) ({firing}) * 0"
+        f" + on(job, run_id) group_left() {ended}"
+    )
+    serving = f"({q.s(RUN_INFO)} unless on(job, run_id) {ended})"
+    kept = f"({ENDED_FIRING} > (time() - {END_KEEP})) unless on(job, run_id) {serving}"
+    return [Recording(ENDED_FIRING, f"({new}) or ({kept})")]
+
+
 def _run_crashed_scenarios(k: RunCrashedKnobs) -> Iterator[Scenario]:
     crashed = {**TARGET, "outcome": "crashed", "reason": "ValueError"}
     end = 29 * 60 - 10
@@ -516,6 +536,7 @@ DEFS: tuple[AlertDef, ...] = (
             )
         },
         _run_crashed_scenarios,
+        _ended_firing,
     ),
     AlertDef(
         "training_stalled",

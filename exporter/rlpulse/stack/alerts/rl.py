@@ -257,10 +257,13 @@ REWARD_LOST = StepAlert(
     critical=3.0,
     runbook=Runbook(
         "The reward (episode return, or the logged reward mean) varied earlier in the run and "
-        "now reads one value, below its peak, over many more readings in a row than it ever "
-        "did before: a grader returning a constant, a reward wrapper zeroing it, a reward "
-        "service answering a default. The policy gets no learning signal and drifts. A reward "
-        "pinned at its peak (a solved task, CartPole's 500) does not fire.",
+        "now reads one value, below its peak, over many more readings in a row than any "
+        "stretch of its last 500 readings, and far longer than that value's own frequency "
+        "explains (a 0/1 reward that is mostly 0 is flat for long healthy stretches; the "
+        "stretch counts once its chance is below 1e-6): a grader returning a constant, a "
+        "reward wrapper zeroing it, a reward service answering a default, or a policy stuck "
+        "on one failing action (a reset Q-table). The policy gets no learning signal and "
+        "drifts. A reward pinned at its peak (a solved task, CartPole's 500) does not fire.",
         panels.see(
             panels.TRAINING,
             panels.alert_signal("RLRewardSignalLost", "reward_frozen_ratio"),

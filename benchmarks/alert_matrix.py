@@ -33,7 +33,7 @@ from rlpulse.replay import DEFAULT_STEP_SECONDS, ReplayResult, replay_runs
 from rlpulse.replay.onsets import AlertOnset
 from rlpulse.stack import config
 from rlpulse.stack.alerts import CAUSES, NONFINITE
-from tests.stackutil import Sink, free_port, results, wait_for
+from tests.stackutil import Sink, free_port, interruptible, results, wait_for
 
 SIGNAL = "rl_step_signal"
 FAST_STEP_SECONDS = DEFAULT_STEP_SECONDS / config.FAST_FACTOR
@@ -275,7 +275,7 @@ class LiveStack:
         proc = subprocess.Popen(
             [_binary(), "tail-tensorboard", "--wait", "--interval", "0.2", "--addr", "127.0.0.1",
              "--port", str(port), "--run-id", run_id, "--framework", "cleanrl", str(logdir)],
-            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=_interruptible,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=interruptible,
         )  # fmt: skip
         try:
             self.watch(run_id, f"127.0.0.1:{port}")
@@ -288,12 +288,6 @@ class LiveStack:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-
-
-def _interruptible() -> None:
-    """In the tailer's process: Ctrl-C raises KeyboardInterrupt even when this process was
-    started in the background, where the shell ignores SIGINT and children inherit that."""
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def _binary() -> str:

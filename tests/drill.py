@@ -38,7 +38,7 @@ import yaml
 
 from rlpulse import stackrun
 from rlpulse.exporter import Exporter
-from tests.stackutil import free_port, wait_for
+from tests.stackutil import free_port, interruptible, wait_for
 
 ONSET = 60  # --onset: steps 1-60 train healthy, 61 on with the scenario's settings
 SAVE_EVERY = 25
@@ -118,7 +118,11 @@ def demo(
     ]
     log = (d / f"{run_id}.log").open("wb")
     return subprocess.Popen(
-        argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **(env or {})}
+        argv,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, **(env or {})},
+        preexec_fn=interruptible,
     )
 
 

@@ -13,6 +13,7 @@ import contextlib
 import json
 import os
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -32,6 +33,12 @@ import promql_parser
 import yaml
 
 T = TypeVar("T")
+
+
+def interruptible() -> None:
+    """In a child process: Ctrl-C (SIGINT) raises KeyboardInterrupt even when this process was
+    started in the background, where the shell ignores SIGINT and children inherit that."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def free_port() -> int:

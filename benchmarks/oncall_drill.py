@@ -19,8 +19,14 @@ def main() -> int:
     parser.add_argument("--workdir", type=Path, default=Path(".rlpulse/drill"))
     args = parser.parse_args()
     args.workdir.mkdir(parents=True, exist_ok=True)
-    checks = drill.drill(args.workdir, args.only)
+    sent: list[str] = []
+    checks = drill.drill(args.workdir, args.only, sent=sent)
     text = drill.table(checks)
+    text += (
+        "\nEvery PagerDuty event the stack sent during the drill, oldest first (triggers and "
+        "resolves; a page not in the table above is a page nobody expected):\n\n"
+        "| run | event | alert | summary |\n|---|---|---|---|\n" + "\n".join(sent) + "\n"
+    )
     print(text)
     head = (
         "# On-call drill\n\nWritten by `python -m benchmarks.oncall_drill` (see its docstring): "

@@ -256,7 +256,7 @@ def _trl_eval(s: Stack, d: Path, port: int, heartbeats: bool) -> list[Check]:
         exp.progress = lambda: None  # type: ignore[method-assign]
     try:
         run = trl_grpo.train_grpo(
-            "healthy", 0, d, steps=TRL_STEPS, exporter=exp, eval_every=10, eval_prompts=8000
+            "healthy", 0, d, steps=TRL_STEPS, exporter=exp, eval_every=10, eval_prompts=20000
         )
     finally:
         exp.finish(wait=5)
@@ -301,8 +301,14 @@ SCENARIOS: dict[str, Callable[..., list[Check]]] = {
 }
 
 
-def drill(workdir: Path, only: list[str] | None = None, watchdog: bool = True) -> list[Check]:
-    """Run the drill's scenarios (all, or ``only``) against one fast stack."""
+def drill(
+    workdir: Path,
+    only: list[str] | None = None,
+    watchdog: bool = True,
+    sent: list[str] | None = None,
+) -> list[Check]:
+    """Run the drill's scenarios (all, or ``only``) against one fast stack; every page the
+    stack sent (a Markdown table row each, oldest first) goes to ``sent`` when given."""
     ports = [free_port() for _ in SCENARIOS]
     checks: list[Check] = []
     with stack(workdir, ports) as s:
@@ -314,7 +320,19 @@ def drill(workdir: Path, only: list[str] | None = None, watchdog: bool = True) -
                     checks.append(Check(name, "(none)", str(exc), False, "the page never came"))
         if watchdog:
             checks += _watchdog(s)
+        if sent is not None:
+            sent += [_sent(note["body"]) for note in stackrun.notifications(s.dir)
+                     if note["path"] == "/pagerduty"]  # fmt: skip
     return checks
+
+
+def _sent(event: dict[str, Any]) -> str:
+    details = event.get("payload", {}).get("custom_details", {})
+    text = event.get("payload", {}).get("summary", "")[:160].replace("|", "/")
+    return (
+        f"| {details.get('run_id', '')} | {event.get('event_action', '')} | "
+        f"{details.get('alertname', '')} | {text} |"
+    )
 
 
 def table(checks: list[Check]) -> str:

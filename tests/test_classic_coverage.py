@@ -29,7 +29,7 @@ from benchmarks.trainings import train_cleanrl_ppo, train_q_learning, train_sb3
 from rlpulse.exporter import Exporter
 from rlpulse.stack import config, dashboards, rules
 from tests.doc_blocks import REPO, marked
-from tests.stackutil import api, free_port, prometheus, results, wait_for
+from tests.stackutil import api, free_port, interruptible, prometheus, results, wait_for
 
 MIN_COVERAGE = 0.8
 KINDS = ("q-learning", "sb3-ppo", "cleanrl-ppo", "tutorial")
@@ -79,7 +79,7 @@ def tailed_run(prom: str, port: int, workdir: Path) -> None:
         [rlpulse, "tail-tensorboard", "--wait", "--interval", "0.2", "--addr", "127.0.0.1",
          "--port", str(port), "--run-id", run_id("cleanrl-ppo"), "--framework", "cleanrl",
          str(logdir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, preexec_fn=interruptible,
     )  # fmt: skip
     try:
         with scraped(prom, f"127.0.0.1:{port}"):

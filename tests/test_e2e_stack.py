@@ -25,6 +25,7 @@ from tests.stackutil import (
     ROOT,
     api,
     free_port,
+    interruptible,
     ready,
     wait_for,
     wait_for_data,
@@ -236,6 +237,7 @@ def test_scripts_demo_runs_the_stack_and_the_trainer_then_stops_the_stack(tmp_pa
         stderr=subprocess.STDOUT,
         text=True,
         env=env,
+        preexec_fn=interruptible,
     )
     try:
         prom = f"http://127.0.0.1:{p['prometheus']}"

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import samples, scrape, scrape_as_prometheus
+from tests.stackutil import interruptible
 
 OUTCOME = "rl_run_outcome"
 FINISHED = "rl_run_finished_timestamp_seconds"
@@ -51,6 +52,7 @@ def _child(body: str, **env: str) -> Iterator[subprocess.Popen[str]]:
         stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "RLPULSE_FINAL_WAIT": "60", **env},
+        preexec_fn=interruptible,  # its Ctrl-C tests send SIGINT
     )
     try:
         yield proc

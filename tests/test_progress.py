@@ -41,3 +41,18 @@ def test_the_trl_callback_beats_on_every_evaluation_batch() -> None:
     time.sleep(0.01)
     cb.on_prediction_step(None, None, None)  # type: ignore[arg-type]
     assert exp.last_progress() > before
+
+
+def test_the_process_wide_heartbeat() -> None:
+    """``rlpulse.progress()`` beats for the exporter ``start()`` made; before it, nothing."""
+    import rlpulse
+
+    rlpulse.progress()  # no exporter yet: nothing to do, nothing raised
+    exp = rlpulse.start(0, addr="127.0.0.1", run_id="progress-module", gpu=False, host=False)
+    try:
+        before = exp.last_progress()
+        time.sleep(0.01)
+        rlpulse.progress()
+        assert exp.last_progress() > before
+    finally:
+        rlpulse.close()

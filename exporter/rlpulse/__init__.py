@@ -34,6 +34,7 @@ __all__ = [
     "observe_episodes",
     "observe_rollouts",
     "phase",
+    "progress",
     "record_rollouts",
     "set",
     "should_save",
@@ -152,6 +153,15 @@ def checkpoint_saved(step: float, path: Any) -> None:
     exp = _current
     if exp is not None:
         control.checkpoint_saved(step, path, exp)
+
+
+def progress() -> None:
+    """The run makes progress without logging a step (an evaluation batch of your own loop, a
+    checkpoint being written): ``RLTrainingStalled`` does not page while such heartbeats come.
+    One attribute write; does nothing before ``start()``."""
+    exp = _current
+    if exp is not None:
+        exp.progress()
 
 
 def stopped(step: float | None = None) -> str:

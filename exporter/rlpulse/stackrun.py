@@ -276,9 +276,6 @@ def services(opts: Options) -> list[Service]:
                 f"--web.listen-address=127.0.0.1:{opts.prometheus_port}",
                 "--enable-feature=exemplar-storage",
                 "--web.enable-lifecycle",
-                # alerts Alertmanager missed (it was starting, or restarted) are sent again after
-                # this; Prometheus' 1m default is the fast preset's hour
-                *(["--rules.alert.resend-delay=1s"] if opts.fast else []),
             ),
             "/-/ready",
         ),

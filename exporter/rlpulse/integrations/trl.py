@@ -221,19 +221,12 @@ class RlpulseCallback(TrainerCallback):
         control: TrainerControl,
         **kwargs: Any,
     ) -> None:
-        """Each evaluation batch is progress: a long evaluation is no stall."""
+        """Each evaluation batch, and each finished evaluation, is progress: a long evaluation
+        is no stall."""
         if self.exporter is not None:
             self.exporter.progress()
 
-    def on_evaluate(
-        self,
-        args: TrainingArguments,
-        state: TrainerState,
-        control: TrainerControl,
-        **kwargs: Any,
-    ) -> None:
-        if self.exporter is not None:
-            self.exporter.progress()
+    on_evaluate = on_prediction_step
 
     def on_save(
         self,

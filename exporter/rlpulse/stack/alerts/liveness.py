@@ -72,15 +72,20 @@ SERVED = record_name("target", RUN_INFO, "last_served")
 RUN_META = ("model", "git_sha", "framework", "owner", "user")
 
 
+def _ended(q: Query) -> str:
+    """Each run's end mark as read over windows.recent: a run stays ended for the evaluations
+    after its last scrape even when the next scrape already failed."""
+    return f"last_over_time({q.s(FINISHED)}[{q.w.recent}])"
+
+
 def _served(q: Query, k: TargetDownKnobs) -> list[Recording]:
     live = (
         f"max by ({TARGET_BY}, {', '.join(RUN_META)}) (timestamp({q.s(RUN_INFO)}))"
         f" unless on({TARGET_BY}) {q.s(FINISHED)}"
     )
-    ended = f"last_over_time({q.s(FINISHED)}[{q.w.recent}])"
     kept = (
         f"{SERVED} and on(job, instance) {q.up()} unless on(job, instance) {q.s(RUN_INFO)}"
-        f" unless on({TARGET_BY}) {ended}"
+        f" unless on({TARGET_BY}) {_ended(q)}"
     )
     return [Recording(SERVED, f"({live}) or ({kept})")]
 
@@ -184,7 +189,7 @@ END_KEEP = 7 * 86400
 
 
 def _ended_firing(q: Query, k: RunCrashedKnobs) -> list[Recording]:
-    ended = f"max by (job, run_id) (last_over_time({q.s(FINISHED)}[{q.w.recent}]))"
+    ended = f"max by (job, run_id) ({_ended(q)})"
     firing = 'ALERTS{alertstate="firing", run_id!=""}'
     new = (
         f"max by (job, run_id, alertname, severity) ({firing}) * 0"

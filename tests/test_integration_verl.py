@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -165,12 +166,31 @@ def test_follower_reads_the_file_backend_as_it_grows(exporter: Exporter, file_lo
     tracking.finish()
 
 
-class GenerationsOf:
-    """``RayPPOTrainer``'s two generation methods with verl 0.9's signatures and effects: its
-    trainer module needs peft, torchdata and Ray workers, which this test machine lacks."""
+class TrainerOf:
+    """``RayPPOTrainer``'s generation, validation and checkpoint methods with verl 0.9's
+    signatures and effects: its trainer module needs peft, torchdata and Ray workers, which
+    this test machine lacks. The phases note when the run last made progress, as they ran."""
 
     def __init__(self, config: Any, step: int) -> None:
         self.config, self.global_steps, self.dumped = config, step, []
+        self.seen: list[tuple[str, float]] = []
+
+    def _phase(self, name: str) -> dict[str, float]:
+        exp = rlpulse.get_exporter()
+        assert exp is not None
+        self.seen.append((name, exp.last_progress()))
+        time.sleep(0.05)
+        return {}
+
+    def _validate(self, merged: bool = False) -> dict[str, float]:
+        self._get_gen_batch(None)
+        return self._phase("validate")
+
+    def _save_checkpoint(self) -> None:
+        self._phase("save")
+
+    def _get_gen_batch(self, batch: Any) -> Any:
+        return self._phase("generate")
 
     def _maybe_log_val_generations(self, inputs: Any, outputs: Any, scores: Any) -> None:
         if self.config.trainer.log_val_generations == 0:
@@ -188,14 +208,15 @@ def test_generations_are_recorded_as_rollouts(
     from omegaconf import OmegaConf
 
     monkeypatch.setenv("RLPULSE_DATA_DIR", str(tmp_path / "data"))
-    monkeypatch.setattr(rlpulse_verl, "_recording", False)
+    monkeypatch.setattr(rlpulse_verl, "_hooked", False)
     exp = rlpulse.start(port=0, run_id="verl-gen", gpu=False, host=False)
     try:
-        rlpulse_verl.record_generations(GenerationsOf)
+        trainer_cls = type("Trainer", (TrainerOf,), {})  # hooked here only
+        rlpulse_verl.hook_trainer(trainer_cls)
         config = OmegaConf.create(
             {"trainer": {"log_val_generations": 0, "rollout_data_dir": str(tmp_path / "r")}}
         )
-        trainer = GenerationsOf(config, 7)
+        trainer = trainer_cls(config, 7)
         trainer._maybe_log_val_generations(["q1 <b>", "q2"], ["a1", "a2"], [1.0, 0.0])
         extra = {"acc": [1.0, 0.0, 1.0], "pred": ["x", "y", "z"]}
         trainer._dump_generations(
@@ -223,3 +244,25 @@ def test_generations_are_recorded_as_rollouts(
     best = stored[0]
     assert best["response"] == "o2" and best["reward"] == 2.0 and best["step"] == 7
     assert best["components"] == {"acc": 0.0} and best["metadata"]["ground_truth"] == "g2"
+
+
+def test_validation_and_checkpoints_are_progress(monkeypatch: pytest.MonkeyPatch) -> None:
+    """verl's validation (each generation batch) and checkpoint saving send heartbeats, at
+    their start and end, with rollouts off too: a long validation is no stall (issue 23.2)."""
+    monkeypatch.setattr(rlpulse_verl, "_hooked", False)
+    exp = rlpulse.start(port=0, run_id="verl-beats", gpu=False, host=False)
+    try:
+        monkeypatch.setattr(rlpulse_verl, "_rollouts_on", False)
+        trainer_cls = type("Trainer", (TrainerOf,), {})  # hooked here only
+        rlpulse_verl.hook_trainer(trainer_cls)
+        trainer = trainer_cls(None, 3)
+        before = time.time()
+        assert trainer._validate() == {} and trainer._save_checkpoint() is None
+        after = exp.last_progress()
+    finally:
+        rlpulse.finish()
+    names = [name for name, _ in trainer.seen]
+    assert names == ["generate", "validate", "save"]
+    assert all(at >= before for _, at in trainer.seen)  # a beat as each phase began
+    assert after >= trainer.seen[-1][1] + 0.05  # and one as the last ended
+    assert trainer_cls._validate.__name__ == "_validate"

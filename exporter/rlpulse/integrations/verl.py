@@ -16,7 +16,11 @@ Without touching the trainer: ``JsonlFollower(path, VerlBackend())`` follows the
 ``trainer.logger=['file']`` (``VERL_FILE_LOGGER_PATH``) as it grows; ``poll()`` exports the lines
 completed since the last call. verl's own package is not needed for that.
 
-``register()`` and ``attach()`` also record verl's generations as rollouts in the run's bounded
+``register()`` and ``attach()`` also send heartbeats (``rlpulse.progress()``) from
+``RayPPOTrainer`` while it validates or saves a checkpoint: at the start and end of
+``_validate`` and ``_save_checkpoint`` and at each generation batch (``_get_gen_batch``), so a
+long validation is no stall; RLTrainingStalled still pages for a run that makes no progress in
+any phase. They also record verl's generations as rollouts in the run's bounded
 store (``rlpulse rollouts serve`` shows them; ``rollouts=False`` turns it off): every validation
 sample at each validation (``RayPPOTrainer._maybe_log_val_generations``, called on every
 validation whatever ``trainer.log_val_generations`` says) and, where ``trainer.rollout_data_dir``
@@ -35,6 +39,7 @@ is reported as a resume point.
 
 from __future__ import annotations
 
+import functools
 import importlib.metadata
 import json
 import logging
@@ -64,8 +69,9 @@ TIMING_PREFIX = "timing_s/"
 PHASE = catalog.get("rl_phase_duration_seconds").name
 _registered = False
 _trainer: weakref.ref[Any] | None = None  # the trainer act_on_alerts was given
-_recording = False  # RayPPOTrainer's generation methods hooked
-_rollouts_on = True  # record_generations' hooks record (attach/register rollouts=False: off)
+_hooked = False  # RayPPOTrainer's validation, checkpoint and generation methods hooked
+_rollouts_on = True  # hook_trainer's hooks record rollouts (attach/register rollouts=False: off)
+BEATS = ("_validate", "_save_checkpoint", "_get_gen_batch")  # progress at their start and end
 
 
 def _version() -> str:
@@ -191,17 +197,21 @@ def hook_finish(tracking_cls: Any) -> None:
     tracking_cls.finish = finish
 
 
-def record_generations(trainer_cls: Any = None) -> None:
-    """Hook ``RayPPOTrainer`` (or ``trainer_cls``) so its validation generations and dumped
-    training rollouts go to the process-wide exporter's rollout store too. Idempotent."""
-    global _recording
-    if _recording:
+def hook_trainer(trainer_cls: Any = None) -> None:
+    """Hook ``RayPPOTrainer`` (or ``trainer_cls``): its validation, checkpoint saving and
+    generation batches send heartbeats, and its validation generations and dumped training
+    rollouts go to the process-wide exporter's rollout store too. Idempotent."""
+    global _hooked
+    if _hooked:
         return
     if trainer_cls is None:
         try:
             from verl.trainer.ppo.ray_trainer import RayPPOTrainer as trainer_cls
         except Exception:  # verl without its trainer's dependencies: nothing to hook
             return
+    for name in BEATS:
+        if hasattr(trainer_cls, name):
+            setattr(trainer_cls, name, _beating(getattr(trainer_cls, name)))
     val, dump = trainer_cls._maybe_log_val_generations, trainer_cls._dump_generations
 
     def _maybe_log_val_generations(self: Any, inputs: Any, outputs: Any, scores: Any) -> Any:
@@ -219,7 +229,21 @@ def record_generations(trainer_cls: Any = None) -> None:
 
     setattr(trainer_cls, "_maybe_log_val_generations", _maybe_log_val_generations)  # noqa: B010
     setattr(trainer_cls, "_dump_generations", _dump_generations)  # noqa: B010
-    _recording = True
+    _hooked = True
+
+
+def _beating(method: Any) -> Any:
+    """``method`` with a heartbeat before and after it (one attribute write each)."""
+
+    @functools.wraps(method)
+    def beating(*args: Any, **kwargs: Any) -> Any:
+        rlpulse.progress()
+        try:
+            return method(*args, **kwargs)
+        finally:
+            rlpulse.progress()
+
+    return beating
 
 
 def _record(
@@ -257,12 +281,11 @@ def _record(
 
 def attach(tracking: Any, exporter: Exporter | None = None, **kwargs: Any) -> VerlBackend:
     """Add an rlpulse backend to an existing ``Tracking`` (its ``logger`` dict) and return it;
-    ``Tracking.finish`` then ends it; verl's generations are recorded as rollouts unless
-    ``rollouts=False`` (``record_generations``)."""
+    ``Tracking.finish`` then ends it; the trainer's validation and checkpoints send heartbeats,
+    and verl's generations are recorded as rollouts unless ``rollouts=False`` (``hook_trainer``)."""
     global _rollouts_on
     _rollouts_on = kwargs.pop("rollouts", _rollouts_on)
-    if _rollouts_on:
-        record_generations()
+    hook_trainer()
     hook_finish(type(tracking))
     backend = VerlBackend(exporter, **kwargs)
     tracking.logger[BACKEND_NAME] = backend

@@ -33,6 +33,14 @@ def _feed(exp: Exporter, rows: list[dict[str, float]], start: int = 0) -> None:
         exp.log(row, step=start + i)
 
 
+def _clocked(seconds_per_step: float) -> Exporter:
+    """An exporter whose run clock advances ``seconds_per_step`` per logged step."""
+    exp = _exporter()
+    calls = iter(range(10**9))
+    exp.clock = lambda: next(calls) * seconds_per_step
+    return exp
+
+
 def test_entropy_collapse_against_the_runs_peak() -> None:
     exp = _exporter()
     _feed(exp, [{"entropy": 1.0}] * 10 + [{"entropy": 0.05}] * 3)
@@ -46,8 +54,9 @@ def test_entropy_blowup_against_the_runs_start() -> None:
 
 
 def test_a_one_step_spike_is_held_for_hold_steps_whenever_it_is_read() -> None:
-    """The exported value is the worst of the last ``hold`` values: reading it changes nothing."""
-    exp = _exporter()
+    """The exported value is the worst of the last ``hold`` values (a step a minute: no other
+    value falls within ``hold_seconds``): reading it changes nothing."""
+    exp = _clocked(60.0)
     _feed(exp, [{"grad_norm": 1.0 + 0.01 * i} for i in range(20)])
     _signals(exp)  # a scrape
     _feed(exp, [{"grad_norm": 50.0}, {"grad_norm": 1.0}], start=20)
@@ -55,6 +64,26 @@ def test_a_one_step_spike_is_held_for_hold_steps_whenever_it_is_read() -> None:
     assert _signals(exp)[("grad_norm_spike_ratio", "policy")] > 40  # a second read: the same
     _feed(exp, [{"grad_norm": 1.0}] * 2, start=22)  # three values after the spike
     assert _signals(exp)[("grad_norm_spike_ratio", "policy")] < 2
+
+
+def test_a_fast_trainers_spike_is_held_for_hold_seconds_of_its_clock() -> None:
+    """A trainer logging a step every 0.5 s logs 30 steps between two 15 s scrapes: its one-row
+    spike is exported for the 30 s (60 steps) after it, so every scrape cadence sees it, and
+    what is exported is the same whether it is read at every step or once in a while."""
+    rows = [{"grad_norm": 1.0 + 0.01 * (i % 7)} for i in range(200)]
+    rows[100] = {"grad_norm": 80.0}
+    every, sparse = _clocked(0.5), _clocked(0.5)
+    seen_every, seen_sparse = [], []
+    for i, row in enumerate(rows):
+        every.log(row, step=i)
+        sparse.log(row, step=i)
+        seen_every.append(_signals(every).get(("grad_norm_spike_ratio", "policy"), math.nan))
+        if i % 30 == 29:  # a 15 s scrape
+            seen_sparse.append((i, _signals(sparse).get(("grad_norm_spike_ratio", "policy"))))
+    spiked = [i for i, v in enumerate(seen_every) if v > 40]
+    assert spiked == list(range(100, 161))  # the spike's step and the 30 s after it
+    assert [(i, seen_every[i]) for i, _ in seen_sparse[1:]] == seen_sparse[1:]
+    assert any(v > 40 for _, v in seen_sparse)
 
 
 def test_grad_norm_spikes_are_relative_to_the_run() -> None:
@@ -191,7 +220,7 @@ def test_a_replayed_log_and_a_live_run_compute_the_same_signals(tmp_path: Path) 
         {"entropy": 1.0 / (1 + 0.1 * s), "kl": 0.01 * s, "reward": 0.5 + 0.01 * (s % 7)}
         for s in range(40)
     ]
-    live = _exporter()
+    live = _clocked(60.0)  # the replay's clock: a minute a step
     for step, row in enumerate(rows):  # scraped after every step, as the replay's clock does
         live.log(row, step=step)
         live_final = _signals(live)

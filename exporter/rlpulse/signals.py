@@ -22,8 +22,10 @@ Every statistic works on the run's own values, in steps:
   next but wanders over many: the longer lags see that wander;
 - *history*: the last ``history`` raw values before the current one (median and MAD for spikes).
 
-An exported value is the worst of the last ``hold`` values: a function of the logged steps alone,
-so it is the same whenever it is read, and it changes only when the run logs.
+An exported value is the worst of the last ``hold`` values and of those logged in the last
+``hold_seconds`` of the run's clock: a function of the logged steps and their times alone, so it
+is the same whenever it is read, and it changes only when the run logs; a scrape sees every value
+of a trainer that logs many steps between two scrapes.
 """
 
 from __future__ import annotations
@@ -63,6 +65,9 @@ class Windows:
     history: int = 50
     warmup: int = 5
     hold: int = 3
+    # ...and every value of the last ``hold_seconds`` of the run's clock: two shipped scrape
+    # intervals, so a scrape sees each value of a trainer that logs many steps between scrapes
+    hold_seconds: float = 30.0
 
 
 # ---- per-series state ------------------------------------------------------------------------
@@ -634,36 +639,44 @@ class _Objective:
 # ---- one exported value ----------------------------------------------------------------------
 
 
-@dataclass
+HELD_MAX = 4096  # candidates an exported signal keeps at most (a trainer logging faster
+# than HELD_MAX values per hold_seconds holds its values for less than hold_seconds)
+
+
 class _Held:
-    """An exported signal: the worst of its last ``hold`` values."""
+    """An exported signal: the worst of its last ``hold`` values and of every value logged in
+    the last ``hold_seconds`` of the run's clock before the newest (the window is a suffix of
+    the values, so its worst is kept as a sliding extreme: O(1) per value and per read)."""
 
-    worse: Worse
-    hold: int
-    last: deque[float] = field(init=False)
-    baseline: float = math.nan
+    def __init__(self, worse: Worse, hold: int, hold_seconds: float) -> None:
+        self.above = worse == "above"
+        self.hold = hold
+        self.hold_seconds = hold_seconds
+        self.n = 0
+        # (index, stamp, value) of the values that can still be the window's worst, worst first
+        self.cand: deque[tuple[int, float, float]] = deque()
+        self.baseline = math.nan
 
-    def __post_init__(self) -> None:
-        self.last = deque(maxlen=self.hold)
-
-    def _worst(self, a: float, b: float) -> float:
-        if math.isnan(a):
-            return b
-        if math.isnan(b):
-            return a
-        return max(a, b) if self.worse == "above" else min(a, b)
-
-    def put(self, value: float, baseline: float) -> None:
+    def put(self, value: float, baseline: float, stamp: float) -> None:
+        """A value of the signal, logged at ``stamp`` (NaN: not known, held by count only)."""
         if math.isnan(value):
             return
-        self.last.append(value)
         self.baseline = baseline
+        self.n += 1
+        cand, above = self.cand, self.above
+        stamp = stamp if stamp == stamp else -math.inf
+        while cand and (cand[-1][2] <= value if above else cand[-1][2] >= value):
+            cand.pop()
+        cand.append((self.n, stamp, value))
+        oldest_kept, since = self.n - self.hold, stamp - self.hold_seconds
+        while len(cand) > HELD_MAX or (cand[0][0] <= oldest_kept and not cand[0][1] >= since):
+            cand.popleft()
 
     def read(self) -> float:
-        out = math.nan
-        for v in tuple(self.last):  # a copy: another thread may append meanwhile
-            out = self._worst(out, v)
-        return out
+        try:
+            return self.cand[0][2]
+        except IndexError:  # nothing put yet
+            return math.nan
 
 
 # ---- the detector ----------------------------------------------------------------------------
@@ -754,8 +767,10 @@ class Detector:
             if held is None:
                 if math.isnan(value_):
                     continue
-                held = self.held[(sig.name, series)] = _Held(sig.worse, self.w.hold)
-            held.put(value_, baseline)
+                held = self.held[(sig.name, series)] = _Held(
+                    sig.worse, self.w.hold, self.w.hold_seconds
+                )
+            held.put(value_, baseline, self._stamps[-1] if self._stamps else math.nan)
             trail = self._trail.get((sig.name, series))
             if trail is None:
                 trail = self._trail[(sig.name, series)] = deque(maxlen=TRAIL)

@@ -34,9 +34,12 @@ the exporter**, and leaves Prometheus only the thresholds:
 2. From that state each **signal** is computed (table below) and exported as
    `rl_step_signal{signal, series}`, with what it compares against as
    `rl_step_signal_baseline{signal, series}`. The exported value is the worst of the last
-   `hold` logged values: a function of the logged steps alone, the same whenever Prometheus
-   reads it, changing only when the run logs (a spike shorter than `hold` steps that falls
-   between two scrapes is not seen; the smoothed signals never move on one step anyway).
+   `hold` logged values and of every value logged in the `hold_seconds` of the run's own clock
+   before the newest: a function of the logged steps and their times alone, the same whenever
+   Prometheus reads it, changing only when the run logs. A trainer that logs many steps between
+   two scrapes (an SB3 run logs a row every second or two; the shipped scrape is every 15 s)
+   has every value seen by a scrape: a one-row spike shows for `hold_seconds`, not only if a
+   scrape happens to fall in its `hold` rows.
 3. The generated alert rules threshold the signals (warning and critical levels below) with
    **hysteresis**: a firing tier clears only once the signal is back a fraction of the way to its
    healthy value, and `keep_firing_for` keeps a page open when the trainer stops logging
@@ -154,4 +157,6 @@ _WINDOW_DOC = {
     "history": "values behind the median, MAD, 90th percentile and noise of a series",
     "warmup": "values before a peak, floor or start counts",
     "hold": "last values whose worst is exported",
+    "hold_seconds": "...and every value logged this many seconds of the run's clock before the "
+    "newest (two shipped scrape intervals)",
 }

@@ -3,7 +3,7 @@
 steps, incidents after cause-based inhibition, alerts that resolved while the failure persisted;
 and the same run seen live (exporter -> Prometheus -> Alertmanager -> PagerDuty stand-in).
 
-Used by benchmarks/bench_alert_matrix.py and tests/test_alert_matrix.py.
+Used by benchmarks/bench_alert_matrix.py and tests/e2e/test_alert_matrix.py.
 """
 
 from __future__ import annotations

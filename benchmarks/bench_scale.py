@@ -15,7 +15,7 @@ series. Prints a table; ``--json`` writes everything (``benchmarks/plot_scale.py
 docs/scaling.md holds the measurements at 64, 128 and 256 ranks.
 
 Needs the ``prometheus`` and ``victoria-metrics`` binaries (Debian packages of those names).
-``tests/test_scale_sim.py`` runs a CI-sized variant of the same code.
+``tests/e2e/test_scale_sim.py`` runs a CI-sized variant of the same code.
 """
 
 from __future__ import annotations
@@ -214,7 +214,7 @@ def rank_exporter(
 
 # ---- series budget ----------------------------------------------------------------------------
 
-# Series one exporter may expose under the workload above (tests/test_scale_cardinality.py
+# Series one exporter may expose under the workload above (tests/unit/test_scale_cardinality.py
 # enforces them on a real scrape; docs/scaling.md multiplies them out). Prometheus adds 5 more
 # per target (up, scrape_duration_seconds, scrape_samples_scraped, …).
 BUDGET = {"rank0": 400, "node_leader": 340, "rank": 190}

@@ -1,5 +1,5 @@
 """Real CPU trainings with failures induced the way they happen in practice (never by writing a
-bad metric value), for benchmarks/bench_alert_matrix.py and tests/test_alert_matrix.py.
+bad metric value), for benchmarks/bench_alert_matrix.py and tests/e2e/test_alert_matrix.py.
 
 Each trainer writes its framework's own log into ``workdir`` (SB3 ``progress.csv``, TensorBoard
 events, JSONL) and, given an ``Exporter``, reports to it live as a user's trainer would. The

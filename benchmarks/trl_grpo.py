@@ -1,5 +1,5 @@
 """TRL GRPO on a tiny model built locally (no hub download), with failures induced the way they
-happen in practice, for benchmarks/bench_alert_matrix.py and tests/test_alert_matrix.py.
+happen in practice, for benchmarks/bench_alert_matrix.py and tests/e2e/test_alert_matrix.py.
 
 The task: a prompt ``"3+4="``, the answer ``"7;"`` then end of sequence. A character tokenizer
 (``tokenizers``) and a 2-layer GPT-2 (d=64) are written to a temp dir, then a supervised warm-up

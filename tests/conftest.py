@@ -23,11 +23,22 @@ settings.register_profile("ci", derandomize=True, database=None, print_blob=True
 settings.register_profile("explore", derandomize=False)
 settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
-# Exporters register for Prometheus only where a test asks (tests/test_discovery*.py): the
+# Exporters register for Prometheus only where a test asks (tests/*/test_discovery*.py): the
 # machine's own discovery directory is never touched, and no test's run waits for a scraper
 # another test's stack would bring.
 os.environ["XDG_STATE_HOME"] = tempfile.mkdtemp(prefix="rlpulse-test-state-")
 os.environ["RLPULSE_TARGETS_DIR"] = "off"
+
+
+TIERS = ("unit", "stack", "e2e")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Each test carries its folder's marker: ``-m "unit or stack"`` is the fast tier."""
+    for item in items:
+        tier = item.path.parent.name
+        if tier in TIERS:
+            item.add_marker(getattr(pytest.mark, tier))
 
 
 def scrape(url: str, accept: str | None = None) -> str:

@@ -15,7 +15,7 @@ and checked against what the run really did:
 
 The harness shared by ``benchmarks/oncall_drill.py`` (``python -m benchmarks.oncall_drill``
 writes the table to docs/oncall-drill.md: per page, what it said and whether it was right) and
-``tests/test_oncall_drill.py`` (a fast subset). A TRL GRPO run with evaluations (point 2 of the
+``tests/e2e/test_oncall_drill.py`` (a fast subset). A TRL GRPO run with evaluations (point 2 of the
 issue) is not part of it yet.
 """
 

@@ -2,7 +2,7 @@
 
 A scenario only changes the trainer's settings (or its grader); the failure then follows from
 the training dynamics. ``signature`` is what to look for, ``within_steps`` how many training
-steps it takes at most to show (seeds 0-4, measured by ``tests/test_demo_scenarios.py``).
+steps it takes at most to show (seeds 0-4, measured by ``tests/e2e/test_demo_scenarios.py``).
 """
 
 from __future__ import annotations

@@ -166,12 +166,12 @@ through the Prometheus datasource's exemplar link. Rates use
 `$__rate_interval`; error counters read 0 for each run that is up until their first increment
 (labelled `none`, never a label-less `vector(0)`).
 
-Grafana does not run in this project's tests: tests/test_stack_dashboards_prometheus.py runs
+Grafana does not run in this project's tests: tests/e2e/test_stack_dashboards_prometheus.py runs
 every panel query, as Grafana would send it, against a real Prometheus scraping five runs (one
 finished, one crashed, one killed with SIGKILL, one running with overlapping phases and idle
 histogram windows, one logging slower than it is scraped) and checks the values (no NaN, no
 share above 100 %, each legend's labels set, each run's outcome, the tables, the Run
-variable's order, one by-step point per logged step); tests/test_stack_dashboards.py
+variable's order, one by-step point per logged step); tests/stack/test_stack_dashboards.py
 checks the JSON (units, axes and overrides, `spanNulls`, variables, transformations).
 
 ## The stack with docker compose

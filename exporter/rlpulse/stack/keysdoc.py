@@ -13,8 +13,8 @@ _DOC_INTRO = """\
 # Framework key maps
 
 Generated from `exporter/rlpulse/keys.py` (the tables) by `rlpulse/stack/keysdoc.py`;
-`tests/test_keys.py` fails when this file is stale. `rlpulse.log(metrics)` maps every key of the
-trainer's own dict through these tables; a key no table knows is kept as
+`tests/unit/test_keys.py` fails when this file is stale. `rlpulse.log(metrics)` maps every key of
+the trainer's own dict through these tables; a key no table knows is kept as
 `rl_unmapped_metric{{key="..."}}` (bounded). Each key was checked in the file named in *Verified in*
 (the framework's repository and path), not taken from memory.
 

@@ -4,7 +4,7 @@ A trainer's exporter names where a failure began (``rlpulse.lastgood``): the fir
 of its step signal's latest excursion past the alert's first level. It must not import this
 generator, so the generator writes each step alert's signal, direction and levels here; the
 package ships the file for the default config (``rlpulse/alert_levels.yml``, kept equal to it by
-``tests/test_stack_generate.py``) and a run reads another with ``RLPULSE_RULES_CONFIG``.
+``tests/stack/test_stack_generate.py``) and a run reads another with ``RLPULSE_RULES_CONFIG``.
 """
 
 from __future__ import annotations

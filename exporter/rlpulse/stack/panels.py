@@ -3,7 +3,7 @@ panels and alerts, in one place.
 
 The dashboard modules title their panels with these constants and the runbooks name them through
 :func:`see`, so a runbook cannot send the on-call engineer to a panel that does not exist
-(tests/test_stack_dashboards.py checks every reference against the generated JSON).
+(tests/stack/test_stack_dashboards.py checks every reference against the generated JSON).
 """
 
 from __future__ import annotations

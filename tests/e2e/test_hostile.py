@@ -30,8 +30,8 @@ from rlpulse.stack import dashboards
 from rlpulse.stack.config import Config
 from rlpulse.store import MAX_LABEL_CHARS
 from tests.conftest import promtool_check_metrics, scrape
+from tests.stack.test_faults_support import LocalStack, local_stack
 from tests.stackutil import api, results, wait_for
-from tests.test_faults_support import LocalStack, local_stack
 
 HOSTILE = {
     "quote": 'run "quoted"',

@@ -108,7 +108,6 @@ def test_finish_ends_the_run_only_of_an_exporter_the_backend_started(
         own.finish()  # verl's __del__ calls it again: nothing more happens
 
 
-@pytest.mark.heavy
 def test_registered_backend_name_and_plugin_module(exporter: Exporter, file_log: Path) -> None:
     register(exporter=exporter)
     register(exporter=exporter)  # idempotent

@@ -18,7 +18,7 @@ from pathlib import Path
 from rlpulse.exporter import Exporter
 from tests.conftest import scrape, value
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 PRELUDE = """\
 import logging, os, signal, sys, time
 logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")

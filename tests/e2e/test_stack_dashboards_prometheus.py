@@ -137,7 +137,7 @@ class Trainer:
 
 
 def _killed_trainer(port: int) -> None:
-    """The run that is killed: ``python -m tests.test_stack_dashboards_prometheus PORT``."""
+    """The run that is killed: ``python -m tests.e2e.test_stack_dashboards_prometheus PORT``."""
     exp = _exporter(KILLED, port)
     exp.start()
     step = 0
@@ -175,9 +175,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     slow = Trainer(SLOW, period=SLOW_PERIOD)
     killed_port = free_port()
     killed = subprocess.Popen(
-        [sys.executable, "-m", "tests.test_stack_dashboards_prometheus", str(killed_port)],
-        cwd=Path(__file__).resolve().parents[1],
-        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])},
+        [sys.executable, "-m", "tests.e2e.test_stack_dashboards_prometheus", str(killed_port)],
+        cwd=Path(__file__).resolve().parents[2],
+        env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])},
     )
     cfg = _config()
     rule_files = rules.render(cfg)

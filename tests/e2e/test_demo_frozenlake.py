@@ -13,7 +13,7 @@ import rlpulse
 from rlpulse import catalog
 from tests.conftest import samples, scrape
 
-EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "frozenlake_qlearning.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "frozenlake_qlearning.py"
 
 
 @pytest.fixture(scope="module")

@@ -55,7 +55,7 @@ def test_trl_trainer_saves_and_stops(
     from transformers import Trainer, TrainingArguments
 
     from rlpulse.integrations.trl import RlpulseCallback
-    from tests.test_integration_trl import char_tokenizer, tiny_gpt2
+    from tests.e2e.test_integration_trl import char_tokenizer, tiny_gpt2
 
     exp, c = paged
     tokenizer = char_tokenizer()

@@ -15,7 +15,7 @@ from rlpulse.stack.config import Config
 from rlpulse.stack.rules import all_alerts
 from tests.corpus import CORPUS, needs_corpus
 
-SCRIPT = Path(__file__).resolve().parents[1] / "scripts" / "alert_quality.py"
+SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "alert_quality.py"
 
 
 def _load() -> ModuleType:

@@ -20,8 +20,6 @@ from rlpulse.integrations.sb3 import PrometheusWriter, RlpulseCallback
 from rlpulse.rollouts.query import Filter, open_run, query
 from tests.conftest import promtool_check_metrics, samples, scrape, value
 
-pytestmark = pytest.mark.heavy
-
 N_STEPS, N_ENVS, ITERATIONS = 256, 2, 6
 
 

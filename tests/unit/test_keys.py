@@ -18,7 +18,7 @@ from rlpulse.stack import config, keysdoc
 from tests.conftest import scrape, value
 from tests.corpus import CORPUS, FILES, needs_corpus
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 Expect = tuple[str, dict[str, str], float] | None  # (metric, labels, scale); None = unmapped
 
 

@@ -24,7 +24,7 @@ from tests.fake_nvml import FakeGpu, FakeNvml
 ODD_LABEL = 'quote " backslash \\ newline \n unicode é✓'
 
 # prometheus_client's OpenMetrics parser cannot read \" in an exemplar (Prometheus can: see
-# tests/test_http.py), so these ids stop at a backslash
+# tests/stack/test_http.py), so these ids stop at a backslash
 EXEMPLARS = ["r-1", "r 2 é✓", "r\\3"]
 
 Sample = tuple[str, frozenset[tuple[str, str]]]

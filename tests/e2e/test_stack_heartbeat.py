@@ -9,8 +9,8 @@ import time
 from pathlib import Path
 
 from rlpulse import stackrun
+from tests.stack.test_faults_support import local_stack
 from tests.stackutil import api, wait_for
-from tests.test_faults_support import local_stack
 
 
 def _missing(d: Path, action: str) -> list[dict]:

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from rlpulse import __version__, catalog, reference
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _rlpulse(*args: str) -> subprocess.CompletedProcess[str]:

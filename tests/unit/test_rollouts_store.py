@@ -102,7 +102,9 @@ def test_queue_full_drops_and_counts(tmp_path):
     assert rec.flush(30)
     stats = rec.stats()
     rec.close()
-    assert stats["dropped:queue_full"] >= 2 * 4  # ≤ 1 batch in the writer, 2 queued
+    # a batch or two taken by the writer (as the lock found it), 2 queued: the rest dropped,
+    # and every rollout is either recorded or counted
+    assert stats["dropped:queue_full"] >= 2 * 3
     assert stats["recorded"] == 2 * 8 - stats["dropped:queue_full"]
     small = Recorder("q2", data_dir=tmp_path, sampling=KEEP_ALL, queue_bytes=50_000)
     assert len(small.record(step=0, **texts(10, 10_000, "big"))) == 10  # 100 kB > 50 kB

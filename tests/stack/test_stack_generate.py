@@ -12,7 +12,7 @@ import yaml
 from rlpulse import cli
 from rlpulse.stack import config, configdoc, generate
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _generate(*args: str) -> int:

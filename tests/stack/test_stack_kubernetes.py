@@ -24,7 +24,7 @@ from cloudcoil.models.prometheus_operator import v1 as operator
 from rlpulse import catalog, cli
 from rlpulse.stack import config, dashboards, generate, kubernetes, prometheus, rules, ruletests
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 DEFAULT = config.Config()
 PROMTOOL = shutil.which("promtool")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")

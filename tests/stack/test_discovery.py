@@ -1,5 +1,5 @@
 """Where an exporter registers for Prometheus (``rlpulse.discovery``), its file, and the stack's
-sweep of dead processes' files; the real stack end to end is tests/test_discovery_stack.py."""
+sweep of dead processes' files; the real stack end to end is tests/e2e/test_discovery_stack.py."""
 
 from __future__ import annotations
 

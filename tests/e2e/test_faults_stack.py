@@ -17,8 +17,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rlpulse import catalog
 from rlpulse.exporter import Exporter
+from tests.stack.test_faults_support import LocalStack, local_stack
 from tests.stackutil import api, results, wait_for
-from tests.test_faults_support import LocalStack, local_stack
 
 ALERT = "RLNonFiniteLoss"
 STEPS = catalog.get("rl_env_steps_total").name

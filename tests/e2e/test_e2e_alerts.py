@@ -35,6 +35,7 @@ from rlpulse.stack.alerts import liveness
 from rlpulse.stack.config import Config
 from rlpulse.stackrun import stop
 from tests.fake_nvml import FakeGpu, FakeNvml
+from tests.stack.test_stack_dashboards import metric_names
 from tests.stackutil import (
     ROOT,
     Received,
@@ -48,7 +49,6 @@ from tests.stackutil import (
     wait_for,
     wait_for_data,
 )
-from tests.test_stack_dashboards import metric_names
 
 ROUTING_KEY = "e2e-routing-key-0123456789abcdef"
 STEP_DELAY = 0.2  # seconds between demo steps: ~5 steps per scrape-second of the fast preset

@@ -20,7 +20,7 @@ from rlpulse import webconfig
 from rlpulse.exporter import Exporter
 from tests.conftest import bcrypt_hash
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ROUTING_KEY = "R0UT1NGKEY-5b1d9e2f7a3c4e6b8d0f"
 SLACK_URL = "https://hooks.slack.test/services/T000/B000/S3CR3T-XOXB-9f8e7d"
 PASSWORD = "scrape-pa55word-6c2e"

@@ -161,7 +161,6 @@ def test_train_end_finishes_only_an_exporter_the_callback_started(exporter: Expo
     assert rlpulse.get_exporter() is None and not started.serving
 
 
-@pytest.mark.heavy
 def test_grpo_trainer_exports_rewards_kl_and_lengths(
     tmp_path: Path, exporter: Exporter, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -24,7 +24,7 @@ from rlpulse.stack import config, prometheus, rules, ruletests, runbooks
 DEFAULT = config.Config()
 FAST = config.fast()
 PROMTOOL = shutil.which("promtool")
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 
 
 def _promtool() -> str:

@@ -17,7 +17,8 @@ from tests.conftest import samples, scrape, value
 from tests.fake_nvml import FakeGpu, FakeNvml, NVMLError
 
 TIMEOUT = 0.3  # collector timeout under test
-SLACK = 1.5  # what a loaded 2-core CI machine may add to a scrape
+SLACK = 2.5  # what a loaded 2-core CI machine may add to a scrape (tests run 3 at a time)
+HANG = 5.0  # how long NVML hangs: a scrape that waited for it would take about this long
 
 
 @dataclass
@@ -140,7 +141,7 @@ def test_nvml_errors_and_a_hung_call_mid_run() -> None:
             nvml.nvmlDeviceGetCount = count  # type: ignore[method-assign]
             load.during("recovered", 0.5)
             nvml.hang.clear()  # every NVML call now blocks
-            load.during("hung", 1.5)
+            load.during("hung", HANG)
             nvml.hang.set()
             load.during("released", 1.0)
     finally:

@@ -26,7 +26,7 @@ from rlpulse.stack.grafana_common import ALERTS, HEATMAP_COLOR_STEPS, Recorded, 
 from rlpulse.stack.promql import sel
 from tests import stackutil
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 CONFIG = Config()
 FILES = dashboards.render(CONFIG)
 MODELS = {name: model for name, model in dashboards.dashboards(CONFIG).items()}

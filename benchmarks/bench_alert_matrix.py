@@ -3,7 +3,7 @@
     .venv/bin/python -m benchmarks.bench_alert_matrix [--quick] [--no-live] [--doc-only]
         [--only FRAMEWORK]
 
-Trains the matrix of benchmarks/trainings.py and benchmarks/trl_grpo.py, seeds fixed: SB3 PPO,
+Trains the matrix of harness/trainings.py and harness/trl_grpo.py, seeds fixed: SB3 PPO,
 A2C and DQN on CartPole, TRL GRPO on a tiny local model, tabular Q-learning on FrozenLake and a
 CleanRL-style PPO writing TensorBoard events, each healthy over 3 seeds and with its induced
 failures. Each run's own log goes through ``rlpulse replay`` with the shipped rules; the SB3 and
@@ -28,9 +28,9 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from benchmarks import alert_matrix as am
-from benchmarks import trainings as tr
-from benchmarks import trl_grpo
+from harness import alert_matrix as am
+from harness import trainings as tr
+from harness import trl_grpo
 from rlpulse.stack import qualitydoc
 
 REPO = Path(__file__).resolve().parents[1]

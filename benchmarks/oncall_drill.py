@@ -1,5 +1,5 @@
 """On-call drill (issue 23): a real fast stack, the demo scenarios and a kill -9; every
-PagerDuty event checked and written as a table to docs/oncall-drill.md (``tests/drill.py``).
+PagerDuty event checked and written as a table to docs/oncall-drill.md (``harness/drill.py``).
 
     python -m benchmarks.oncall_drill [--out docs/oncall-drill.md] [--only kl hacking ...]
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from tests import drill
+from harness import drill
 
 
 def main() -> int:

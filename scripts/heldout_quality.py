@@ -7,7 +7,7 @@ with seeds none of the tuning used (10, 11, 12) and causes the alert matrix does
 is judged *before* it is replayed: its kind, the step its failure begins and the alerts that name
 that failure come from the cause alone (``CASES``). Each run's own log then goes through
 ``rlpulse replay`` with the shipped rules, and the figures are measured as in the alert matrix
-(``benchmarks/alert_matrix.py``: damage visible, first relevant alert, lead in logged steps,
+(``harness/alert_matrix.py``: damage visible, first relevant alert, lead in logged steps,
 incidents after inhibition). Per alert: precision (runs where it fired on the failure it names,
 of all runs where it fired), recall (of the failing runs whose cause it names) and median lead.
 
@@ -32,8 +32,8 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from benchmarks import alert_matrix as am  # noqa: E402
-from benchmarks.trainings import Run  # noqa: E402
+from harness import alert_matrix as am  # noqa: E402
+from harness.trainings import Run  # noqa: E402
 from rlpulse.stack import qualitydoc  # noqa: E402
 
 COMMAND = ".venv/bin/python scripts/heldout_quality.py"
@@ -163,7 +163,7 @@ def _sb3(algo: str) -> Callable[[str, int, Path], Run]:
         from stable_baselines3.common.monitor import Monitor
         from stable_baselines3.common.vec_env import DummyVecEnv
 
-        from benchmarks.trainings import SB3_ALGOS, SB3_LOG_INTERVAL, AfterStep, _first_step_at
+        from harness.trainings import SB3_ALGOS, SB3_LOG_INTERVAL, AfterStep, _first_step_at
 
         torch.set_num_threads(1)
         out = work / f"sb3-{algo}-{scenario}-s{seed}"

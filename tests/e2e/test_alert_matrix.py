@@ -18,8 +18,8 @@ import pytest
 
 pytest.importorskip("stable_baselines3")
 
-from benchmarks import alert_matrix as am
-from benchmarks import trainings as tr
+from harness import alert_matrix as am
+from harness import trainings as tr
 
 SB3 = {"timesteps": 12_000, "inject_at": 8_000}
 
@@ -71,7 +71,7 @@ def test_q_learning_schedule_bug_is_caught_and_healthy_is_quiet(tmp_path: Path) 
 
 def test_trl_grpo_entropy_collapse_is_caught_and_healthy_is_quiet(tmp_path: Path) -> None:
     pytest.importorskip("trl")
-    from benchmarks import trl_grpo
+    from harness import trl_grpo
 
     cold = trl_grpo.train_grpo("cold", 0, tmp_path, steps=80, inject_at=40)
     verdict = am.judge(cold, am.replay(cold))

@@ -25,11 +25,11 @@ from urllib.parse import urlencode
 
 import pytest
 
-from benchmarks.trainings import train_cleanrl_ppo, train_q_learning, train_sb3
+from harness.doc_blocks import REPO, marked
+from harness.stackutil import api, free_port, interruptible, prometheus, results, wait_for
+from harness.trainings import train_cleanrl_ppo, train_q_learning, train_sb3
 from rlpulse.exporter import Exporter
 from rlpulse.stack import config, dashboards, rules
-from tests.doc_blocks import REPO, marked
-from tests.stackutil import api, free_port, interruptible, prometheus, results, wait_for
 
 MIN_COVERAGE = 0.8
 KINDS = ("q-learning", "sb3-ppo", "cleanrl-ppo", "tutorial")

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
+from harness.amutil import alertmanager, post
 from rlpulse import control
 from rlpulse.exporter import Exporter
-from tests.amutil import alertmanager, post
 
 
 @pytest.fixture(scope="module")

@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from harness.runstack import StackUp, alerts_once_settled, last, stack_up
+from harness.stackutil import results, wait_for
 from rlpulse.stack.alerts import liveness
-from tests.runstack import StackUp, alerts_once_settled, last, stack_up
-from tests.stackutil import results, wait_for
 
 EPISODES = 500
 # a trainer: starts with the defaults, logs a step every 50 ms until the test says how to end

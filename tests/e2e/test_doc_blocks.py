@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.doc_blocks import REPO, Block, blocks
+from harness.runstack import StackUp, last, stack_up
+from harness.stackutil import free_port, ready, wait_for
 from tests.conftest import scrape
-from tests.doc_blocks import REPO, Block, blocks
-from tests.runstack import StackUp, last, stack_up
-from tests.stackutil import free_port, ready, wait_for
 
 DOCS = [REPO / "README.md", REPO / "docs" / "quickstart.md"] + sorted(
     (REPO / "docs" / "integrations").glob("*.md")

@@ -27,16 +27,8 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 import pytest
 import yaml
 
-from rlpulse import catalog
-from rlpulse.demo.task import LOOPHOLE
-from rlpulse.exporter import Exporter
-from rlpulse.stack import dashboards
-from rlpulse.stack.alerts import liveness
-from rlpulse.stack.config import Config
-from rlpulse.stackrun import stop
-from tests.fake_nvml import FakeGpu, FakeNvml
-from tests.stack.test_stack_dashboards import metric_names
-from tests.stackutil import (
+from harness.fake_nvml import FakeGpu, FakeNvml
+from harness.stackutil import (
     ROOT,
     Received,
     Sink,
@@ -49,6 +41,14 @@ from tests.stackutil import (
     wait_for,
     wait_for_data,
 )
+from rlpulse import catalog
+from rlpulse.demo.task import LOOPHOLE
+from rlpulse.exporter import Exporter
+from rlpulse.stack import dashboards
+from rlpulse.stack.alerts import liveness
+from rlpulse.stack.config import Config
+from rlpulse.stackrun import stop
+from tests.stack.test_stack_dashboards import metric_names
 
 ROUTING_KEY = "e2e-routing-key-0123456789abcdef"
 STEP_DELAY = 0.2  # seconds between demo steps: ~5 steps per scrape-second of the fast preset

@@ -17,11 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlpulse.cli import build_parser
-from rlpulse.exporter import Exporter
-from rlpulse.stack.config import Config
-from rlpulse.stackrun import INSTALL, alive, running_pid
-from tests.stackutil import (
+from harness.stackutil import (
     ROOT,
     api,
     free_port,
@@ -30,6 +26,10 @@ from tests.stackutil import (
     wait_for,
     wait_for_data,
 )
+from rlpulse.cli import build_parser
+from rlpulse.exporter import Exporter
+from rlpulse.stack.config import Config
+from rlpulse.stackrun import INSTALL, alive, running_pid
 
 RLPULSE = str(Path(sys.executable).with_name("rlpulse"))
 SERVICES = ("prometheus", "alertmanager", "inbox", "rollouts", "pushgateway")  # all installed

@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 import ray
 
-from tests.stackutil import ROOT, api, prometheus, results, wait_for
+from harness.stackutil import ROOT, api, prometheus, results, wait_for
 
 EXAMPLE = ROOT / "examples" / "ray_actors.py"
 WORKERS = 3

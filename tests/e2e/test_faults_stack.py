@@ -15,10 +15,10 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from harness.stackutil import api, results, wait_for
 from rlpulse import catalog
 from rlpulse.exporter import Exporter
 from tests.stack.test_faults_support import LocalStack, local_stack
-from tests.stackutil import api, results, wait_for
 
 ALERT = "RLNonFiniteLoss"
 STEPS = catalog.get("rl_env_steps_total").name

@@ -24,16 +24,16 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.amutil import alertmanager, post, silence
+from harness.stackutil import free_port, wait_for
 from rlpulse import alertindex, control, lastgood, lifecycle
 from rlpulse import http as http_mod
 from rlpulse.alertpoll import Alertmanager, AlertmanagerError, Firing
 from rlpulse.exporter import Exporter
 from rlpulse.stack import alertindex as stack_alertindex
 from rlpulse.stack import config, rules
-from tests.amutil import alertmanager, post, silence
 from tests.conftest import bcrypt_hash, scrape, self_signed, value
 from tests.stack import test_run_end as run_end
-from tests.stackutil import free_port, wait_for
 
 # ---- 9: label values inside the queries annotations run ----------------------------------------
 

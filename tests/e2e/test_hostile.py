@@ -24,6 +24,7 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families as parse_om
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from harness.stackutil import api, results, wait_for
 from rlpulse import catalog
 from rlpulse.exporter import Exporter
 from rlpulse.stack import dashboards
@@ -31,7 +32,6 @@ from rlpulse.stack.config import Config
 from rlpulse.store import MAX_LABEL_CHARS
 from tests.conftest import promtool_check_metrics, scrape
 from tests.stack.test_faults_support import LocalStack, local_stack
-from tests.stackutil import api, results, wait_for
 
 HOSTILE = {
     "quote": 'run "quoted"',

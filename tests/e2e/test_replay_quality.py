@@ -9,11 +9,11 @@ import sys
 from pathlib import Path
 from types import ModuleType
 
+from harness.corpus import CORPUS, needs_corpus
 from rlpulse.replay import replay
 from rlpulse.stack import qualitydoc
 from rlpulse.stack.config import Config
 from rlpulse.stack.rules import all_alerts
-from tests.corpus import CORPUS, needs_corpus
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "alert_quality.py"
 

@@ -10,8 +10,8 @@ import sys
 import textwrap
 from pathlib import Path
 
-from tests.runstack import alerts_once_settled, last, watching
-from tests.stackutil import free_port, results, wait_for
+from harness.runstack import alerts_once_settled, last, watching
+from harness.stackutil import free_port, results, wait_for
 
 TRAINER = """
 import sys, time, rlpulse

@@ -1,4 +1,4 @@
-"""The scale simulation of benchmarks/bench_scale.py, CI-sized: 24 ranks on 3 nodes in 3 processes.
+"""The scale simulation of benchmarks/scale.py, CI-sized: 24 ranks on 3 nodes in 3 processes.
 
 Real exporter processes (fake 8-GPU NVML on each node's local rank 0, one loopback address per
 node), their ``file_sd`` file written by ``rlpulse.targets``, the real ``prometheus`` with the
@@ -14,27 +14,27 @@ from typing import Any
 
 import pytest
 
-from benchmarks import bench_scale
+from harness import scale
+from harness.stackutil import results, wait_for
 from rlpulse import catalog
 from rlpulse.stack import rules
-from tests.stackutil import results, wait_for
 
 RANKS, PER_PROCESS, GPUS = 24, 8, 8
 NODES = RANKS // GPUS
 
 
-def _recorded_everywhere(sim: bench_scale.Sim) -> bool:
+def _recorded_everywhere(sim: scale.Sim) -> bool:
     """Every recorded series the panels read that Prometheus has, VictoriaMetrics has too."""
-    in_vm = bench_scale.recorded_in_vm(sim)
+    in_vm = scale.recorded_in_vm(sim)
     in_prom = {name: len(results(sim.prometheus, name)) for name in in_vm}
     have = {name for name, n in in_prom.items() if n}
     return len(have) >= 20 and all(in_vm[name] == in_prom[name] for name in have)
 
 
-def _raw_everywhere(sim: bench_scale.Sim) -> bool:
+def _raw_everywhere(sim: scale.Sim) -> bool:
     """Every metric of the run Prometheus holds has reached VictoriaMetrics (remote write sends
     in shards and batches, and a loaded machine delays the later ones)."""
-    names = f'count by (__name__) ({{run_id="{bench_scale.RUN_ID}"}})'
+    names = f'count by (__name__) ({{run_id="{scale.RUN_ID}"}})'
     in_prom, in_vm = (
         {r["metric"]["__name__"] for r in results(base, names)} for base in (sim.prometheus, sim.vm)
     )
@@ -42,22 +42,22 @@ def _raw_everywhere(sim: bench_scale.Sim) -> bool:
 
 
 @pytest.fixture(scope="module")
-def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[bench_scale.Sim, Any]]:
+def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[scale.Sim, Any]]:
     workdir: Path = tmp_path_factory.mktemp("scale")
-    with bench_scale.simulate(RANKS, PER_PROCESS, GPUS, "1s", 1.0, workdir, timeout=60) as sim:
+    with scale.simulate(RANKS, PER_PROCESS, GPUS, "1s", 1.0, workdir, timeout=60) as sim:
         # two scrapes of every counter behind a rate rule, evaluated, and remote-written
         wait_for_rates = rules.rate_name(catalog.get("rl_samples_total"))
         wait_for(lambda: results(sim.prometheus, f"{wait_for_rates} > 0"), 30, "rate rules")
         wait_for(lambda: _recorded_everywhere(sim), 30, "recorded series in VictoriaMetrics")
         wait_for(lambda: _raw_everywhere(sim), 30, "every raw metric in VictoriaMetrics")
-        result = bench_scale.measure(sim, duration=2, reps=1)
-        print("\n" + bench_scale.report(result))
+        result = scale.measure(sim, duration=2, reps=1)
+        print("\n" + scale.report(result))
         yield sim, result
 
 
 def test_every_target_discovered_through_file_sd_and_up(measured: Any) -> None:
     sim, result = measured
-    active = bench_scale.trainer_targets(sim.prometheus)
+    active = scale.trainer_targets(sim.prometheus)
     assert {t["labels"]["instance"] for t in active} == set(sim.instances)
     assert {t["discoveredLabels"]["__meta_filepath"] for t in active} == {
         str(sim.cfg.scrape.file_sd[0])
@@ -74,9 +74,9 @@ def test_series_per_rank_within_budget(measured: Any) -> None:
     assert per["node_leader"]["targets"] == NODES - 1
     assert per["rank"]["targets"] == RANKS - NODES
     for kind, counts in per.items():
-        assert counts["max"] <= bench_scale.BUDGET[kind], (kind, counts)
+        assert counts["max"] <= scale.BUDGET[kind], (kind, counts)
     for kind, sizes in result["bytes_per_scrape"].items():
-        assert sizes["series"] <= bench_scale.BUDGET[kind]
+        assert sizes["series"] <= scale.BUDGET[kind]
         assert 0 < sizes["text_gzip"] < sizes["text"]
 
 

@@ -37,12 +37,12 @@ from urllib.parse import urlencode
 
 import pytest
 
+from harness.fake_nvml import FakeGpu, FakeNvml
+from harness.stackutil import api, free_port, query, server, wait_for, wait_for_data
 from rlpulse import catalog
 from rlpulse.exporter import Exporter
 from rlpulse.stack import dashboard_training, dashboards, panels, rules
 from rlpulse.stack.config import Config, Duration, seconds
-from tests.fake_nvml import FakeGpu, FakeNvml
-from tests.stackutil import api, free_port, query, server, wait_for, wait_for_data
 
 FINISHED, CRASHED, KILLED, RUNNING = "dash-finished", "dash-crashed", "dash-killed", "dash-run"
 SLOW = "dash-slow"  # running, one step every SLOW_PERIOD s: slower than it is scraped

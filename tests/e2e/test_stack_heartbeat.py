@@ -8,9 +8,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from harness.stackutil import api, wait_for
 from rlpulse import stackrun
 from tests.stack.test_faults_support import local_stack
-from tests.stackutil import api, wait_for
 
 
 def _missing(d: Path, action: str) -> list[dict]:

@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from harness.doc_blocks import REPO, marked
+from harness.runstack import alerts_after, epoch, last, stack_up
 from rlpulse import keys
-from tests.doc_blocks import REPO, marked
-from tests.runstack import alerts_after, epoch, last, stack_up
 
 RUN = 'run_id="frozenlake-q"'
 EPISODES = 500

@@ -12,13 +12,13 @@ from typing import Any
 
 import pytest
 
+from harness.amutil import alertmanager, post, silence
+from harness.stackutil import free_port, wait_for
 from rlpulse import catalog, control, lastgood
 from rlpulse.alertpoll import Alertmanager, AlertmanagerError
 from rlpulse.exporter import Exporter
 from rlpulse.signals import Detector
-from tests.amutil import alertmanager, post, silence
 from tests.conftest import bcrypt_hash, make_pki, scrape, value
-from tests.stackutil import free_port, wait_for
 
 RUN = "ctl-run"
 ENTROPY = lastgood.Level("entropy_ratio_to_peak", False, 0.2, "Policy entropy", "fraction")

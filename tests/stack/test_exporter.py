@@ -256,7 +256,7 @@ def test_numpy_and_int_values_are_recorded(exporter: Exporter) -> None:
 
 
 def test_node_readings_come_from_local_rank_zero_only() -> None:
-    from tests.fake_nvml import FakeNvml
+    from harness.fake_nvml import FakeNvml
 
     exps = [
         Exporter(

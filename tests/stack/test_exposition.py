@@ -14,12 +14,12 @@ from prometheus_client.openmetrics.parser import (
 )
 from prometheus_client.parser import text_string_to_metric_families as parse_text
 
+from harness.fake_nvml import FakeGpu, FakeNvml
 from rlpulse import catalog
 from rlpulse.exporter import Exporter
 from rlpulse.exposition import Renderer, format_le, format_value, header
 from rlpulse.ingest import SELF_PREFIX
 from tests.conftest import promtool_check_metrics
-from tests.fake_nvml import FakeGpu, FakeNvml
 
 ODD_LABEL = 'quote " backslash \\ newline \n unicode é✓'
 

@@ -1,6 +1,6 @@
 """Helpers for the hostile-input and fault tests (no tests here): the generated stack run by
 ``rlpulse.stackrun`` with services that can be stopped and restarted on their ports and data.
-Process and query helpers (and a one-off Prometheus) come from ``tests.stackutil``; the PKI and
+Process and query helpers (and a one-off Prometheus) come from ``harness.stackutil``; the PKI and
 bcrypt hashes from ``tests.conftest``.
 """
 
@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
+from harness.stackutil import free_port, ready, wait_for
 from rlpulse import stackrun
-from tests.stackutil import free_port, ready, wait_for
 
 
 @dataclass

@@ -8,9 +8,9 @@ import time
 
 import pytest
 
+from harness.fake_nvml import MEMORY_V2, FakeGpu, FakeNvml
 from rlpulse.exporter import Exporter
 from tests.conftest import promtool_check_metrics, samples, scrape, value
-from tests.fake_nvml import MEMORY_V2, FakeGpu, FakeNvml
 
 GIB = 1 << 30
 

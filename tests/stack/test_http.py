@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from harness.stackutil import api, prometheus, results, wait_for_data
 from rlpulse import catalog
 from rlpulse.exporter import Exporter
 from rlpulse.exposition import OPENMETRICS, TEXT
@@ -29,7 +30,6 @@ from rlpulse.http import (
     wants_openmetrics,
 )
 from tests.conftest import promtool_check_metrics, self_signed
-from tests.stackutil import api, prometheus, results, wait_for_data
 
 PROMETHEUS_2_ACCEPT = (
     "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;"

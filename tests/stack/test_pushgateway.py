@@ -16,11 +16,11 @@ from pathlib import Path
 
 import pytest
 
+from harness.stackutil import api, free_port, prometheus, results, server, wait_for
 from rlpulse.stack import prometheus as prometheus_yml
 from rlpulse.stack import rules
 from rlpulse.stack.alerts.liveness import RUN_CRASHED
 from rlpulse.stack.config import Config, Duration, Scrape
-from tests.stackutil import api, free_port, prometheus, results, server, wait_for
 
 pytestmark = pytest.mark.skipif(
     shutil.which("prometheus-pushgateway") is None,

@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from harness.corpus import CORPUS, FILES, needs_corpus
 from rlpulse import cli
 from rlpulse.logs import Record, read_log
 from rlpulse.replay import ReplayResult, promtool, replay, replay_runs, report
@@ -21,7 +22,6 @@ from rlpulse.replay.onsets import AlertOnset
 from rlpulse.replay.promtool import parse_failures, series_values
 from rlpulse.replay.timeline import MAX_GAP_STEPS, build, framework_hint, segments
 from rlpulse.stack import config
-from tests.corpus import CORPUS, FILES, needs_corpus
 
 HEALTHY = (
     "trl/IMJONEZZ__UnslothGRPO__outputs_checkpoint-250_trainer_state.json",

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
+from harness.stackutil import interruptible
 from tests.conftest import samples, scrape, scrape_as_prometheus
-from tests.stackutil import interruptible
 
 OUTCOME = "rl_run_outcome"
 FINISHED = "rl_run_finished_timestamp_seconds"

@@ -24,6 +24,7 @@ import yaml
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from harness.stackutil import api, prometheus, results, wait_for
 from rlpulse import webconfig
 from rlpulse.exporter import Exporter
 from rlpulse.http import Request
@@ -32,7 +33,6 @@ from rlpulse.stack import config as stack_config
 from rlpulse.stack.prometheus import config as prometheus_config
 from rlpulse.webconfig import BasicAuth, RateLimit, TokenBucket, WebConfigError
 from tests.conftest import Pki, bcrypt_hash, make_pki
-from tests.stackutil import api, prometheus, results, wait_for
 
 USER = "prometheus"
 PASSWORD = "scrape-password-\u00e9-7f2c"

@@ -18,10 +18,10 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.stackutil import Sink, api, free_port, server
 from rlpulse import stackrun
 from rlpulse.stack import alertmanager, config, prometheus, rules
 from rlpulse.stack.alerts import gpu, liveness, meta, system
-from tests.stackutil import Sink, api, free_port, server
 
 AMTOOL = shutil.which("amtool")
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")

@@ -19,12 +19,12 @@ import promql_parser
 import pytest
 import yaml
 
+from harness import stackutil
 from rlpulse import catalog
 from rlpulse.stack import alerts, compose, config, dashboards, panels, rules, runbooks
 from rlpulse.stack.config import Config
 from rlpulse.stack.grafana_common import ALERTS, HEATMAP_COLOR_STEPS, Recorded, Selector, ref_id
 from rlpulse.stack.promql import sel
-from tests import stackutil
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIG = Config()

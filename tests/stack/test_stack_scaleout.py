@@ -21,10 +21,10 @@ from typing import Any
 import pytest
 import yaml
 
+from harness.stackutil import api, results, victoria_metrics, wait_for, wait_for_data
+from harness.stackutil import prometheus as run_prometheus
 from rlpulse.exporter import Exporter
 from rlpulse.stack import config, prometheus, rules
-from tests.stackutil import api, results, victoria_metrics, wait_for, wait_for_data
-from tests.stackutil import prometheus as run_prometheus
 
 RUN = "scaleout"
 LEAF_LABELS = {"cluster": "test-a", "replica": "leaf-0"}

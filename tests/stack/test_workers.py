@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from harness.stackutil import wait_for
 from rlpulse import catalog, workers
 from rlpulse.exporter import Exporter
 from tests.conftest import samples, scrape, value
-from tests.stackutil import wait_for
 
 STEPS = catalog.get("rl_env_steps_total").name
 SIGNALS = catalog.get("rl_step_signal").name

@@ -12,9 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
+from harness.fake_nvml import FakeGpu, FakeNvml, NVMLError
 from rlpulse.exporter import Exporter
 from tests.conftest import samples, scrape, value
-from tests.fake_nvml import FakeGpu, FakeNvml, NVMLError
 
 TIMEOUT = 0.3  # collector timeout under test
 SLACK = 2.5  # what a loaded 2-core CI machine may add to a scrape (tests run 3 at a time)

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
+from harness.corpus import CORPUS, FILES, needs_corpus
 from rlpulse import catalog, keys
 from rlpulse.exporter import Exporter
 from rlpulse.keys import Target
 from rlpulse.logs import read_log
 from rlpulse.stack import config, keysdoc
 from tests.conftest import scrape, value
-from tests.corpus import CORPUS, FILES, needs_corpus
 
 ROOT = Path(__file__).resolve().parents[2]
 Expect = tuple[str, dict[str, str], float] | None  # (metric, labels, scale); None = unmapped

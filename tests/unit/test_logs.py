@@ -8,15 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from harness.corpus import CORPUS, FILES, corpus_file, needs_corpus
 from rlpulse.logs import FORMATS, LogFormatError, base, detect_format, read_log, resolve_format
 from rlpulse.logs import trl as trl_module
-from tests.corpus import CORPUS, FILES, corpus_file, needs_corpus
 
 
 @needs_corpus
 def test_corpus_is_complete() -> None:
     files = {str(p.relative_to(CORPUS)) for p in CORPUS.glob("*/*")}
-    assert files == set(FILES), "corpus files changed: update tests/corpus.py and the replay tests"
+    assert files == set(FILES), (
+        "corpus files changed: update harness/corpus.py and the replay tests"
+    )
 
 
 @needs_corpus

@@ -1,6 +1,6 @@
 """The series budget of one rank and one node, from real scrapes (docs/scaling.md).
 
-Exporters are fed the GRPO-like workload of benchmarks/bench_scale.py (the trainer's global
+Exporters are fed the GRPO-like workload of benchmarks/scale.py (the trainer's global
 statistics on rank 0, every rank's own rollout shard, phases and counters) with a fake 8-GPU NVML
 on each node's local rank 0. Counted: the samples of a real text-format scrape, i.e. the series
 Prometheus stores for that target (plus its 5 synthetic ones).
@@ -14,7 +14,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from benchmarks import bench_scale
+from harness import scale
 from rlpulse import catalog, keys
 from rlpulse.catalog import OVERFLOW_VALUE
 from rlpulse.exporter import Exporter
@@ -54,12 +54,12 @@ def _fed(rank: int, steps: int = 60) -> Iterator[tuple[Exporter, str]]:
     """A started simulated rank, fed ``steps`` steps; yields (exporter, scrape) twice: after
     ``steps`` and after as many more. 60 steps warm every step signal up: a baseline is exported
     once it is defined (the hacking signal's once the reward's gain counts, after 15 values)."""
-    exp = bench_scale.rank_exporter(rank, GPUS).start()
+    exp = scale.rank_exporter(rank, GPUS).start()
     rng = random.Random(rank)
     try:
         for round_ in range(2):
             for step in range(round_ * steps, (round_ + 1) * steps):
-                bench_scale.feed(exp, step, rng)
+                scale.feed(exp, step, rng)
             yield exp, scrape(exp.url)
     finally:
         exp.close()
@@ -71,10 +71,10 @@ def _fed(rank: int, steps: int = 60) -> Iterator[tuple[Exporter, str]]:
 def test_series_per_exporter_stay_within_the_budget(rank: int, kind: str) -> None:
     counts = []
     for _, text in _fed(rank):
-        counts.append(bench_scale.series_count(text))
+        counts.append(scale.series_count(text))
         assert counts[-1] == len(samples(text))  # every sample line is a distinct series
     assert counts[0] == counts[1], "series must not grow with steps"
-    assert counts[0] <= bench_scale.BUDGET[kind], (kind, counts[0])
+    assert counts[0] <= scale.BUDGET[kind], (kind, counts[0])
 
 
 def test_node_readings_once_per_node_and_rank0_series_only_on_rank0() -> None:

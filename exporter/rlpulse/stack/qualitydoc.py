@@ -299,7 +299,7 @@ def matrix_doc(res: dict[str, Any]) -> str:
 # Alert quality on real trainings
 
 Real CPU trainings, seeds fixed, with failures induced the way they happen (never by writing a
-bad metric value; see `benchmarks/trainings.py` and `benchmarks/trl_grpo.py`):
+bad metric value; see `harness/trainings.py` and `harness/trl_grpo.py`):
 
 - SB3 PPO, A2C and DQN on CartPole: a learning-rate schedule swapped for 0.5, `ent_coef` set to
   -0.5 (PPO, A2C: DQN has no entropy term), an env wrapper returning NaN rewards, a wrapper

@@ -31,7 +31,7 @@ from typing import Any
 
 import torch
 
-from benchmarks.trainings import Run
+from harness.trainings import Run
 from rlpulse.exporter import Exporter
 
 FAILURES = ("length", "format", "cold", "kl-blowup", "grader-down")

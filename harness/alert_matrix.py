@@ -26,14 +26,14 @@ from typing import Any
 
 import yaml
 
-from benchmarks.trainings import Run
+from harness.stackutil import Sink, free_port, interruptible, results, wait_for
+from harness.trainings import Run
 from rlpulse.exporter import Exporter
 from rlpulse.logs import read_log
 from rlpulse.replay import DEFAULT_STEP_SECONDS, ReplayResult, replay_runs
 from rlpulse.replay.onsets import AlertOnset
 from rlpulse.stack import config
 from rlpulse.stack.alerts import CAUSES, NONFINITE
-from tests.stackutil import Sink, free_port, interruptible, results, wait_for
 
 SIGNAL = "rl_step_signal"
 FAST_STEP_SECONDS = DEFAULT_STEP_SECONDS / config.FAST_FACTOR

@@ -14,7 +14,7 @@ from typing import Any
 
 import yaml
 
-from tests.stackutil import api, free_port, server
+from harness.stackutil import api, free_port, server
 
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
 CONFIG = {

@@ -2,7 +2,7 @@
 
 ``Sink`` stands in for PagerDuty (Events API v2) or Slack: a real HTTP server that records every
 JSON body POSTed to it. ``server`` runs a binary until its readiness URL answers; ``api`` and
-``query`` talk to their HTTP APIs. Run as ``python -m tests.stackutil demo ARGS...``, it runs
+``query`` talk to their HTTP APIs. Run as ``python -m harness.stackutil demo ARGS...``, it runs
 ``rlpulse demo ARGS`` with the fake NVML installed at the ``pynvml`` import, so the GPU series
 exist on a machine without a GPU.
 """
@@ -294,12 +294,12 @@ class Sink(ThreadingHTTPServer):
 
 def demo_argv(*args: str) -> list[str]:
     """The command line running ``rlpulse demo ARGS`` with the fake NVML installed."""
-    return [sys.executable, "-m", "tests.stackutil", "demo", *args]
+    return [sys.executable, "-m", "harness.stackutil", "demo", *args]
 
 
 def _demo_with_fake_nvml(args: Sequence[str]) -> int:
+    from harness.fake_nvml import FakeGpu, FakeNvml
     from rlpulse.cli import main
-    from tests.fake_nvml import FakeGpu, FakeNvml
 
     gpu = FakeGpu(util=85, mem_util=40, mem_used=30 << 30, temp_c=61, throttle=0x4)
     gpu.processes.append((os.getpid(), 12 << 30))
@@ -311,5 +311,5 @@ ROOT = Path(__file__).resolve().parent.parent
 
 if __name__ == "__main__":
     if sys.argv[1:2] != ["demo"]:
-        sys.exit("usage: python -m tests.stackutil demo [rlpulse demo arguments]")
+        sys.exit("usage: python -m harness.stackutil demo [rlpulse demo arguments]")
     sys.exit(_demo_with_fake_nvml(sys.argv[2:]))

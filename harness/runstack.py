@@ -16,9 +16,9 @@ from typing import Any
 
 import yaml
 
+from harness.stackutil import api, free_port, prometheus, results, wait_for
 from rlpulse import discovery, stackrun
 from rlpulse.stack import config, rules
-from tests.stackutil import api, free_port, prometheus, results, wait_for
 
 SETTLE_S = 5  # past RLTargetDown's `for` with the fast preset, a few evaluations
 

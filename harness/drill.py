@@ -36,9 +36,9 @@ from typing import Any
 
 import yaml
 
+from harness.stackutil import free_port, interruptible, wait_for
 from rlpulse import stackrun
 from rlpulse.exporter import Exporter
-from tests.stackutil import free_port, interruptible, wait_for
 
 ONSET = 60  # --onset: steps 1-60 train healthy, 61 on with the scenario's settings
 SAVE_EVERY = 25
@@ -248,7 +248,7 @@ def _trl_eval(s: Stack, d: Path, port: int, heartbeats: bool) -> list[Check]:
     and 5 step intervals in the fast preset): no page. Without the callback's heartbeats
     (``heartbeats=False``: the exporter ignores ``progress()``) the same run pages a stall,
     which shows the evaluations are long enough to matter."""
-    from benchmarks import trl_grpo
+    from harness import trl_grpo
 
     run_id = f"drill-trl-eval{'' if heartbeats else '-silent'}"
     exp = Exporter(port, addr="127.0.0.1", run_id=run_id, gpu=False, final_wait=5).start()

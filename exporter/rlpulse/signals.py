@@ -656,6 +656,7 @@ class _Held:
         # (index, stamp, value) of the values that can still be the window's worst, worst first
         self.cand: deque[tuple[int, float, float]] = deque()
         self.baseline = math.nan
+        self.worst = math.nan  # what a scrape reads: one attribute, written once per value
 
     def put(self, value: float, baseline: float, stamp: float) -> None:
         """A value of the signal, logged at ``stamp`` (NaN: not known, held by count only)."""
@@ -671,12 +672,10 @@ class _Held:
         oldest_kept, since = self.n - self.hold, stamp - self.hold_seconds
         while len(cand) > HELD_MAX or (cand[0][0] <= oldest_kept and not cand[0][1] >= since):
             cand.popleft()
+        self.worst = cand[0][2]
 
     def read(self) -> float:
-        try:
-            return self.cand[0][2]
-        except IndexError:  # nothing put yet
-            return math.nan
+        return self.worst
 
 
 # ---- the detector ----------------------------------------------------------------------------

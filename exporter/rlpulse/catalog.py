@@ -489,7 +489,8 @@ CATALOG: tuple[Metric, ...] = (
         "counter",
         "",
         "rl",
-        "NaN or ±Inf values received, by the catalog metric they were logged to.",
+        "NaN or ±Inf values received (for a histogram also values past ±1e300, which its sum "
+        "cannot hold), by the catalog metric they were logged to.",
         ("metric",),
     ),
     # ---- task -----------------------------------------------------------------------------------

@@ -38,6 +38,9 @@ EPISODE_RETURN = catalog.get("rl_episode_return").name
 SUCCESS = catalog.get("rl_success_ratio").name
 
 
+HUGE = 1e300  # the largest magnitude a histogram observes
+
+
 class _Binding:
     """How a logged key that is not a plain gauge write is applied."""
 
@@ -383,7 +386,9 @@ class Ingest:
         arr = self.array(series.metric.name, values)
         if arr is None:
             return
-        finite = np.isfinite(arr)
+        # a value past HUGE is counted as non-finite too: a histogram's float sum cannot hold it
+        # with others (two values of -1e308 sum to -inf, and _sum would stay -inf for the run)
+        finite = np.abs(arr) <= HUGE
         if not finite.all():
             bad = int(arr.size - finite.sum())
             arr = arr[finite]

@@ -130,6 +130,21 @@ def test_non_finite_samples_stay_out_of_histograms() -> None:
         exp.close()
 
 
+def test_samples_too_large_for_a_histogram_sum_are_counted_not_summed() -> None:
+    """Two finite samples of 1e308 sum to inf: _sum would read +Inf for the rest of the run
+    (and every rate() over it NaN). Past 1e300 a sample is counted as non-finite instead."""
+    exp = _exp()
+    try:
+        exp.observe_rollouts(latency_seconds=[1e308, 1e308, 0.5])
+        text = scrape(exp.url)
+        assert value(text, "rl_rollout_duration_seconds_count") == 1
+        assert value(text, "rl_rollout_duration_seconds_sum") == 0.5
+        n = value(text, "rl_nonfinite_values_total", metric="rl_rollout_duration_seconds")
+        assert n == 2
+    finally:
+        exp.close()
+
+
 def test_negative_counter_increment_is_dropped() -> None:
     exp = _exp()
     try:

@@ -665,11 +665,13 @@ class _Held:
         self.baseline = baseline
         self.n += 1
         cand, above = self.cand, self.above
-        stamp = stamp if stamp == stamp else -math.inf
+        known = stamp == stamp  # no step logged yet (or none at all): held by count alone
+        stamp = stamp if known else -math.inf
         while cand and (cand[-1][2] <= value if above else cand[-1][2] >= value):
             cand.pop()
         cand.append((self.n, stamp, value))
-        oldest_kept, since = self.n - self.hold, stamp - self.hold_seconds
+        oldest_kept = self.n - self.hold
+        since = stamp - self.hold_seconds if known else math.inf
         while len(cand) > HELD_MAX or (cand[0][0] <= oldest_kept and not cand[0][1] >= since):
             cand.popleft()
         self.worst = cand[0][2]

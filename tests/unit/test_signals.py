@@ -86,6 +86,18 @@ def test_a_fast_trainers_spike_is_held_for_hold_seconds_of_its_clock() -> None:
     assert any(v > 40 for _, v in seen_sparse)
 
 
+def test_a_run_that_logs_no_step_holds_its_values_by_count() -> None:
+    """Without a step there is no run clock: a spike is held for ``hold`` values only."""
+    exp = _exporter()
+    for i in range(20):
+        exp.log({"grad_norm": 1.0 + 0.01 * i})
+    exp.log({"grad_norm": 50.0})
+    assert _signals(exp)[("grad_norm_spike_ratio", "policy")] > 40
+    for _ in range(3):
+        exp.log({"grad_norm": 1.0})
+    assert _signals(exp)[("grad_norm_spike_ratio", "policy")] < 2
+
+
 def test_grad_norm_spikes_are_relative_to_the_run() -> None:
     """A run whose stable norm is ~1e5 is not spiking; steps with ~0 norm make no spikes."""
     rng = random.Random(0)

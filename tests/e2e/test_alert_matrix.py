@@ -52,9 +52,9 @@ def test_sb3_healthy_run_pages_nothing(sb3_live: dict[str, Any]) -> None:
 
 @pytest.mark.parametrize("scenario", ["healthy", "lr-spike"])
 def test_live_stack_and_replay_agree_on_pages(sb3_live: dict[str, Any], scenario: str) -> None:
-    """The critical alerts agree. A warning may not: live, each scrape reads the worst of the
-    last 3 logged values whenever it comes; the replay scrapes its own simulated clock, so a
-    one-row blip (RLValueLossExplosion's, once in CI) can fall between the scrapes of one."""
+    """The critical alerts agree. A warning may not: the run's clock live is the wall clock, the
+    replay's is the log's rounded `time_elapsed`, so a one-row blip held for 30 s of one clock
+    (RLValueLossExplosion's, once in CI) can end between two scrapes of the other."""
     run, _, live = sb3_live[scenario]
     fast = am.replay(run, fast=True)
     pages = {a.split(" ")[0] for a in live["alerts"] if "(critical)" in a}

@@ -392,8 +392,9 @@ one state per 15-50 logged steps: the lead in logged steps is bounded below by t
     minutes later, at step 119.
   - In the KL blow-up, the truncation and length-explosion warnings end when the garbage
     completions turn short, and RLResponseLengthCollapse takes over.
-  - The exporter holds each signal at its worst over the last 3 logged steps (`hold`), and
-    `keep_firing_for` is wall-clock time; these dips lasted 11 and 14 steps. A longer hold for
+  - The exporter holds each signal at its worst over the last 3 logged steps (`hold`) and
+    the last 30 s of run time (`hold_seconds`), and `keep_firing_for` is wall-clock time; these
+    dips lasted 11 and 14 steps. A longer hold for
     the paging tier, counted in logged steps (or objective readings), would keep an alert
     through them on any cadence. That is not built yet.
 - **RLResponseLengthExplosion only reaches warning (TRL length-only reward).** Its critical

@@ -39,6 +39,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Literal
 
+import numpy as np
+
 from rlpulse import catalog, keys
 
 SIGNAL = catalog.get("rl_step_signal")
@@ -97,6 +99,7 @@ class Track:
         self.level_peak = math.nan
         self.level_start = math.nan
         self.gain_noise = math.nan  # the noise a gain is judged by (``gain``)
+        self._noise: tuple[int, int, float] = (-1, 0, math.nan)  # (n, longest, noise) last asked
         self.best3 = math.nan  # the best median of three readings (``_drop_from_best``)
         self.settled = False  # the reward held its best before entropy halved (``_entropy...``)
         self.stretches: Stretches | None = None  # a reward's runs of one value (``_frozen``)
@@ -153,18 +156,22 @@ class Track:
     def noise(self, longest: int = NOISE_LAGS[-1]) -> float:
         """The history's noise: step-to-step, or over up to ``longest`` steps where larger (a
         smoothed series is quiet from one value to the next, not over many); see the module
-        doc."""
+        doc. Worked out once per value (several signals ask for it)."""
+        if self._noise[:2] == (self.n, longest):
+            return self._noise[2]
         if len(self.diffs) < 2:
             return math.nan
         d = sorted(self.diffs)
         mad = _mad(d)
         noise = (1.4826 * mad if mad > 0 else statistics.pstdev(d)) / math.sqrt(2)
-        h = list(self.span)
+        h = np.fromiter(self.span, float, len(self.span))
         for lag in NOISE_LAGS:
-            if lag > longest or len(h) < NOISE_MIN_SPAN * lag:
+            if lag > longest or h.size < NOISE_MIN_SPAN * lag:
                 break
-            d = sorted(h[i + lag] - 2 * h[i] + h[i - lag] for i in range(lag, len(h) - lag))
-            noise = max(noise, 1.4826 * _mad(d) / math.sqrt(6))
+            second = h[2 * lag :] - 2 * h[lag:-lag] + h[: -2 * lag]  # x[t+L] - 2 x[t] + x[t-L]
+            mad = _np_median(np.abs(second - _np_median(second)))
+            noise = max(noise, 1.4826 * mad / math.sqrt(6))
+        self._noise = (self.n, longest, noise)
         return noise
 
     def mad(self) -> float:
@@ -178,6 +185,13 @@ def _median(ordered: list[float]) -> float:
     """The median of an ascending, non-empty list."""
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _np_median(values: np.ndarray) -> float:
+    """The median of a non-empty array, as ``_median`` works it out."""
+    ordered = np.sort(values)
+    mid = ordered.size // 2
+    return float(ordered[mid]) if ordered.size % 2 else float(ordered[mid - 1] + ordered[mid]) / 2
 
 
 def _mad(ordered: list[float]) -> float:

@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import contextlib
 import datetime
+import fcntl
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -97,11 +99,34 @@ class StackUp:
         ]
 
 
+DEFAULT_PORTS_LOCK = Path(tempfile.gettempdir()) / "rlpulse-tests-default-ports.lock"
+
+
+@contextlib.contextmanager
+def default_ports() -> Iterator[None]:
+    """Held while trainers run on this machine's default ports (9400 and up): pytest runs test
+    modules in parallel, and a trainer of another module taking the port of one killed here
+    would answer its scrapes (the killed run would look alive). Modules take turns."""
+    with open(DEFAULT_PORTS_LOCK, "w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
 @contextlib.contextmanager
 def stack_up(workdir: Path) -> Iterator[StackUp]:
     """The real ``rlpulse stack up --fast`` (1 s scrapes) scraping only what registers itself
     (no static target: another test's trainer on the default port stays out), stopped with
-    ``rlpulse stack down`` at the end."""
+    ``rlpulse stack down`` at the end; trainers run with ``env`` on the default ports, which
+    the stack holds (``default_ports``) until it is down."""
+    with default_ports(), _stack_up(workdir) as up:
+        yield up
+
+
+@contextlib.contextmanager
+def _stack_up(workdir: Path) -> Iterator[StackUp]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLPULSE_")}
     env["XDG_STATE_HOME"] = str(workdir / "state")
     (workdir / "overrides.yml").write_text(yaml.safe_dump({"scrape": {"static_targets": []}}))
@@ -111,6 +136,7 @@ def stack_up(workdir: Path) -> Iterator[StackUp]:
         cli, "stack", "up", "--fast", "--dir", str(d), "--config", str(workdir / "overrides.yml"),
         "--prometheus-port", str(prom_port), "--alertmanager-port", str(free_port()),
         "--inbox-port", str(free_port()), "--pushgateway-port", str(free_port()),
+        "--rollouts-port", str(free_port()),
     ]  # fmt: skip
     up = subprocess.run(argv, env=env, capture_output=True, text=True, timeout=120, check=False)
     assert up.returncode == 0, up.stdout + up.stderr

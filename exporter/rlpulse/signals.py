@@ -188,10 +188,8 @@ def _median(ordered: list[float]) -> float:
 
 
 def _np_median(values: np.ndarray) -> float:
-    """The median of a non-empty array, as ``_median`` works it out."""
-    ordered = np.sort(values)
-    mid = ordered.size // 2
-    return float(ordered[mid]) if ordered.size % 2 else float(ordered[mid - 1] + ordered[mid]) / 2
+    """The median of a non-empty array (``_median`` of it sorted)."""
+    return _median(np.sort(values).tolist())
 
 
 def _mad(ordered: list[float]) -> float:

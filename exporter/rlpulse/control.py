@@ -221,7 +221,7 @@ class Control:
         instance = labels.get("instance")
         if instance is not None and not self._ours(instance):
             return f"another instance's ({clean(instance)})"
-        if alert.starts_at < self.started:
+        if alert.starts_at < math.floor(self.started * 1000) / 1000:  # Alertmanager keeps ms
             return "it began before this run started here (a predecessor's)"
         if not self._confirmed(alert):
             return "the run's own values do not show it"

@@ -244,6 +244,7 @@ def _control(exp: Exporter, am: str, rules: dict[str, Any]) -> control.Control:
 def test_forged_foreign_and_early_alerts_never_act(am: str, run: Exporter) -> None:
     rid = run.run_id
     post(am, "RLEntropyCollapse", "critical", rid, **ENTROPY)  # a predecessor's, still firing
+    time.sleep(0.002)  # a later millisecond: Alertmanager's times are whole milliseconds
     c = _control(run, am, {"critical": "stop", "warning": "save"})
     _collapse(run)
     post(am, "RLMadeUp", "critical", rid)  # a name no generated rule raises
@@ -275,6 +276,15 @@ def test_a_silence_before_the_step_ends_withdraws_the_stop(am: str, run: Exporte
     for _ in range(3):  # Alertmanager settles the silence
         c.poller.poll()
     assert c.action() is None and not c.should_stop()
+
+
+def test_an_alert_in_the_millisecond_the_run_started_is_the_runs(run: Exporter) -> None:
+    """Alertmanager answers startsAt in whole milliseconds: an alert posted just after the
+    run started reads as up to 1 ms before it, and is still this run's."""
+    c = control.Control(run, {"critical": "stop"}, Alertmanager("http://127.0.0.1:9"))
+    _collapse(run)
+    c.seen([_firing("RLEntropyCollapse", "critical", run.run_id, int(c.started * 1000) / 1000)])
+    assert c.should_stop()
 
 
 def test_a_flood_of_warnings_asks_one_save(run: Exporter) -> None:

@@ -8,10 +8,11 @@ import signal
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 from harness.runstack import alerts_once_settled, last, watching
-from harness.stackutil import free_port, results, wait_for
+from harness.stackutil import api, free_port, results, wait_for
 
 TRAINER = """
 import sys, time, rlpulse
@@ -50,16 +51,39 @@ def test_a_crash_pages_run_crashed_not_target_down(tmp_path: Path) -> None:
         assert "MemoryError" in crash["annotations"]["description"]
 
 
+WAIT = "print('up', flush=True); time.sleep(600)"
+# a healthy run: a step every 0.2 s, for the 10 minutes a test may last
+TRAIN_ON = """print('up', flush=True)
+for step in range(4, 3000):
+    rlpulse.log({"loss": 1.0 / step}, step=step)
+    time.sleep(0.2)"""
+
+
+def _serving(run_id: str, port: int, ending: str = WAIT) -> subprocess.Popen[bytes]:
+    """A trainer on ``port`` that logged 3 steps, then waits (to be killed) or trains on."""
+    script = TRAINER.format(run_id=run_id, ending=ending)
+    env = {**os.environ, "RLPULSE_PORT": str(port), "RLPULSE_TARGETS_DIR": "off"}
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(script)], env=env, stdout=subprocess.PIPE
+    )
+    assert proc.stdout is not None and proc.stdout.readline().strip() == b"up"
+    return proc
+
+
+def _scraped(prom: str, run_id: str) -> None:
+    wait_for(lambda: results(prom, f'rl_step{{run_id="{run_id}"}} >= 3'), 60, f"{run_id} scraped")
+
+
+def _firing(prom: str) -> list[tuple[str, str]]:
+    alerts = api(f"{prom}/api/v1/alerts")["data"]["alerts"]
+    return sorted((a["labels"]["alertname"], a["labels"]["run_id"]) for a in alerts)
+
+
 def test_a_killed_run_pages_target_down(tmp_path: Path) -> None:
     port = free_port()
-    script = TRAINER.format(run_id="kill-1", ending="print('up', flush=True); time.sleep(600)")
-    env = {**os.environ, "RLPULSE_PORT": str(port)}
     with watching(tmp_path, port) as prom:
-        proc = subprocess.Popen(
-            [sys.executable, "-c", textwrap.dedent(script)], env=env, stdout=subprocess.PIPE
-        )
-        assert proc.stdout is not None and proc.stdout.readline().strip() == b"up"
-        wait_for(lambda: results(prom, 'rl_step{run_id="kill-1"} == 3'), 60, "a scrape")
+        proc = _serving("kill-1", port)
+        _scraped(prom, "kill-1")
         proc.send_signal(signal.SIGKILL)
         proc.wait(30)
         down = wait_for(
@@ -68,3 +92,27 @@ def test_a_killed_run_pages_target_down(tmp_path: Path) -> None:
             "RLTargetDown firing",
         )
         assert _names(down) == {"RLTargetDown"}, down
+
+
+def test_a_killed_run_whose_port_another_run_takes_still_pages(tmp_path: Path) -> None:
+    """The port of a killed run is taken at once by the next run (the default port, free
+    again): the target never stops answering, yet the dead run pages, and the live one not."""
+    port = free_port()
+    with watching(tmp_path, port) as prom:
+        dead = _serving("kill-2", port)
+        _scraped(prom, "kill-2")
+        dead.send_signal(signal.SIGKILL)
+        dead.wait(30)
+        taker = _serving("kill-3", port, TRAIN_ON)
+        try:
+            _scraped(prom, "kill-3")
+            wait_for(lambda: _firing(prom) or None, 60, "an alert")
+            time.sleep(10)  # the fast preset's stall wait (5 s) and more: the taker trains on
+            assert _firing(prom) == [("RLTargetDown", "kill-2")]
+            assert results(prom, f'up{{instance="127.0.0.1:{port}"}} == 1')
+            [down] = api(f"{prom}/api/v1/alerts")["data"]["alerts"]
+            assert down["state"] == "firing"
+            assert "answers for another run" in down["annotations"]["description"]
+        finally:
+            taker.kill()
+            taker.wait(30)

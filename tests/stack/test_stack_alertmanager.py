@@ -216,7 +216,7 @@ def test_inhibit_rules_cover_severity_target_down_and_stall() -> None:
     sev = by_source[('severity="critical"',)]
     assert sev["equal"] == ["alertname", "run_id"]
     down = [r for r in inhibit if r["source_matchers"] == [f'alertname="{liveness.TARGET_DOWN}"']]
-    assert {tuple(r["equal"]) for r in down} == {("job", "instance"), ("run_id",)}
+    assert {tuple(r["equal"]) for r in down} == {("job", "instance", "run_id"), ("run_id",)}
     run_level = next(r for r in down if r["equal"] == ["run_id"])["target_matchers"][0]
     for _, alert in rules.all_alerts(config.Config()):
         assert (alert.name in run_level) == (alert.scope == "run"), alert.name
@@ -377,6 +377,8 @@ def test_inhibitions(stack: Stack) -> None:
             _alert(liveness.TARGET_DOWN, "critical", **other),
             _alert("RLEntropyCollapse", "critical", **other),
             _alert(system.THROUGHPUT_DROP, "warning", **run2, throughput="rl_train_steps"),
+            # ...not those of the run that took its port
+            _alert("RLEntropyCollapse", "critical", **{**other, "run_id": "r4"}),
             # a warning silences the info of the same alert and run
             _alert("RLExporterDroppedValues", "warning", **TARGET),
             _alert("RLExporterDroppedValues", "info", **TARGET),
@@ -392,6 +394,7 @@ def test_inhibitions(stack: Stack) -> None:
         ("RLKLReferenceHigh", "warning", "r2"): "suppressed",  # by the target-down of r2
         (liveness.TARGET_DOWN, "critical", "r2"): "active",
         ("RLEntropyCollapse", "critical", "r2"): "suppressed",
+        ("RLEntropyCollapse", "critical", "r4"): "active",
         (system.THROUGHPUT_DROP, "warning", "r2"): "suppressed",
         (liveness.STALLED, "critical", "r1"): "active",
         (gpu.IDLE, "warning", "r1"): "suppressed",

@@ -206,7 +206,8 @@ def _inhibit_rules(cfg: Config) -> list[dict[str, Any]]:
         {
             "source_matchers": [down],
             "target_matchers": [f'alertname!="{liveness.TARGET_DOWN}"'],
-            "equal": ["job", "instance"],
+            # the dead run's: a run that took its port is another run
+            "equal": ["job", "instance", "run_id"],
         },
     ]
     if run_scoped:

@@ -38,6 +38,7 @@ STEP = M("rl_step")
 PHASE = M("rl_phase_duration_seconds")
 RANK_PHASE_MEAN = record_name("rank_phase", PHASE, "mean")
 TARGET_BY = "job, instance, run_id, rank"
+RUN_BY_RANK = "job, run_id, rank"
 CRASHED = 'outcome="crashed"'
 UP = {"job": "rlpulse", "instance": "127.0.0.1:9400"}
 _SERVING = (series(RUN_INFO, {**TARGET, "model": "tiny"}), const(1, 30))
@@ -60,14 +61,16 @@ class TargetDownKnobs(AlertConfig):
     )
 
 
-# Each target's run, kept while the run has not said it ended: the last time the target served
-# it (its rl_run_info scraped), with the run's metadata. A latch: the rule reads its own previous
-# value, so a run that died unannounced stays here however long ago it died, until its target
-# serves another run, is dropped from discovery (the launcher removed it), or a scrape within
-# windows.recent carried its end mark (read over that window, not at one evaluation: an
-# evaluation can fall after the end's scrape was appended late and the next scrape failed).
-# Prometheus 2.x and 3.x evaluate it alike; a Prometheus that stops evaluating for longer
-# than its lookback delta (5m) forgets the runs that were dead then.
+# Each run (rank) a target served, kept while the run has not said it ended: the last time it
+# was served (its rl_run_info scraped), with its target and metadata. A latch: the rule reads its
+# own previous value, so a run that died unannounced stays here however long ago it died, until
+# the same run (run_id, rank) is served again (a resume, on any target), its target is dropped
+# from discovery (the launcher removed it), or a scrape within windows.recent carried its end
+# mark (read over that window, not at one evaluation: an evaluation can fall after the end's
+# scrape was appended late and the next scrape failed). Another run taking the dead run's port
+# does not let it go: that run is not the dead one's end. Prometheus 2.x and 3.x evaluate it
+# alike; a Prometheus that stops evaluating for longer than its lookback delta (5m) forgets the
+# runs that were dead then.
 SERVED = record_name("target", RUN_INFO, "last_served")
 RUN_META = ("model", "git_sha", "framework", "owner", "user")
 
@@ -84,29 +87,31 @@ def _served(q: Query, k: TargetDownKnobs) -> list[Recording]:
         f" unless on({TARGET_BY}) {q.s(FINISHED)}"
     )
     kept = (
-        f"{SERVED} and on(job, instance) {q.up()} unless on(job, instance) {q.s(RUN_INFO)}"
+        f"{SERVED} and on(job, instance) {q.up()} unless on({RUN_BY_RANK}) {q.s(RUN_INFO)}"
         f" unless on({TARGET_BY}) {_ended(q)}"
     )
     return [Recording(SERVED, f"({live}) or ({kept})")]
 
 
 def dead(q: Query) -> str:
-    """When each dead target last served its run that never said it ended, by target."""
-    return f"max by ({TARGET_BY}) ({SERVED} and on(job, instance) ({q.up()} == 0))"
+    """When each run that is no longer served, and never said it ended, was last served, by
+    target: its target stopped answering, or answers for another run."""
+    return f"max by ({TARGET_BY}) ({SERVED} unless on({RUN_BY_RANK}) {q.s(RUN_INFO)})"
 
 
 def _target_down(q: Query, k: TargetDownKnobs) -> Iterator[Alert]:
-    last_run = f"topk by (job, instance) (1, max by ({TARGET_BY}) ({SERVED}))"
     yield Alert.of(
         k,
         TARGET_DOWN,
         "critical",
-        f"({q.up()} == 0) + on(job, instance) group_left(run_id, rank) (time() - {last_run})",
-        "A trainer exporter that was serving a run cannot be scraped.",
-        "Prometheus cannot scrape {{ $labels.instance }} (job {{ $labels.job }}), which served "
-        f"{ID} until {AGO} ago and never said the run ended: the trainer died, hung hard or "
-        "lost its network. This pages until the run is marked ended, its target is removed "
-        "or it is silenced.",
+        f"time() - {dead(q)}",
+        "A trainer exporter that was serving a run no longer serves it, and the run never said "
+        "it ended.",
+        f"{ID} was last scraped on {{{{ $labels.instance }}}} (job {{{{ $labels.job }}}}) {AGO} "
+        "ago and never said it ended: the trainer died, hung hard or lost its network (the "
+        "target no longer answers, or answers for another run that took its port). This pages "
+        "until the run is marked ended or served again, its target is removed or it is "
+        "silenced.",
     )
 
 
@@ -122,6 +127,37 @@ def _target_down_scenarios(k: TargetDownKnobs) -> Iterator[Scenario]:
             Check(TARGET_DOWN, "30m"),
             Check(TARGET_DOWN, "40m", (Expect("critical", TARGET, 40 * 60 - 29 * 60, TINY),)),
             Check(TARGET_DOWN, "26h", (Expect("critical", TARGET, 26 * 3600 - 29 * 60, TINY),)),
+        ),
+    )
+    r2 = {**TARGET, "run_id": "r2", "model": "tiny"}
+    yield Scenario(
+        "Killed, and a new run (r2) takes its port at once: r1's series go stale at 30m while "
+        "the target keeps answering, for r2. r1 still pages, from 31m, naming the time since "
+        "its last scrape (29m), and a day later; r2, alive, does not.",
+        (
+            (up, const(1, 1600)),
+            (series(RUN_INFO, {**TARGET, "model": "tiny"}), f"{const(1, 30)} stale"),
+            (series(RUN_INFO, r2), f"_x30 {const(1, 1570)}"),
+        ),
+        (
+            Check(TARGET_DOWN, "30m"),
+            Check(TARGET_DOWN, "32m", (Expect("critical", TARGET, 32 * 60 - 29 * 60, TINY),)),
+            Check(TARGET_DOWN, "26h", (Expect("critical", TARGET, 26 * 3600 - 29 * 60, TINY),)),
+        ),
+    )
+    moved = {**TARGET, "instance": "127.0.0.1:9401", "model": "tiny"}
+    yield Scenario(
+        "Killed, then resumed under its run_id on another port at 40m (the dead target stays "
+        "listed, down): it pages from 31m and resolves once the run is served again.",
+        (
+            (up, f"{const(1, 30)} {const(0, 30)}"),
+            (raw("up", {**UP, "instance": moved["instance"]}), f"_x40 {const(1, 20)}"),
+            (series(RUN_INFO, {**TARGET, "model": "tiny"}), f"{const(1, 30)} stale"),
+            (series(RUN_INFO, moved), f"_x40 {const(1, 20)}"),
+        ),
+        (
+            Check(TARGET_DOWN, "35m", (Expect("critical", TARGET, 35 * 60 - 29 * 60, TINY),)),
+            Check(TARGET_DOWN, "45m"),
         ),
     )
     yield Scenario(
@@ -488,26 +524,31 @@ DEFS: tuple[AlertDef, ...] = (
         _target_down,
         {
             TARGET_DOWN: Runbook(
-                "Prometheus cannot scrape a trainer exporter that served a run which never said "
-                "it ended: the process died (kill -9, the OOM killer, a lost node), hung hard, "
-                "or lost its network. It keeps paging, however long ago the run died, until a "
-                "last scrape carries the run's end mark, the target serves another run or is "
-                "removed from discovery, or someone silences it: a dead run does not heal. "
+                "A run that never said it ended is no longer served: its exporter cannot be "
+                "scraped, or its port now serves another run (the next run took the free "
+                "port). The process died (kill -9, the OOM killer, a lost node), hung hard, or "
+                "lost its network. It keeps paging, however long ago the run died, until a "
+                "last scrape carries the run's end mark, the same run (run_id and rank) is "
+                "served again (a resume, on any port), its target is removed from discovery, "
+                "or someone silences it: a dead run does not heal, and another run on its "
+                "port is not its end. "
                 f"The run is kept by the recording rule {SERVED} (a latch that reads its own "
                 "previous value; Prometheus 2.42 and 3.x evaluate it alike, and a Prometheus "
                 "that stops evaluating rules for longer than its 5m lookback forgets the dead "
-                "runs it kept). Other alerts of that target, and a RLTrainingStalled of the "
-                "same run (which keeps firing rather than resolve as if it recovered), are held "
-                "back while this fires.",
+                "runs it kept). The run's other alerts on that target, and a RLTrainingStalled "
+                "of the same run (which keeps firing rather than resolve as if it recovered), "
+                "are held back while this fires; the alerts of a run that took its port are "
+                "not.",
                 panels.see(panels.SYSTEM, panels.COLLECTORS)
                 + panels.SEPARATOR
                 + panels.see(panels.TRAINING, panels.LIVENESS),
                 (
                     "First: is the process alive? Check the trainer's process and its last log "
                     "lines (OOM killer in dmesg, an NCCL timeout, a node failure).",
-                    "Restart from the checkpoint the page names (resume), or end the incident: "
-                    "silence it with the run_id matcher, or remove the run's file_sd target "
-                    "(delete its file).",
+                    "Restart from the checkpoint the page names (resume under the same run_id "
+                    "resolves it), or end the incident: silence it with the run_id matcher, or "
+                    "remove the run's file_sd target (delete its file; when another run took "
+                    "its port, the target stays listed for that run: silence it).",
                     "A run that ends (rlpulse.finish(), a normal interpreter exit, or a crash, "
                     "which RLRunCrashed pages) has a last scrape carry its end mark and this "
                     "alert stays quiet. If it paged for a run that did end, that last scrape "

@@ -276,10 +276,19 @@ def services(opts: Options) -> list[Service]:
                 f"--web.listen-address=127.0.0.1:{opts.prometheus_port}",
                 "--enable-feature=exemplar-storage",
                 "--web.enable-lifecycle",
+                *_resend(opts),
             ),
             "/-/ready",
         ),
     ]
+
+
+def _resend(opts: Options) -> tuple[str, ...]:
+    """Prometheus re-sends firing alerts every minute (an Alertmanager that was down, or not
+    yet known at the first send, hears of them then); ``--fast`` scales that as its windows."""
+    if not opts.fast:
+        return ()
+    return (f"--rules.alert.resend-delay={config.FAST_RESEND_S:g}s",)
 
 
 # ---- processes ----------------------------------------------------------------------------------

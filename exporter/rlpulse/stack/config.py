@@ -818,6 +818,8 @@ def load(path: str | Path, *, base: Config | None = None) -> Config:
 
 FAST_FACTOR = 60.0
 """``fast()`` divides every duration by this: an hour becomes a minute, ten minutes ten seconds."""
+# how often the --fast local stack's Prometheus re-sends firing alerts (its default: 1m)
+FAST_RESEND_S = 60 / FAST_FACTOR
 _MIN_INTERVAL = 1.0  # scrape/eval intervals and timeouts stay at least this many seconds
 
 

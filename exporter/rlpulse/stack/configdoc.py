@@ -17,7 +17,9 @@ _INTRO = """\
 every key is optional. An unknown key or a value of the wrong type is an error naming it, e.g.
 `rlpulse.yaml: alerts.entropy_collapse.critical: expected a number, got 'abc'`.
 `rlpulse generate --fast` divides every duration by {factor:g} (intervals stay at least 1s) so a
-test or demo sees alerts within seconds.
+test or demo sees alerts within seconds; `rlpulse stack up --fast` also has its Prometheus re-send
+firing alerts every {resend:g}s (`--rules.alert.resend-delay`, 1m by default), so an Alertmanager
+that was down hears of them within seconds.
 
 ```yaml
 alerts:
@@ -104,5 +106,9 @@ def _sections(obj: Any, prefix: str = "") -> Iterator[str]:
 
 def render() -> dict[str, str]:
     """docs/configuration.md (always for the defaults: it documents them)."""
-    text = _INTRO.format(factor=c.FAST_FACTOR) + "\n" + "\n".join(_sections(c.Config()))
+    text = (
+        _INTRO.format(factor=c.FAST_FACTOR, resend=c.FAST_RESEND_S)
+        + "\n"
+        + "\n".join(_sections(c.Config()))
+    )
     return {"docs/configuration.md": text}

@@ -18,14 +18,11 @@ from prometheus_client.parser import text_string_to_metric_families
 from harness.stackutil import api, results, wait_for
 from rlpulse import catalog
 from rlpulse.exporter import Exporter
+from rlpulse.stack import config
 from tests.stack.test_faults_support import LocalStack, local_stack
 
 ALERT = "RLNonFiniteLoss"
 STEPS = catalog.get("rl_env_steps_total").name
-# Prometheus re-sends a firing alert every --rules.alert.resend-delay (default 1m); compressed
-# here like the rest of the fast preset. In production the page follows Alertmanager's return
-# within that minute plus group_wait.
-RESEND = "2s"
 # run metadata the page carries (looked up in rl_run_info by the rule's run_info annotation)
 METADATA = {"model": "tiny-policy", "git_sha": "abc1234", "framework": "trl", "owner": "alice"}
 
@@ -82,9 +79,7 @@ def test_alertmanager_down_while_an_alert_fires(tmp_path: Path) -> None:
     run = "am-down"
     with (
         training(run) as exp,
-        local_stack(
-            tmp_path, [f"127.0.0.1:{exp.port}"], [f"--rules.alert.resend-delay={RESEND}"]
-        ) as stack,
+        local_stack(tmp_path, [f"127.0.0.1:{exp.port}"]) as stack,
     ):
         prom = stack.url("prometheus")
         wait_for(lambda: results(prom, f'rl_step{{run_id="{run}"}}'), 30, "the first scrape")
@@ -105,7 +100,9 @@ def test_alertmanager_down_while_an_alert_fires(tmp_path: Path) -> None:
         errors = _notification_errors(stack)
     print(
         f"\nAlertmanager down: alert fired while it was down ({errors:.0f} failed notification "
-        f"batches), paged {delay:.1f}s after it came back (resend delay {RESEND})"
+        f"batches), paged {delay:.1f}s after it came back (resend delay "
+        f"{config.FAST_RESEND_S:g}s; 1m in production, where the page follows Alertmanager's "
+        "return within that minute plus group_wait)"
     )
 
 

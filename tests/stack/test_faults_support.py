@@ -6,7 +6,6 @@ bcrypt hashes from ``tests.conftest``.
 
 from __future__ import annotations
 
-import dataclasses
 import subprocess
 from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
@@ -75,11 +74,9 @@ class LocalStack:
 
 
 @contextmanager
-def local_stack(
-    d: Path, targets: Sequence[str], prometheus_flags: Sequence[str] = ()
-) -> Iterator[LocalStack]:
-    """``rlpulse stack up --fast`` into ``d`` on free ports, scraping only ``targets``; extra
-    ``prometheus_flags`` go on Prometheus' command line. Stopped (``down``) at the end."""
+def local_stack(d: Path, targets: Sequence[str]) -> Iterator[LocalStack]:
+    """``rlpulse stack up --fast`` into ``d`` on free ports, scraping only ``targets``. Stopped
+    (``down``) at the end."""
     overrides = {"scrape": {"static_targets": list(targets), "file_sd": []}}
     (d / "overrides.yml").write_text(yaml.safe_dump(overrides))
     opts = stackrun.Options(
@@ -93,8 +90,6 @@ def local_stack(
     )
     stackrun.write_files(opts, stackrun.stack_config(opts))
     services = {s.name: s for s in stackrun.services(opts)}
-    prom = services["prometheus"]
-    services["prometheus"] = dataclasses.replace(prom, argv=(*prom.argv, *prometheus_flags))
     stack = LocalStack(d, services)
     try:
         for name in services:

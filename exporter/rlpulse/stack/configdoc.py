@@ -19,7 +19,8 @@ every key is optional. An unknown key or a value of the wrong type is an error n
 `rlpulse generate --fast` divides every duration by {factor:g} (intervals stay at least 1s) so a
 test or demo sees alerts within seconds; `rlpulse stack up --fast` also has its Prometheus re-send
 firing alerts every {resend:g}s (`--rules.alert.resend-delay`, 1m by default), so an Alertmanager
-that was down hears of them within seconds.
+that was down hears of them within seconds (Alertmanager keeps an alert for 4 re-sends, long
+enough for a restart of Prometheus).
 
 ```yaml
 alerts:

@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from harness.stackutil import free_port, interruptible, wait_for
+from harness.stackutil import free_port, interruptible, results, wait_for
 from rlpulse import stackrun
 from rlpulse.exporter import Exporter
 
@@ -242,6 +242,41 @@ def _killed(s: Stack, d: Path, port: int, hold: float) -> list[Check]:
     ]
 
 
+def _taken(s: Stack, d: Path, port: int, hold: float) -> list[Check]:
+    """kill -9, and the next run takes the free port at once: the target never goes down."""
+    dead, after = "drill-dead", "drill-next"
+    prom = s.services["prometheus"].url
+    instance = f'instance="127.0.0.1:{port}"'
+    proc = demo(d, port, dead, "--steps", "100000")
+    wait_for(lambda: results(prom, f'rl_step{{run_id="{dead}"}} > 20'), 60, "steps scraped")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+    nxt = demo(d, port, after, "--steps", str(int(2 * hold / STEP_DELAY)))
+    try:
+        down = wait_for(lambda: (s.pages(dead, "RLTargetDown") or [None])[0], 120, "the page")
+        time.sleep(hold)
+        resolved = s.pages(dead, action="resolve")
+        others = [p["payload"]["custom_details"]["alertname"] for p in s.pages(after)]
+        served = bool(results(prom, f'rl_step{{run_id="{after}",{instance}}}'))
+    finally:
+        try:
+            nxt.wait(120)  # it ends on its own (finish(): no page), not killed
+        except subprocess.TimeoutExpired:
+            nxt.kill()
+            nxt.wait(30)
+    return [
+        Check(
+            "kill -9, the next run on its port at once",
+            "RLTargetDown",
+            said(down),
+            served and not resolved and not others,
+            f"the next run serves the port ({served}); the dead run still paged after "
+            f"{hold:.0f} s ({len(resolved)} resolves); the next run paged "
+            f"{others or 'nothing'}",
+        )
+    ]
+
+
 def _trl_eval(s: Stack, d: Path, port: int, heartbeats: bool) -> list[Check]:
     """A healthy TRL GRPO run (tiny local model, a step every ~0.3 s) evaluating every 10
     steps on enough prompts that each evaluation lasts far longer than the stall level (5 s
@@ -296,8 +331,9 @@ SCENARIOS: dict[str, Callable[..., list[Check]]] = {
     "kl-act": lambda s, d, p: _kl(s, d, p[1], acting=True),
     "hacking": lambda s, d, p: _hacking(s, d, p[2]),
     "killed": lambda s, d, p: _killed(s, d, p[3], hold=60.0),
-    "trl-eval": lambda s, d, p: _trl_eval(s, d, p[4], heartbeats=True),
-    "trl-eval-silent": lambda s, d, p: _trl_eval(s, d, p[5], heartbeats=False),
+    "port-taken": lambda s, d, p: _taken(s, d, p[4], hold=30.0),
+    "trl-eval": lambda s, d, p: _trl_eval(s, d, p[5], heartbeats=True),
+    "trl-eval-silent": lambda s, d, p: _trl_eval(s, d, p[6], heartbeats=False),
 }
 
 

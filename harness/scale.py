@@ -652,9 +652,15 @@ def query_stats(sim: Sim, reps: int = 3, ranged: bool = True) -> dict[str, Any]:
     exposed = exposed_names(sim) | {"ALERTS"}
     # a step-signal panel is fed when the workload logs the metric its signal is computed from
     signal = catalog.get("rl_step_signal").name
-    signals = {
-        r["metric"]["signal"] for r in results(sim.prometheus, f"group by (signal) ({signal})")
-    }
+    by_signal = f"group by (signal) ({signal})"
+    signals = {r["metric"]["signal"] for r in results(sim.prometheus, by_signal)}
+    # VictoriaMetrics gets the samples by remote write, seconds behind Prometheus: a signal the
+    # run began to export just now is there once the write caught up
+    wait_for(
+        lambda: signals <= {r["metric"]["signal"] for r in results(sim.vm, by_signal)},
+        60,
+        "VictoriaMetrics to have every step signal Prometheus has",
+    )
     stores = {"prometheus": sim.prometheus, "victoriametrics": sim.vm}
     end = time.time()
     start = max(sim.started, end - 3600)

@@ -7,6 +7,7 @@ PagerDuty event checked and written as a table to docs/oncall-drill.md (``harnes
 from __future__ import annotations
 
 import argparse
+import shutil
 from pathlib import Path
 
 from harness import drill
@@ -18,7 +19,8 @@ def main() -> int:
     parser.add_argument("--only", nargs="*", choices=list(drill.SCENARIOS))
     parser.add_argument("--workdir", type=Path, default=Path(".rlpulse/drill"))
     args = parser.parse_args()
-    args.workdir.mkdir(parents=True, exist_ok=True)
+    shutil.rmtree(args.workdir, ignore_errors=True)  # a drill reads only its own pages
+    args.workdir.mkdir(parents=True)
     sent: list[str] = []
     checks = drill.drill(args.workdir, args.only, sent=sent)
     text = drill.table(checks)

@@ -79,13 +79,18 @@ def _firing(prom: str) -> list[tuple[str, str]]:
     return sorted((a["labels"]["alertname"], a["labels"]["run_id"]) for a in alerts)
 
 
+def _killed(prom: str, run_id: str, port: int) -> None:
+    """A trainer on ``port``, scraped, then killed with SIGKILL."""
+    proc = _serving(run_id, port)
+    _scraped(prom, run_id)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(30)
+
+
 def test_a_killed_run_pages_target_down(tmp_path: Path) -> None:
     port = free_port()
     with watching(tmp_path, port) as prom:
-        proc = _serving("kill-1", port)
-        _scraped(prom, "kill-1")
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(30)
+        _killed(prom, "kill-1", port)
         down = wait_for(
             lambda: [a for a in alerts_once_settled(prom) if a["state"] == "firing"] or None,
             60,
@@ -99,10 +104,7 @@ def test_a_killed_run_whose_port_another_run_takes_still_pages(tmp_path: Path) -
     again): the target never stops answering, yet the dead run pages, and the live one not."""
     port = free_port()
     with watching(tmp_path, port) as prom:
-        dead = _serving("kill-2", port)
-        _scraped(prom, "kill-2")
-        dead.send_signal(signal.SIGKILL)
-        dead.wait(30)
+        _killed(prom, "kill-2", port)
         taker = _serving("kill-3", port, TRAIN_ON)
         try:
             _scraped(prom, "kill-3")

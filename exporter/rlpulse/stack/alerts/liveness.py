@@ -115,6 +115,14 @@ def _target_down(q: Query, k: TargetDownKnobs) -> Iterator[Alert]:
     )
 
 
+def _paging_on(minute: int) -> tuple[Check, ...]:
+    """r1, last scraped at 29m: quiet at 30m, paging at ``minute`` and still a day later."""
+    return (Check(TARGET_DOWN, "30m"),) + tuple(
+        Check(TARGET_DOWN, at, (Expect("critical", TARGET, secs - 29 * 60, TINY),))
+        for at, secs in ((f"{minute}m", minute * 60), ("26h", 26 * 3600))
+    )
+
+
 def _target_down_scenarios(k: TargetDownKnobs) -> Iterator[Scenario]:
     up = raw("up", UP)
     yield Scenario(
@@ -123,11 +131,7 @@ def _target_down_scenarios(k: TargetDownKnobs) -> Iterator[Scenario]:
         "last sample (29m): 660 s at 40m, and still a day later (the run never said it "
         "ended), its metadata kept by the latch past rl_run_info's last day: 26h - 29m at 26h.",
         ((up, f"{const(1, 30)} {const(0, 1600)}"), _SERVING),
-        (
-            Check(TARGET_DOWN, "30m"),
-            Check(TARGET_DOWN, "40m", (Expect("critical", TARGET, 40 * 60 - 29 * 60, TINY),)),
-            Check(TARGET_DOWN, "26h", (Expect("critical", TARGET, 26 * 3600 - 29 * 60, TINY),)),
-        ),
+        _paging_on(40),
     )
     r2 = {**TARGET, "run_id": "r2", "model": "tiny"}
     yield Scenario(
@@ -139,11 +143,7 @@ def _target_down_scenarios(k: TargetDownKnobs) -> Iterator[Scenario]:
             (series(RUN_INFO, {**TARGET, "model": "tiny"}), f"{const(1, 30)} stale"),
             (series(RUN_INFO, r2), f"_x30 {const(1, 1570)}"),
         ),
-        (
-            Check(TARGET_DOWN, "30m"),
-            Check(TARGET_DOWN, "32m", (Expect("critical", TARGET, 32 * 60 - 29 * 60, TINY),)),
-            Check(TARGET_DOWN, "26h", (Expect("critical", TARGET, 26 * 3600 - 29 * 60, TINY),)),
-        ),
+        _paging_on(32),
     )
     moved = {**TARGET, "instance": "127.0.0.1:9401", "model": "tiny"}
     yield Scenario(

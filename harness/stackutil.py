@@ -206,6 +206,13 @@ def prometheus(workdir: Path, config: dict[str, Any], flags: Sequence[str] = ())
             shutil.copyfile(log, workdir / "prometheus.log")
 
 
+def promtool() -> str:
+    """The ``promtool`` binary (the Debian package ``prometheus``); the test fails without it."""
+    path = shutil.which("promtool")
+    assert path, "promtool (Debian package prometheus) is required"
+    return path
+
+
 @contextlib.contextmanager
 def victoria_metrics(workdir: Path) -> Iterator[str]:
     """A real single-node VictoriaMetrics on a free port; yields its base URL (remote-write

@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 import yaml
 
+from harness.stackutil import promtool
 from rlpulse import cli
 from rlpulse.stack import config, configdoc, generate
 
@@ -131,9 +133,40 @@ def test_yaml_overrides_reach_the_rules(tmp_path: Path) -> None:
     am = yaml.safe_load((out / "alertmanager/alertmanager.yml").read_text())
     hook = next(r for r in am["receivers"] if r["name"] == "webhook")
     assert hook["webhook_configs"][0]["url"] == "http://127.0.0.1:9/hook"
-    # the promtool scenarios are written for the default thresholds: left out here
-    assert not (out / "prometheus" / "tests").exists()
+    # the promtool scenarios are written for the default thresholds: those of the changed
+    # alert are left out, and the file's head names it
+    rl_tests = (out / "prometheus/tests/rl.yml").read_text()
+    assert "# RLEntropyCollapse." in rl_tests and "\n  # RLEntropyCollapse:" not in rl_tests
+    assert "RLKLReferenceHigh:" in rl_tests
     assert _generate("--config", str(cfg_file), "--out", str(out), "--check") == 0
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        "alerts:\n  reward_collapse:\n    critical: 0.7\n  target_down:\n    for: 3m\n",
+        "windows:\n  baseline: 2h\n",
+        "scrape:\n  interval: 30s\n",
+    ],
+)
+def test_a_configs_rule_tests_pass_promtool(tmp_path: Path, overrides: str) -> None:
+    """Any config gets the promtool tests of the alerts it leaves firing as the defaults do,
+    and they pass against its rules (a real promtool)."""
+    (tmp_path / "rlpulse.yaml").write_text(overrides)
+    assert _generate("--config", str(tmp_path / "rlpulse.yaml"), "--out", str(tmp_path)) == 0
+    tests = sorted((tmp_path / "prometheus" / "tests").glob("*.yml"))
+    assert [t.name for t in tests] == ["meta.yml", "rl.yml", "system.yml", "task.yml"]
+    assert sum(t.read_text().count("\n  - interval:") for t in tests) > 40
+    for t in tests:
+        run = subprocess.run(
+            [promtool(), "test", "rules", f"tests/{t.name}"],
+            cwd=tmp_path / "prometheus",
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=False,
+        )
+        assert run.returncode == 0, run.stdout[-3000:]
 
 
 BAD = [

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -21,12 +20,12 @@ import pytest
 import yaml
 from cloudcoil.models.prometheus_operator import v1 as operator
 
+from harness.stackutil import promtool
 from rlpulse import catalog, cli
 from rlpulse.stack import config, dashboards, generate, kubernetes, prometheus, rules, ruletests
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = config.Config()
-PROMTOOL = shutil.which("promtool")
 DNS_SUBDOMAIN = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$")
 LABEL_KEY = re.compile(r"^([a-z0-9.-]+/)?[A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?$")
 LABEL_VALUE = re.compile(r"^([A-Za-z0-9]([A-Za-z0-9_.-]*[A-Za-z0-9])?)?$")
@@ -39,11 +38,6 @@ HTTPS = config.from_dict(
         "kubernetes": {"basic_auth_secret": "rlpulse-scrape-auth"},
     }
 )
-
-
-def _promtool() -> str:
-    assert PROMTOOL, "promtool (Debian package prometheus) is required"
-    return PROMTOOL
 
 
 def _objects(files: dict[str, str]) -> dict[str, dict[str, Any]]:
@@ -253,7 +247,7 @@ def test_promtool_checks_the_extracted_rules(
 ) -> None:
     paths = _extract_rules(objects, tmp_path)
     run = subprocess.run(
-        [_promtool(), "check", "rules", *map(str, paths)],
+        [promtool(), "check", "rules", *map(str, paths)],
         capture_output=True,
         text=True,
         timeout=120,
@@ -277,7 +271,7 @@ def test_promtool_unit_tests_pass_on_the_extracted_rules(
     assert [p.stem for p in tests] == sorted(rules.AREAS)
     procs = {
         p.name: subprocess.Popen(
-            [_promtool(), "test", "rules", f"tests/{p.name}"],
+            [promtool(), "test", "rules", f"tests/{p.name}"],
             cwd=tmp_path / "prometheus",
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,

@@ -8,8 +8,8 @@ nothing.
 
 from __future__ import annotations
 
+import dataclasses
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -18,18 +18,14 @@ import promql_parser
 import pytest
 import yaml
 
+from harness.stackutil import promtool
 from rlpulse import catalog
+from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack import config, prometheus, rules, ruletests, runbooks
 
 DEFAULT = config.Config()
 FAST = config.fast()
-PROMTOOL = shutil.which("promtool")
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _promtool() -> str:
-    assert PROMTOOL, "promtool (Debian package prometheus) is required"
-    return PROMTOOL
 
 
 def _write(tmp: Path, files: dict[str, str]) -> None:
@@ -53,13 +49,13 @@ def _generated(tmp: Path, cfg: config.Config) -> Path:
 def test_promtool_checks_config_and_rules(tmp_path: Path, preset: str) -> None:
     cfg = DEFAULT if preset == "default" else FAST
     out = _generated(tmp_path, cfg)
-    run = _run(_promtool(), "check", "config", str(out / "prometheus.yml"))
+    run = _run(promtool(), "check", "config", str(out / "prometheus.yml"))
     assert run.returncode == 0, run.stdout + run.stderr
     # one file per area, and rules/meta.yml: the alerting pipeline's own (stack.alerts.meta)
     assert f"{len(rules.AREAS) + 1} rule files found" in run.stdout
     files = sorted(str(p) for p in (out / "rules").glob("*.yml"))
     assert len(files) == len(rules.AREAS) + 1
-    run = _run(_promtool(), "check", "rules", *files)
+    run = _run(promtool(), "check", "rules", *files)
     assert run.returncode == 0, run.stdout + run.stderr
 
 
@@ -68,7 +64,7 @@ def test_promtool_unit_tests_pass(tmp_path: Path) -> None:
     out = _generated(tmp_path, DEFAULT)
     procs = {
         area: subprocess.Popen(
-            [_promtool(), "test", "rules", f"tests/{area}.yml"],
+            [promtool(), "test", "rules", f"tests/{area}.yml"],
             cwd=out,
             stdout=subprocess.PIPE,
             stderr=subprocess.STDOUT,
@@ -93,9 +89,34 @@ def test_a_broken_threshold_fails_the_unit_tests(tmp_path: Path) -> None:
     doc = yaml.safe_load((out / "tests" / "rl.yml").read_text())
     doc["tests"] = doc["tests"][:1]  # the entropy-collapse scenario
     (out / "tests" / "one.yml").write_text(yaml.safe_dump(doc))
-    run = _run(_promtool(), "test", "rules", "tests/one.yml", cwd=out, timeout=300)
+    run = _run(promtool(), "test", "rules", "tests/one.yml", cwd=out, timeout=300)
     assert run.returncode != 0
     assert "RLEntropyCollapse" in run.stdout + run.stderr
+
+
+def test_step_alert_texts_expect_what_prometheus_prints(tmp_path: Path) -> None:
+    """A scenario value with more digits than its series carries (RLRewardCollapse's band at
+    a critical level of 0.7 is 0.61875) is expected as Prometheus reads and prints it: 61.88%."""
+    alerts = dataclasses.replace(
+        DEFAULT.alerts,
+        reward_collapse=dataclasses.replace(DEFAULT.alerts.reward_collapse, critical=0.7),
+    )
+    cfg = dataclasses.replace(DEFAULT, alerts=alerts)
+    out = _generated(tmp_path, cfg)
+    [group] = [g for g in rules.groups(cfg) if g.area == "rl"]
+    [entry] = [d for d in alert_defs.DEFS["rl"] if d.key == "reward_collapse"]
+    fired = {(a.name, a.severity): a for a in group.alerts}
+    doc = {
+        "rule_files": ["../rules/rl.yml"],
+        "evaluation_interval": ruletests.EVALUATION_INTERVAL,
+        "tests": [
+            ruletests.unit_test(s, "rl", fired) for s in entry.scenarios(alerts.reward_collapse)
+        ],
+    }
+    assert "61.88%" in yaml.safe_dump(doc)
+    (out / "tests" / "one.yml").write_text(yaml.safe_dump(doc))
+    run = _run(promtool(), "test", "rules", "tests/one.yml", cwd=out, timeout=300)
+    assert run.returncode == 0, run.stdout[-3000:]
 
 
 def _test_files(tmp: Path) -> dict[str, Any]:

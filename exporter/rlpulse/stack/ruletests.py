@@ -11,8 +11,10 @@ and value (descriptions use only ``$labels.x`` and ``$value`` through ``printf "
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
+from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 from urllib.parse import quote_plus
@@ -171,23 +173,67 @@ def scenarios(area: Area) -> list[Scenario]:
     return [*declared, alert_defs.HEALTHY[area]()]
 
 
+def firing_rule(a: Alert) -> tuple[Any, ...]:
+    """What decides when an alert fires and with which labels (not its texts or links)."""
+    return (a.severity, a.expr, a.for_, a.keep_firing_for, a.enabled, sorted(a.labels.items()))
+
+
+def _unchanged(group: rules.Group, default: rules.Group) -> frozenset[str]:
+    """The alerts of ``group`` that fire exactly as with the default config (the scenarios are
+    written for those), none when its recording rules differ."""
+    if group.recordings != default.recordings:
+        return frozenset()
+    ours: defaultdict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    theirs: defaultdict[str, list[tuple[Any, ...]]] = defaultdict(list)
+    for mine, alerts in ((ours, group.alerts), (theirs, default.alerts)):
+        for a in alerts:
+            mine[a.name].append(firing_rule(a))
+    return frozenset(n for n in ours if ours[n] == theirs.get(n))
+
+
+def _kept(scn: Scenario, unchanged: frozenset[str], names: list[str]) -> Scenario | None:
+    """``scn`` if it checks only ``unchanged`` alerts (the healthy run: its checks of those)."""
+    if not scn.checks:
+        checks = tuple(Check(n, t) for t in HEALTHY_TIMES for n in names if n in unchanged)
+        return dataclasses.replace(scn, checks=checks) if checks else None
+    return scn if {c.alert for c in scn.checks} <= unchanged else None
+
+
 def render(cfg: Config) -> dict[str, str]:
-    """Relative path -> text of each ``prometheus/tests/<area>.yml``."""
+    """Relative path -> text of each ``prometheus/tests/<area>.yml``: every scenario for the
+    default config; for another, those whose alerts fire as with the defaults (the others are
+    named in the file's head, untested: their scenarios are written for the default values)."""
     out = {}
+    defaults = {g.area: g for g in rules.groups(Config())}
     for group in rules.groups(cfg):
         alerts = {(a.name, a.severity): a for a in group.alerts}
-        head = header(
-            "ruletests.py", f"Run: promtool test rules prometheus/tests/{group.area}.yml"
-        ) + (
-            f"rule_files:\n  - ../rules/{group.area}.yml\n"
-            f"evaluation_interval: {EVALUATION_INTERVAL}\ntests:\n"
+        names = sorted({a for a, _ in alerts})
+        unchanged = _unchanged(group, defaults[group.area])
+        changed = [n for n in names if n not in unchanged]
+        note = (
+            f"Not tested here (this config changes them from the defaults the scenarios are "
+            f"written for): {', '.join(changed)}."
+            if changed
+            else ""
+        )
+        head = (
+            header("ruletests.py", f"Run: promtool test rules prometheus/tests/{group.area}.yml")
+            + "".join(f"# {line}\n" for line in _wrap(note))
+            + (
+                f"rule_files:\n  - ../rules/{group.area}.yml\n"
+                f"evaluation_interval: {EVALUATION_INTERVAL}\n"
+            )
         )
         body = []
-        for scn in scenarios(group.area):
+        for declared in scenarios(group.area):
+            scn = _kept(declared, unchanged, names)
+            if scn is None:
+                continue
             text = dump([unit_test(scn, group.area, alerts)])
             comment = "".join(f"  # {line}\n" for line in _wrap(scn.comment))
             body.append(comment + "".join(f"  {line}\n" for line in text.splitlines()))
-        out[f"prometheus/tests/{group.area}.yml"] = head + "\n".join(body)
+        tests = "tests:\n" + "\n".join(body) if body else "tests: []\n"
+        out[f"prometheus/tests/{group.area}.yml"] = head + tests
     return out
 
 

@@ -299,7 +299,8 @@ class StepAlert:
         stages += [(worst, 5), (band, 4)]
         keep_min = int(seconds(keep) // 60)
         stages.append((self.healthy, keep_min + 10))
-        values: list[float] = [v for v, n in stages for _ in range(n)]
+        # as the series carries them (%g: 6 digits), so the texts expect what Prometheus prints
+        values: list[float] = [float(f"{v:g}") for v, n in stages for _ in range(n)]
         labels = {**target, "signal": self.signal}
         n = len(values)
         inputs = (
@@ -339,7 +340,7 @@ class StepAlert:
         same run goes past its level, when the critical tier fires too."""
         assert self.escalate is not None
         other = _BY_NAME[self.escalate[0]]
-        v = (k.warning + k.critical) / 2
+        v = float(f"{(k.warning + k.critical) / 2:g}")  # as the series carries it
         bad = k.escalate * 2 if other.worse == "above" else k.escalate / 2
         labels = {**target, "signal": self.signal}
         inputs = (

@@ -16,6 +16,7 @@ import pytest
 
 from harness.doc_blocks import REPO, marked
 from harness.runstack import alerts_after, epoch, last, stack_up
+from harness.stackutil import results
 from rlpulse import keys
 
 RUN = 'run_id="frozenlake-q"'
@@ -69,10 +70,14 @@ def test_the_agent_learns(tutorial: Any) -> None:
 
 
 def test_nothing_pages(tutorial: Any) -> None:
+    """Nothing critical fires at the end (its target left discovery: it never reads as down),
+    nor at any time of the run (Prometheus' ALERTS history)."""
     prom, _, ended = tutorial
-    alerts = alerts_after(prom, ended)  # its target left discovery: it never reads as down
+    alerts = alerts_after(prom, ended)
     critical = [a["labels"] for a in alerts if a["labels"].get("severity") == "critical"]
     assert critical == [], critical
+    ever = f'ALERTS{{{RUN}, severity="critical", alertstate="firing"}}[10m]'
+    assert results(prom, f"max_over_time({ever})") == []
 
 
 def test_classic_keys_land_on_episode_metrics(tutorial: Any) -> None:

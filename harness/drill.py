@@ -145,8 +145,7 @@ def _kl(s: Stack, d: Path, port: int, acting: bool) -> list[Check]:
     run_id = f"drill-kl{'-act' if acting else ''}"
     env = (
         {
-            # the KL alert stops it: a RLRewardCollapse that fires during the healthy steps
-            # (it does, at step ~25: signal data sufficiency, issue 23 point 3) must not
+            # the KL alert stops it, and only that alert: the drill checks its page and stop
             "RLPULSE_ON_ALERT": "RLKLReferenceHigh=stop,critical=none",
             "RLPULSE_ALERTMANAGER_URL": s.alertmanager,
             "RLPULSE_ALERT_POLL_INTERVAL": "1",

@@ -10,7 +10,6 @@ docs/quickstart.md as written, but for the run id, the seeds and the map.
 from __future__ import annotations
 
 import argparse
-import subprocess
 import sys
 import tempfile
 import time
@@ -49,15 +48,7 @@ def main() -> int:
                 run_id, src = variant(code, slippery, seed)
                 script = tmp / f"{run_id}.py"
                 script.write_text(src)
-                run = subprocess.run(
-                    [sys.executable, str(script)],
-                    env=stack.env,
-                    capture_output=True,
-                    text=True,
-                    timeout=300,
-                    check=True,
-                    cwd=tmp,
-                )
+                run = stack.run(script, check=True)
                 rates[run_id] = " ".join(line.split()[-1] for line in run.stdout.splitlines())
         time.sleep(15)  # the last evaluations and keep_firing_for (fast preset)
         span = int(time.time() - started) + 30

@@ -88,6 +88,18 @@ class StackUp:
     env: dict[str, str]
     targets: Path
 
+    def run(self, script: Path, *, check: bool = False) -> subprocess.CompletedProcess[str]:
+        """``python script`` with ``env``, in the script's folder, its output captured."""
+        return subprocess.run(
+            [sys.executable, str(script)],
+            env=self.env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+            check=check,
+            cwd=script.parent,
+        )
+
     def pages(self, alertname: str) -> list[dict[str, Any]]:
         """PagerDuty triggers of ``alertname`` in the stack's inbox."""
         return [

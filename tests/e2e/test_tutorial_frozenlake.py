@@ -7,8 +7,6 @@ reaches Prometheus, the run is finished, and nothing pages."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import time
 from typing import Any
 
@@ -31,15 +29,7 @@ def tutorial(tmp_path_factory: pytest.TempPathFactory) -> Any:
     script = tmp / "frozenlake.py"
     script.write_text(marked(REPO / "docs" / "quickstart.md", "stack").code)
     with stack_up(tmp) as stack:
-        run = subprocess.run(
-            [sys.executable, str(script)],
-            env=stack.env,
-            capture_output=True,
-            text=True,
-            timeout=180,
-            check=False,
-            cwd=tmp,
-        )
+        run = stack.run(script)
         yield stack.prometheus, run, time.time()  # and when its process had exited
 
 

@@ -145,13 +145,16 @@ def test_yaml_overrides_reach_the_rules(tmp_path: Path) -> None:
     "overrides",
     [
         "alerts:\n  reward_collapse:\n    critical: 0.7\n  target_down:\n    for: 3m\n",
+        "alerts:\n  entropy_collapse: {warning: 0.4, critical: 0.15, hysteresis: 0.3}\n"
+        "  kl_reference_high: {critical: 2.0}\n",
         "windows:\n  baseline: 2h\n",
         "scrape:\n  interval: 30s\n",
     ],
 )
 def test_a_configs_rule_tests_pass_promtool(tmp_path: Path, overrides: str) -> None:
     """Any config gets the promtool tests of the alerts it leaves firing as the defaults do,
-    and they pass against its rules (a real promtool)."""
+    and of the step alerts whose levels alone it changes (built from its levels), and they
+    pass against its rules (a real promtool)."""
     (tmp_path / "rlpulse.yaml").write_text(overrides)
     assert _generate("--config", str(tmp_path / "rlpulse.yaml"), "--out", str(tmp_path)) == 0
     tests = sorted((tmp_path / "prometheus" / "tests").glob("*.yml"))

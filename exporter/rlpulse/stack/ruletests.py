@@ -27,12 +27,14 @@ from rlpulse.stack.alerts.kit import (
     HUMANIZE,
     PERCENT,
     Alert,
+    AlertDef,
     Area,
     Check,
     Expect,
     Scenario,
     Severity,
 )
+from rlpulse.stack.alerts.step import StepKnobs
 from rlpulse.stack.config import Config
 from rlpulse.stack.output import dump, header
 
@@ -166,10 +168,31 @@ def unit_test(
     }
 
 
-def scenarios(area: Area) -> list[Scenario]:
-    """The scenarios of one area's alerts (for the default knobs), the healthy run last."""
-    knobs = Config().alerts
-    declared = [s for d in alert_defs.DEFS[area] for s in d.scenarios(getattr(knobs, d.key))]
+# what a step alert's scenario is built from: a config changing only these gets its tests
+LEVELS = frozenset({"warning", "critical", "hysteresis", "escalate"})
+
+
+def _levels_only(d: AlertDef, cfg: Config) -> bool:
+    """Whether ``cfg`` changes step alert ``d`` in its levels alone (its scenario follows them)."""
+    if not issubclass(d.knobs, StepKnobs):
+        return False
+    mine, default = getattr(cfg.alerts, d.key), getattr(Config().alerts, d.key)
+    changed = {
+        f.name
+        for f in dataclasses.fields(mine)
+        if getattr(mine, f.name) != getattr(default, f.name)
+    }
+    return changed <= LEVELS
+
+
+def scenarios(area: Area, cfg: Config | None = None) -> list[Scenario]:
+    """The scenarios of one area's alerts, the healthy run last: for the default knobs, and for
+    ``cfg``'s of the step alerts it changes in their levels alone."""
+    default = Config()
+    declared: list[Scenario] = []
+    for d in alert_defs.DEFS[area]:
+        source = cfg if cfg is not None and _levels_only(d, cfg) else default
+        declared += d.scenarios(getattr(source.alerts, d.key))
     return [*declared, alert_defs.HEALTHY[area]()]
 
 
@@ -191,25 +214,35 @@ def _unchanged(group: rules.Group, default: rules.Group) -> frozenset[str]:
     return frozenset(n for n in ours if ours[n] == theirs.get(n))
 
 
-def _kept(scn: Scenario, unchanged: frozenset[str], names: list[str]) -> Scenario | None:
-    """``scn`` if it checks only ``unchanged`` alerts (the healthy run: its checks of those)."""
+def _kept(scn: Scenario, testable: frozenset[str], quiet: list[str]) -> Scenario | None:
+    """``scn`` if it checks only ``testable`` alerts; the healthy run checks ``quiet`` (the
+    alerts unchanged from the defaults it is written for)."""
     if not scn.checks:
-        checks = tuple(Check(n, t) for t in HEALTHY_TIMES for n in names if n in unchanged)
+        checks = tuple(Check(n, t) for t in HEALTHY_TIMES for n in quiet)
         return dataclasses.replace(scn, checks=checks) if checks else None
-    return scn if {c.alert for c in scn.checks} <= unchanged else None
+    return scn if {c.alert for c in scn.checks} <= testable else None
 
 
 def render(cfg: Config) -> dict[str, str]:
     """Relative path -> text of each ``prometheus/tests/<area>.yml``: every scenario for the
-    default config; for another, those whose alerts fire as with the defaults (the others are
-    named in the file's head, untested: their scenarios are written for the default values)."""
+    default config; for another, those whose alerts fire as with the defaults, and those of the
+    step alerts it changes in their levels alone (built from its levels). The others are named
+    in the file's head, untested: their scenarios are written for the default values."""
     out = {}
     defaults = {g.area: g for g in rules.groups(Config())}
     for group in rules.groups(cfg):
         alerts = {(a.name, a.severity): a for a in group.alerts}
         names = sorted({a for a, _ in alerts})
-        unchanged = _unchanged(group, defaults[group.area])
-        changed = [n for n in names if n not in unchanged]
+        default = defaults[group.area]
+        unchanged = _unchanged(group, default)
+        leveled = {
+            name
+            for d in alert_defs.DEFS[group.area]
+            if group.recordings == default.recordings and _levels_only(d, cfg)
+            for name in d.runbooks
+        }
+        testable = unchanged | leveled
+        changed = [n for n in names if n not in testable]
         note = (
             f"Not tested here (this config changes them from the defaults the scenarios are "
             f"written for): {', '.join(changed)}."
@@ -225,8 +258,9 @@ def render(cfg: Config) -> dict[str, str]:
             )
         )
         body = []
-        for declared in scenarios(group.area):
-            scn = _kept(declared, unchanged, names)
+        quiet = [n for n in names if n in unchanged]
+        for declared in scenarios(group.area, cfg):
+            scn = _kept(declared, testable, quiet)
             if scn is None:
                 continue
             text = dump([unit_test(scn, group.area, alerts)])

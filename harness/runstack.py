@@ -118,7 +118,8 @@ DEFAULT_PORTS_LOCK = Path(tempfile.gettempdir()) / "rlpulse-tests-default-ports.
 def default_ports() -> Iterator[None]:
     """Held while trainers run on this machine's default ports (9400 and up): pytest runs test
     modules in parallel, and a trainer of another module taking the port of one killed here
-    would answer its scrapes (the killed run would look alive). Modules take turns."""
+    would answer this stack's scrapes of that port (another module's run in its alerts).
+    Modules take turns."""
     with open(DEFAULT_PORTS_LOCK, "w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:

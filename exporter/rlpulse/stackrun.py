@@ -285,7 +285,8 @@ def services(opts: Options) -> list[Service]:
 
 def _resend(opts: Options) -> tuple[str, ...]:
     """Prometheus re-sends firing alerts every minute (an Alertmanager that was down, or not
-    yet known at the first send, hears of them then); ``--fast`` scales that as its windows."""
+    yet known at the first send, hears of them then); ``--fast`` makes it
+    ``config.FAST_RESEND_S``."""
     if not opts.fast:
         return ()
     return (f"--rules.alert.resend-delay={config.FAST_RESEND_S:g}s",)

@@ -94,7 +94,7 @@ def render(cfg: Config, *, kubernetes: bool = False) -> dict[str, str]:
     files: dict[str, str] = {}
     files.update(prometheus.render(cfg))
     files.update(rules.render(cfg))
-    files.update(ruletests.render(cfg))  # the scenarios of the alerts left at their defaults
+    files.update(ruletests.render(cfg))  # the scenarios that hold for cfg (ruletests.render)
     files.update(prometheus.render_tests(cfg))
     files.update(levels.render(cfg))
     files.update(alertmanager.render(cfg))

@@ -37,6 +37,7 @@ from rlpulse.stack.alerts.kit import (
 from rlpulse.stack.alerts.step import StepKnobs
 from rlpulse.stack.config import Config
 from rlpulse.stack.output import dump, header
+from rlpulse.stack.query import Query
 
 EVALUATION_INTERVAL = "30s"
 SERIES_INTERVAL = "1m"
@@ -172,27 +173,11 @@ def unit_test(
 LEVELS = frozenset({"warning", "critical", "hysteresis", "escalate"})
 
 
-def _levels_only(d: AlertDef, cfg: Config) -> bool:
-    """Whether ``cfg`` changes step alert ``d`` in its levels alone (its scenario follows them)."""
-    if not issubclass(d.knobs, StepKnobs):
-        return False
-    mine, default = getattr(cfg.alerts, d.key), getattr(Config().alerts, d.key)
-    changed = {
-        f.name
-        for f in dataclasses.fields(mine)
-        if getattr(mine, f.name) != getattr(default, f.name)
-    }
-    return changed <= LEVELS
-
-
-def scenarios(area: Area, cfg: Config | None = None) -> list[Scenario]:
-    """The scenarios of one area's alerts, the healthy run last: for the default knobs, and for
-    ``cfg``'s of the step alerts it changes in their levels alone."""
-    default = Config()
-    declared: list[Scenario] = []
-    for d in alert_defs.DEFS[area]:
-        source = cfg if cfg is not None and _levels_only(d, cfg) else default
-        declared += d.scenarios(getattr(source.alerts, d.key))
+def scenarios(area: Area, knobs: Any = None) -> list[Scenario]:
+    """The scenarios of one area's alerts for ``knobs`` (a config's ``alerts``; default: the
+    shipped ones), the healthy run last."""
+    knobs = Config().alerts if knobs is None else knobs
+    declared = [s for d in alert_defs.DEFS[area] for s in d.scenarios(getattr(knobs, d.key))]
     return [*declared, alert_defs.HEALTHY[area]()]
 
 
@@ -203,15 +188,33 @@ def firing_rule(a: Alert) -> tuple[Any, ...]:
 
 def _unchanged(group: rules.Group, default: rules.Group) -> frozenset[str]:
     """The alerts of ``group`` that fire exactly as with the default config (the scenarios are
-    written for those), none when its recording rules differ."""
-    if group.recordings != default.recordings:
-        return frozenset()
+    written for those)."""
     ours: defaultdict[str, list[tuple[Any, ...]]] = defaultdict(list)
     theirs: defaultdict[str, list[tuple[Any, ...]]] = defaultdict(list)
     for mine, alerts in ((ours, group.alerts), (theirs, default.alerts)):
         for a in alerts:
             mine[a.name].append(firing_rule(a))
     return frozenset(n for n in ours if ours[n] == theirs.get(n))
+
+
+def _leveled(area: Area, cfg: Config) -> list[AlertDef]:
+    """The step alerts of ``area`` whose rules ``cfg`` changes through their levels alone: their
+    scenario, built from those levels, holds for ``cfg``."""
+    base = Config()
+    out = []
+    for d in alert_defs.DEFS[area]:
+        if not issubclass(d.knobs, StepKnobs):
+            continue
+        mine, theirs = getattr(cfg.alerts, d.key), getattr(base.alerts, d.key)
+        changed = {
+            f.name
+            for f in dataclasses.fields(mine)
+            if getattr(mine, f.name) != getattr(theirs, f.name)
+        }
+        fired = [[firing_rule(a) for a in d.rules(Query(c), mine)] for c in (cfg, base)]
+        if changed and changed <= LEVELS and fired[0] == fired[1]:
+            out.append(d)
+    return out
 
 
 def _kept(scn: Scenario, testable: frozenset[str], quiet: list[str]) -> Scenario | None:
@@ -234,14 +237,13 @@ def render(cfg: Config) -> dict[str, str]:
         alerts = {(a.name, a.severity): a for a in group.alerts}
         names = sorted({a for a, _ in alerts})
         default = defaults[group.area]
-        unchanged = _unchanged(group, default)
-        leveled = {
-            name
-            for d in alert_defs.DEFS[group.area]
-            if group.recordings == default.recordings and _levels_only(d, cfg)
-            for name in d.runbooks
-        }
-        testable = unchanged | leveled
+        same = group.recordings == default.recordings  # else no scenario's inputs hold
+        unchanged = _unchanged(group, default) if same else frozenset()
+        leveled = _leveled(group.area, cfg) if same else []
+        testable = unchanged | {name for d in leveled for name in d.runbooks}
+        knobs = dataclasses.replace(
+            Config().alerts, **{d.key: getattr(cfg.alerts, d.key) for d in leveled}
+        )
         changed = [n for n in names if n not in testable]
         note = (
             f"Not tested here (this config changes them from the defaults the scenarios are "
@@ -259,7 +261,7 @@ def render(cfg: Config) -> dict[str, str]:
         )
         body = []
         quiet = [n for n in names if n in unchanged]
-        for declared in scenarios(group.area, cfg):
+        for declared in scenarios(group.area, knobs):
             scn = _kept(declared, testable, quiet)
             if scn is None:
                 continue

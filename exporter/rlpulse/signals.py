@@ -103,6 +103,9 @@ class Track:
         self.best3 = math.nan  # the best median of three readings (``_drop_from_best``)
         self.settled = False  # the reward held its best before entropy halved (``_entropy...``)
         self.stretches: Stretches | None = None  # a reward's runs of one value (``_frozen``)
+        self.drops: Drops | None = None  # a discrete reward's drop (``_gain_lost``)
+        self.back: int | None = None  # the lag of the value a signal just computed, if not
+        # its own (``lag``): set by the signal, taken by the detector
 
     @property
     def warm(self) -> bool:
@@ -130,6 +133,12 @@ class Track:
             if math.isnan(self.level_start):
                 self.level_start = self.level_peak = self.level
             self.level_peak = max(self.level_peak, self.level)
+        if self.drops is not None and self.discrete():
+            self.drops.add(value, self.span)
+
+    def discrete(self) -> bool:
+        """A reward that took few values (``DISCRETE_VALUES``): a 0/1 success, score levels."""
+        return self.stretches is not None and self.stretches.distinct() <= DISCRETE_VALUES
 
     def _keep(self, value: float) -> None:
         """``value`` joins the history (and the oldest leaves it), sorted copies kept."""
@@ -295,15 +304,83 @@ def gain(t: Track) -> float:
     return g if g > max(GAIN_NOISE * t.gain_noise, 0.01 * big, 1e-12) else 0.0
 
 
+DISCRETE_VALUES = 8  # a reward that took at most this many values is discrete (0/1 success)
+DISCRETE_MIN = 100  # once this many readings were seen
+DISCRETE_START = 20  # readings the start level is the mean of
+DISCRETE_FAIL = 0.98  # the share of readings below the typical level once the reward collapsed
+DISCRETE_CHANCE = 6.0  # log10 odds past which the readings since a drop are no luck
+
+
+class Drops:
+    """A discrete reward's drop (a 0/1 episode success, a grader's few score levels), whose
+    single readings are too noisy for a smoothed level: a CUSUM of the readings below its
+    typical level. *Typical level*: the mean of the last 200 readings; each reading is below
+    it with the run's own frequency ``q`` (the share of those readings below it), or with
+    ``DISCRETE_FAIL`` once the reward collapsed; the log10 likelihood ratio of the readings
+    since the CUSUM last stood at 0 says how much likelier the collapse is. Both are measured
+    while the mean of the last 20 readings is in the upper half of the gain (start: the mean of
+    the first 20) and kept through a fall."""
+
+    def __init__(self) -> None:
+        self.first: list[float] = []
+        self.recent: deque[float] = deque(maxlen=DISCRETE_START)
+        self.start = self.typical = self.q = math.nan
+        self.odds = 0.0  # log10 likelihood ratio of the readings since ``since`` began
+        self.since = 0  # readings since the odds last stood at 0
+        self.total = 0.0  # their sum
+
+    def add(self, value: float, span: deque[float]) -> None:
+        if len(self.first) < DISCRETE_START:
+            self.first.append(value)
+            if len(self.first) == DISCRETE_START:
+                self.start = math.fsum(self.first) / DISCRETE_START
+        self.recent.append(value)
+        if len(span) < DISCRETE_MIN or math.isnan(self.start):
+            return
+        mean = math.fsum(self.recent) / len(self.recent)
+        if math.isnan(self.typical) or mean >= (self.start + self.typical) / 2:
+            self.typical = math.fsum(span) / len(span)
+            self.q = sum(1 for v in span if v < self.typical) / len(span)
+        if not 0 < self.q < DISCRETE_FAIL:
+            self.odds, self.since, self.total = 0.0, 0, 0.0
+            return
+        if value < self.typical:
+            self.odds += math.log10(DISCRETE_FAIL / self.q)
+        else:
+            self.odds += math.log10((1 - DISCRETE_FAIL) / (1 - self.q))
+        if self.odds <= 0:
+            self.odds, self.since, self.total = 0.0, 0, 0.0
+        else:
+            self.since += 1
+            self.total += value
+
+    def lost(self) -> float:
+        """The drop of the readings since the CUSUM began below the typical level, as a share
+        of the gain (start to typical level: back at the start is 1), once their odds are past
+        ``DISCRETE_CHANCE``; 0 before."""
+        g = self.typical - self.start
+        if not (self.odds >= DISCRETE_CHANCE and g > 0):
+            return 0.0
+        return (self.typical - self.total / self.since) / g
+
+
 def _gain_lost(d: Detector, t: Track, key: str) -> tuple[float, float]:
     """The fraction of the run's gain (``gain``) that the smoothed level has lost again (a
-    collapse shows within three logged values; back at the start is 1, whatever the level)."""
+    collapse shows within three logged values; back at the start is 1, whatever the level).
+    A discrete reward too noisy for its gain to stand out reading by reading is judged by the
+    readings since it dropped below its typical level (``Drops``)."""
     g = gain(t)
     if math.isnan(g):
         return math.nan, math.nan
-    if g == 0:
-        return 0.0, t.level_peak
-    return (t.level_peak - t.smoothed) / g, t.level_peak
+    if g > 0:
+        return (t.level_peak - t.smoothed) / g, t.level_peak
+    drops = t.drops
+    if drops is not None and t.discrete():
+        lost = drops.lost()
+        if lost > 0:
+            t.back = drops.since - 1  # the failure's first bad reading began the CUSUM
+            return lost, drops.typical
+    return 0.0, t.level_peak
 
 
 HOLDS_BEST = 0.25  # a reward within this share of its gain from its peak holds its best
@@ -363,6 +440,10 @@ class Stretches:
             self._ended.popleft()
         if value in self._counts or len(self._counts) < FROZEN_VALUES:
             self._counts[value] = self._counts.get(value, 0) + 1
+
+    def distinct(self) -> int:
+        """The values read so far (at most ``FROZEN_VALUES`` are counted)."""
+        return len(self._counts)
 
     def longest(self) -> int:
         """The longest stretch that ended within the last ``FROZEN_RECENT`` readings."""
@@ -514,7 +595,9 @@ SIGNALS: tuple[Signal, ...] = (
             "above",
             _gain_lost,
             "Fraction of the run's reward gain (start to peak of the sustained level) lost since "
-            "the peak; 0 while the gain is within 6x the series' noise or before 15 values.",
+            "the peak; 0 while the gain is within 6x the series' noise or before 15 values. A "
+            "discrete reward (a 0/1 success) too noisy for that: the drop of its readings since "
+            "a CUSUM found them likely collapsed (odds 1e6), against its typical level.",
             "fraction",
         )
         for m in REWARDS
@@ -720,6 +803,8 @@ class Detector:
         self._trail: dict[tuple[str, str], deque[tuple[int, float]]] = {}
         self._calls = 0
         self._steps: deque[tuple[int, float]] = deque(maxlen=TRAIL)  # (call, step)
+        # the log() call a signal's latest value says its failure began at, where it says so
+        self._began: dict[tuple[str, str], int] = {}
 
     # -- input
     def observe(self, metric: str, labels: tuple[str, ...], value: float) -> None:
@@ -768,7 +853,7 @@ class Detector:
         if track is None:
             track = self.tracks[key] = Track(self.w)
             if metric in REWARDS:
-                track.stretches = Stretches()
+                track.stretches, track.drops = Stretches(), Drops()
         track.add(value)
         # the two reward metrics feed the same signals: the series label tells them apart
         series = metric.removeprefix("rl_") if metric in REWARDS else ",".join(labels)
@@ -789,6 +874,11 @@ class Detector:
                 trail = self._trail[(sig.name, series)] = deque(maxlen=TRAIL)
             if not math.isnan(value_):
                 trail.append((self._calls, value_))
+            if track.back is not None:  # the value says where its failure began
+                self._began[(sig.name, series)] = trail[max(len(trail) - 1 - track.back, 0)][0]
+                track.back = None
+            elif self._began:
+                self._began.pop((sig.name, series), None)
 
     def _objective(self, labels: tuple[str, ...], value: float) -> None:
         """A true-objective reading: at a new best of its level, remember each reward's level
@@ -844,6 +934,10 @@ class Detector:
             first -= 1
         back = lag(signal, self.w)  # the failure's first bad value, ``back`` values before
         start = max(first - back, 0)
+        began = self._began.get((signal, series))
+        if began is not None and last == len(trail) - 1:  # the latest value knows its start
+            start = next((i for i, (c, _) in enumerate(trail) if c >= began), 0)
+            back = first - start if trail[0][0] <= began else first + 1  # past the kept trail
         call = trail[start][0]
         onset = steps.get(call, math.nan)
         if math.isnan(onset):

@@ -73,6 +73,19 @@ did not improve on it by more than twice the objective's own noise: a proxy that
 the objective stays flat is hacking whether or not the objective ever fell. A reward that varied
 and then reads one value below its peak over many more readings in a row than it ever did is a
 **dead reward signal** (`reward_frozen_ratio`; a reward pinned at its peak is a solved task).
+A **discrete reward** (at most 8 distinct values: a 0/1 episode success, a grader's few score
+levels) is too noisy reading by reading for its gain to stand out of six times its noise (at 0.55
+success one reading's noise is about 0.5), so its collapse is judged by a CUSUM instead: each
+reading is below the typical level (the mean of the last 200 readings) with the run's own
+frequency, or 98 % of the time once the reward collapsed; once the readings since the CUSUM last
+stood at 0 are a million times likelier under the collapse, `reward_gain_lost_ratio` reads their
+mean's drop below the typical level as a share of the gain (start: the mean of the first 20).
+Typical level and frequency are measured while the last 20 readings are in the upper half of the
+gain, and kept through a fall. A slippery FrozenLake Q-learning run whose reward is zeroed, whose
+Q-table is reset or whose exploration is forced to 1.0 reads critical 15 to 26 episodes later
+(the frozen-stretch signal took 37 to 297); 24 healthy seeds read 0 throughout, and the onset is
+the first reading the CUSUM counts (a random policy's lucky success right after the failure
+moves it a few readings on).
 Declare which logged key is the objective with a key map (`docs/replay.md`,
 `rlpulse.start(key_map=...)`).
 """

@@ -112,7 +112,9 @@ def _q_learning(scenario: str, seed: int, work: Path) -> Run:
     """The classic tutorial loop on slippery FrozenLake 4x4 logging every episode (``episode``,
     the 0/1 ``reward``, ``epsilon``): ``reward-zero`` from episode 2000 a reward wrapper
     answers 0 (the agent and the log see it); ``q-reset`` a bad checkpoint reload zeroes the
-    Q-table at episode 2000 (epsilon at its floor: it relearns slowly)."""
+    Q-table at episode 2000 (epsilon at its floor: it relearns slowly); ``action-remap`` from
+    episode 2000 an action wrapper shifts every action by one (a changed action space: the
+    learned policy walks the wrong way and relearns slowly)."""
     import gymnasium as gym
     import numpy as np
 
@@ -128,13 +130,16 @@ def _q_learning(scenario: str, seed: int, work: Path) -> Run:
             broken = run.inject_at is not None and episode >= Q_INJECT
             if scenario == "q-reset" and episode == Q_INJECT:
                 q[:] = 0.0
+            remap = broken and scenario == "action-remap"
             eps = max(0.05, 1.0 - episode / 1200)
             state, _ = env.reset(seed=int(rng.integers(1 << 31)))
             total, done = 0.0, False
             while not done:
                 explore = rng.random() < eps
                 action = int(rng.integers(4)) if explore else int(np.argmax(q[state]))
-                nxt, reward, terminated, truncated, _ = env.step(action)
+                nxt, reward, terminated, truncated, _ = env.step(
+                    (action + 1) % 4 if remap else action
+                )
                 reward = 0.0 if broken and scenario == "reward-zero" else float(reward)
                 target = reward + 0.99 * np.max(q[nxt]) * (not terminated)
                 q[state, action] += 0.1 * (target - q[state, action])
@@ -215,6 +220,9 @@ CASES: tuple[Case, ...] = (
          "reward wrapper answers 0", _q_learning),
     Case("q-learning-episodes", "q-reset", SEEDS[:2], (COLLAPSE,), "a bad checkpoint reload "
          "zeroes the Q-table at episode 2000", _q_learning),
+    Case("q-learning-episodes", "action-remap", SEEDS[:2], (COLLAPSE,), "from episode 2000 "
+         "an action wrapper shifts every action by one (the learned policy walks the wrong "
+         "way)", _q_learning),
     Case("sb3-ppo", "healthy", SEEDS, (), "CartPole, rl-zoo-like settings", _sb3("ppo")),
     Case("sb3-dqn", "healthy", SEEDS, (), "CartPole, rl-zoo-like settings", _sb3("dqn")),
     Case("sb3-a2c", "healthy", SEEDS, (), "CartPole, rl-zoo-like settings", _sb3("a2c")),

@@ -134,7 +134,7 @@ class Track:
                 self.level_start = self.level_peak = self.level
             self.level_peak = max(self.level_peak, self.level)
         if self.drops is not None and self.discrete():
-            self.drops.add(value, self.span)
+            self.drops.add(value)
 
     def discrete(self) -> bool:
         """A reward that took few values (``DISCRETE_VALUES``): a 0/1 success, score levels."""
@@ -307,6 +307,7 @@ def gain(t: Track) -> float:
 DISCRETE_VALUES = 8  # a reward that took at most this many values is discrete (0/1 success)
 DISCRETE_MIN = 100  # once this many readings were seen
 DISCRETE_START = 20  # readings the start level is the mean of
+DISCRETE_SPAN = 200  # readings the typical level is the mean of
 DISCRETE_FAIL = 0.98  # the share of readings below the typical level once the reward collapsed
 DISCRETE_CHANCE = 6.0  # log10 odds past which the readings since a drop are no luck
 
@@ -314,7 +315,8 @@ DISCRETE_CHANCE = 6.0  # log10 odds past which the readings since a drop are no 
 class Drops:
     """A discrete reward's drop (a 0/1 episode success, a grader's few score levels), whose
     single readings are too noisy for a smoothed level: a CUSUM of the readings below its
-    typical level. *Typical level*: the mean of the last 200 readings; each reading is below
+    typical level. *Typical level*: the mean of the last 200 readings (kept as counts of
+    its few values); each reading is below
     it with the run's own frequency ``q`` (the share of those readings below it), or with
     ``DISCRETE_FAIL`` once the reward collapsed; the log10 likelihood ratio of the readings
     since the CUSUM last stood at 0 says how much likelier the collapse is. Both are measured
@@ -324,23 +326,31 @@ class Drops:
     def __init__(self) -> None:
         self.first: list[float] = []
         self.recent: deque[float] = deque(maxlen=DISCRETE_START)
+        self.span: deque[float] = deque(maxlen=DISCRETE_SPAN)
+        self.counts: dict[float, int] = {}  # of the values in ``span`` (a few)
         self.start = self.typical = self.q = math.nan
         self.odds = 0.0  # log10 likelihood ratio of the readings since ``since`` began
         self.since = 0  # readings since the odds last stood at 0
         self.total = 0.0  # their sum
 
-    def add(self, value: float, span: deque[float]) -> None:
+    def add(self, value: float) -> None:
         if len(self.first) < DISCRETE_START:
             self.first.append(value)
             if len(self.first) == DISCRETE_START:
                 self.start = math.fsum(self.first) / DISCRETE_START
         self.recent.append(value)
+        span, counts = self.span, self.counts
+        if len(span) == DISCRETE_SPAN:
+            counts[span[0]] -= 1
+        span.append(value)
+        counts[value] = counts.get(value, 0) + 1
         if len(span) < DISCRETE_MIN or math.isnan(self.start):
             return
         mean = math.fsum(self.recent) / len(self.recent)
         if math.isnan(self.typical) or mean >= (self.start + self.typical) / 2:
-            self.typical = math.fsum(span) / len(span)
-            self.q = sum(1 for v in span if v < self.typical) / len(span)
+            n = len(span)
+            self.typical = math.fsum(v * c for v, c in counts.items()) / n
+            self.q = sum(c for v, c in counts.items() if v < self.typical) / n
         if not 0 < self.q < DISCRETE_FAIL:
             self.odds, self.since, self.total = 0.0, 0, 0.0
             return

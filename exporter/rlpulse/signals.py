@@ -31,6 +31,7 @@ of a trainer that logs many steps between two scrapes.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import math
 import statistics
@@ -173,12 +174,10 @@ class Track:
         d = sorted(self.diffs)
         mad = _mad(d)
         noise = (1.4826 * mad if mad > 0 else statistics.pstdev(d)) / math.sqrt(2)
-        h = np.fromiter(self.span, float, len(self.span))
-        for lag in NOISE_LAGS:
-            if lag > longest or h.size < NOISE_MIN_SPAN * lag:
-                break
-            second = h[2 * lag :] - 2 * h[lag:-lag] + h[: -2 * lag]  # x[t+L] - 2 x[t] + x[t-L]
-            mad = _np_median(np.abs(second - _np_median(second)))
+        size = len(self.span)
+        lags = [lag for lag in NOISE_LAGS if lag <= longest and size >= NOISE_MIN_SPAN * lag]
+        if lags:
+            mad = float(_lag_mads(np.fromiter(self.span, float, size), tuple(lags)).max())
             noise = max(noise, 1.4826 * mad / math.sqrt(6))
         self._noise = (self.n, longest, noise)
         return noise
@@ -196,9 +195,45 @@ def _median(ordered: list[float]) -> float:
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
 
 
-def _np_median(values: np.ndarray) -> float:
-    """The median of a non-empty array (``_median`` of it sorted)."""
-    return _median(np.sort(values).tolist())
+def _lag_mads(h: np.ndarray, lags: tuple[int, ...]) -> np.ndarray:
+    """Per lag L (ascending), the MAD of the second differences ``x[t+L] - 2 x[t] + x[t-L]``
+    of ``h``, all lags in one sort: each lag's row is padded to the first's length with as many
+    values below all of its own as above them (-inf and +inf, then 0 and +inf for the absolute
+    deviations), which leaves its median where it was. Bit for bit ``_median`` of each."""
+    at, before, after, into, template, low = _lag_layout(h.size, lags)
+    rows = template.copy()
+    rows.flat[into] = h[after] - 2 * h[at] + h[before]
+    dev = np.abs(rows - _row_medians(np.sort(rows, axis=1))[:, None])
+    dev.flat[low] = 0.0
+    return _row_medians(np.sort(dev, axis=1))
+
+
+@functools.lru_cache(maxsize=64)
+def _lag_layout(size: int, lags: tuple[int, ...]) -> tuple[np.ndarray, ...]:
+    """Where ``_lag_mads`` reads and writes for a history of ``size`` values: the indexes of
+    x[t], x[t-L] and x[t+L] of every lag's second differences, where they go in the padded
+    rows, the rows' padding (-inf, +inf) and the flat indexes of the low pads."""
+    width = size - 2 * lags[0]
+    template = np.empty((len(lags), width))
+    at, into, low = [], [], []
+    for i, lag in enumerate(lags):
+        n = size - 2 * lag
+        half = n + (width - n) // 2  # widths differ by 4 x the lags' difference: even
+        template[i, n:half], template[i, half:] = -math.inf, math.inf
+        at.append((np.arange(n) + lag, np.full(n, lag)))
+        into.append(i * width + np.arange(n))
+        low.append(i * width + np.arange(n, half))
+    t = np.concatenate([a for a, _ in at])
+    lag_of = np.concatenate([lg for _, lg in at])
+    return t, t - lag_of, t + lag_of, np.concatenate(into), template, np.concatenate(low)
+
+
+def _row_medians(ordered: np.ndarray) -> np.ndarray:
+    """``_median`` of each ascending row."""
+    mid = ordered.shape[1] // 2
+    if ordered.shape[1] % 2:
+        return ordered[:, mid]
+    return (ordered[:, mid - 1] + ordered[:, mid]) / 2
 
 
 def _mad(ordered: list[float]) -> float:

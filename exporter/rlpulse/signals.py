@@ -742,6 +742,42 @@ SIGNALS: tuple[Signal, ...] = (
 SIGNAL_NAMES = frozenset(s.name for s in SIGNALS)
 
 
+def _discrete_lost(d: Detector, t: Track, key: str) -> tuple[float, float]:
+    """Single episodes' returns: only a discrete reward's drop (``Drops``); undefined for a
+    continuous return, whose single episodes are too noisy for a level (its 100-episode mean
+    is judged as ``rl_episode_return``)."""
+    if t.drops is None or t.n < DISCRETE_MIN or not t.discrete():
+        return math.nan, math.nan
+    lost = t.drops.lost()
+    if lost > 0:
+        t.back = t.drops.since - 1
+    return lost, t.drops.typical
+
+
+EPISODES = "episodes"  # the series of single episodes' returns (``Detector.episodes``)
+_MEAN = {s.compute: s for s in SIGNALS if s.metric == REWARDS[1]}
+_LOST, _FROZEN = _MEAN[_gain_lost], _MEAN[_frozen]
+EPISODE_SIGNALS = (
+    Signal(
+        _FROZEN.name,
+        _FROZEN.metric,
+        "above",
+        _frozen,
+        "The same, of single episodes' returns (series episodes).",
+        _FROZEN.unit,
+    ),
+    Signal(
+        _LOST.name,
+        _LOST.metric,
+        "above",
+        _discrete_lost,
+        "The same, of single episodes' returns (series episodes), where they are discrete "
+        "(a 0/1 success): their drop since a CUSUM found them likely collapsed.",
+        _LOST.unit,
+    ),
+)
+
+
 def lag(signal: str, w: Windows) -> int:
     """How many bad input values before the one that turns ``signal`` bad: half a median's
     window (the median of ``smooth`` turns at its (smooth // 2 + 1)-th bad value, the sustained
@@ -899,7 +935,21 @@ class Detector:
         self._steps.append((self._calls, step))
         self._calls += 1
 
-    def _add(self, metric: str, labels: tuple[str, ...], value: float) -> None:
+    def episodes(self, returns: list[float]) -> None:
+        """Finished episodes' own returns (``observe_episodes``), series ``episodes``: a reward
+        signal lost and a discrete reward's drop show in them before the 100-episode mean
+        (``rl_episode_return``) has moved."""
+        for value in returns:
+            self._add(REWARDS[1], (EPISODES,), value, EPISODE_SIGNALS, EPISODES)
+
+    def _add(
+        self,
+        metric: str,
+        labels: tuple[str, ...],
+        value: float,
+        signals: tuple[Signal, ...] | None = None,
+        series: str | None = None,
+    ) -> None:
         key = (metric, labels)
         track = self.tracks.get(key)
         if track is None:
@@ -908,10 +958,11 @@ class Detector:
                 track.stretches, track.drops = Stretches(), Drops()
         track.add(value)
         # the two reward metrics feed the same signals: the series label tells them apart
-        series = metric.removeprefix("rl_") if metric in REWARDS else ",".join(labels)
+        if series is None:
+            series = metric.removeprefix("rl_") if metric in REWARDS else ",".join(labels)
         if metric == OBJECTIVE:
             self._objective(labels, track.last)
-        for sig in _BY_METRIC[metric]:
+        for sig in _BY_METRIC[metric] if signals is None else signals:
             value_, baseline = sig.compute(self, track, metric)
             held = self.held.get((sig.name, series))
             if held is None:

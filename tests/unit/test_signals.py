@@ -550,3 +550,47 @@ def test_the_noise_of_all_lags_in_one_sort_is_each_lags_own_median_to_the_bit() 
             _mad(sorted((h[2 * lag :] - 2 * h[lag:-lag] + h[: -2 * lag]).tolist())) for lag in lags
         ]
         assert _lag_mads(h, lags).tolist() == want, seed
+
+
+def test_single_episodes_show_a_lost_reward_before_their_100_episode_mean_moves() -> None:
+    """Issue 24.7 live: a reward wrapper that answers 0 (SB3 on CartPole) takes the
+    100-episode mean down one episode in a hundred, which a short run never shows; the
+    episodes' own returns (``observe_episodes``, series ``episodes``) read the stretch of zeros
+    critical within 30 episodes. A 0/1 success whose policy broke reads its drop there too.
+    Healthy seeds read neither, and a continuous return exports no discrete drop."""
+    for seed in range(3):
+        for broken in (False, True):
+            rng = random.Random(seed)
+            exp = _exporter()
+            caught = None
+            for ep in range(600):
+                r = max(8.0, min(500.0, 20 + ep + rng.gauss(0, 30)))
+                if broken and ep >= 400:
+                    r = 0.0
+                exp.observe_episodes([r], [int(max(r, 8))])
+                exp.log({"episode": ep}, step=ep)
+                got = _signals(exp)
+                frozen = got.get(("reward_frozen_ratio", "episodes"), 0.0)
+                if broken and ep >= 400:
+                    caught = ep - 400 if caught is None and frozen >= 3 else caught
+                else:
+                    assert frozen == 0, (seed, ep, frozen)
+            assert ("reward_gain_lost_ratio", "episodes") not in got
+            assert (caught is not None and caught <= 30) if broken else caught is None
+    for seed in range(3):
+        rng = random.Random(seed)
+        exp = _exporter()
+        for ep in range(2600):
+            p = 0.015 if ep < 600 else min(0.7, 0.015 + (ep - 600) / 1300)
+            win = float(rng.random() < (0.015 if ep >= 2000 else p))
+            exp.observe_episodes([win], [10])
+            exp.log({"episode": ep}, step=ep)
+            if ep % 10 == 0 or ep >= 2000:
+                lost = _signals(exp).get(("reward_gain_lost_ratio", "episodes"), 0.0)
+                if ep < 2000:
+                    assert lost == 0, (seed, ep, lost)
+                elif lost >= 0.75:
+                    assert ep - 2000 <= 40, (seed, ep)
+                    break
+        else:
+            raise AssertionError(f"seed {seed}: the broken policy was never read")

@@ -85,7 +85,11 @@ gain, and kept through a fall. A slippery FrozenLake Q-learning run whose reward
 Q-table is reset or whose exploration is forced to 1.0 reads critical 15 to 26 episodes later
 (the frozen-stretch signal took 37 to 297); 24 healthy seeds read 0 throughout, and the onset is
 the first reading the CUSUM counts (a random policy's lucky success right after the failure
-moves it a few readings on).
+moves it a few readings on). Episodes recorded with `observe_episodes` (the SB3 callback, the
+Gymnasium wrapper) are also judged one by one, as series `episodes`: a reward wrapper that answers
+0 takes SB3's 100-episode mean down one episode in a hundred, which a short run never shows, while
+the episodes' own returns read the stretch of zeros critical within 30 episodes; a 0/1 success
+recorded that way gets the CUSUM above.
 Declare which logged key is the objective with a key map (`docs/replay.md`,
 `rlpulse.start(key_map=...)`).
 """
@@ -108,6 +112,9 @@ def render() -> dict[str, str]:
     lines.append("|---|---|---|---|---|")
     for s in signals.SIGNALS:
         lines.append(_md_row([f"`{s.name}`", f"`{s.metric}`", s.worse, s.unit, s.doc]))
+    for s in signals.EPISODE_SIGNALS:
+        metric = f"single episodes' returns (`observe_episodes`; series `{signals.EPISODES}`)"
+        lines.append(_md_row([f"`{s.name}`", metric, s.worse, s.unit, s.doc]))
     lines += [
         "",
         "Derived evidence: a batch `rl_reward_std` of 0 counts as a batch whose groups all have "

@@ -139,7 +139,11 @@ class Track:
 
     def discrete(self) -> bool:
         """A reward that took few values (``DISCRETE_VALUES``): a 0/1 success, score levels."""
-        return self.stretches is not None and self.stretches.distinct() <= DISCRETE_VALUES
+        return (
+            self.drops is not None
+            and self.stretches is not None
+            and (self.stretches.distinct() <= DISCRETE_VALUES)
+        )
 
     def _keep(self, value: float) -> None:
         """``value`` joins the history (and the oldest leaves it), sorted copies kept."""
@@ -354,16 +358,34 @@ DISCRETE_FAIL = 0.98  # the share of readings below the typical level once the r
 DISCRETE_CHANCE = 6.0  # log10 odds past which the readings since a drop are no luck
 
 
+class _Cusum:
+    """One CUSUM of ``Drops``: the log10 likelihood ratio of the readings since it last stood
+    at 0 (a collapse against the run's own frequency), their count and sum."""
+
+    __slots__ = ("odds", "since", "total")
+
+    def __init__(self) -> None:
+        self.odds, self.since, self.total = 0.0, 0, 0.0
+
+    def add(self, value: float, step: float) -> None:
+        self.odds += step
+        if self.odds <= 0:
+            self.odds, self.since, self.total = 0.0, 0, 0.0
+        else:
+            self.since += 1
+            self.total += value
+
+
 class Drops:
     """A discrete reward's drop (a 0/1 episode success, a grader's few score levels), whose
-    single readings are too noisy for a smoothed level: a CUSUM of the readings below its
-    typical level. *Typical level*: the mean of the last 200 readings (kept as counts of
-    its few values); each reading is below
-    it with the run's own frequency ``q`` (the share of those readings below it), or with
-    ``DISCRETE_FAIL`` once the reward collapsed; the log10 likelihood ratio of the readings
-    since the CUSUM last stood at 0 says how much likelier the collapse is. Both are measured
-    while the mean of the last 20 readings is in the upper half of the gain (start: the mean of
-    the first 20) and kept through a fall."""
+    single readings are too noisy for a smoothed level: CUSUMs of the readings below its
+    typical level. *Typical level*: the mean of the last 200 readings (kept as counts of its
+    few values); each reading is below it with the run's own frequency ``q`` (the share of
+    those readings below it), or, once the reward collapsed, with ``DISCRETE_FAIL`` (the
+    policy lost it all) or half-way from ``q`` to that (it lost about half): one CUSUM each,
+    whose log10 likelihood ratio says how much likelier that collapse is than the run's own
+    luck. ``q`` and the typical level are measured while the mean of the last 20 readings is in
+    the upper half of the gain (start: the mean of the first 20) and kept through a fall."""
 
     def __init__(self) -> None:
         self.first: list[float] = []
@@ -371,9 +393,8 @@ class Drops:
         self.span: deque[float] = deque(maxlen=DISCRETE_SPAN)
         self.counts: dict[float, int] = {}  # of the values in ``span`` (a few)
         self.start = self.typical = self.q = math.nan
-        self.odds = 0.0  # log10 likelihood ratio of the readings since ``since`` began
-        self.since = 0  # readings since the odds last stood at 0
-        self.total = 0.0  # their sum
+        self.cusums = (_Cusum(), _Cusum())  # all lost, half lost
+        self.since = 0  # readings the CUSUM behind ``lost()`` counts
 
     def add(self, value: float) -> None:
         if len(self.first) < DISCRETE_START:
@@ -393,46 +414,58 @@ class Drops:
             n = len(span)
             self.typical = math.fsum(v * c for v, c in counts.items()) / n
             self.q = sum(c for v, c in counts.items() if v < self.typical) / n
-        if not 0 < self.q < DISCRETE_FAIL:
-            self.odds, self.since, self.total = 0.0, 0, 0.0
-            return
-        if value < self.typical:
-            self.odds += math.log10(DISCRETE_FAIL / self.q)
-        else:
-            self.odds += math.log10((1 - DISCRETE_FAIL) / (1 - self.q))
-        if self.odds <= 0:
-            self.odds, self.since, self.total = 0.0, 0, 0.0
-        else:
-            self.since += 1
-            self.total += value
+        q = self.q
+        for cusum, fail in zip(self.cusums, (DISCRETE_FAIL, (q + DISCRETE_FAIL) / 2), strict=True):
+            if not 0 < q < fail:
+                cusum.add(value, -math.inf)
+            elif value < self.typical:
+                cusum.add(value, math.log10(fail / q))
+            else:
+                cusum.add(value, math.log10((1 - fail) / (1 - q)))
 
     def lost(self) -> float:
-        """The drop of the readings since the CUSUM began below the typical level, as a share
-        of the gain (start to typical level: back at the start is 1), once their odds are past
-        ``DISCRETE_CHANCE``; 0 before."""
+        """The drop of the readings a CUSUM past ``DISCRETE_CHANCE`` counts (at least the last
+        ``DISCRETE_START``) below the typical level, as a share of the gain (start to typical
+        level: back at the start is 1), the larger of the two; 0 while neither is past it.
+        ``since``: the readings that CUSUM counts (where the drop began)."""
         g = self.typical - self.start
-        if not (self.odds >= DISCRETE_CHANCE and g > 0):
-            return 0.0
-        return (self.typical - self.total / self.since) / g
+        lost, self.since = 0.0, 0
+        if not g > 0:
+            return lost
+        for c in self.cusums:
+            if c.odds < DISCRETE_CHANCE:
+                continue
+            # a short stretch is picked for its failures: its own mean would overstate the drop
+            if c.since >= DISCRETE_START:
+                mean = c.total / c.since
+            else:
+                mean = math.fsum(self.recent) / len(self.recent)
+            if (self.typical - mean) / g > lost:
+                lost, self.since = (self.typical - mean) / g, c.since
+        return lost
 
 
 def _gain_lost(d: Detector, t: Track, key: str) -> tuple[float, float]:
     """The fraction of the run's gain (``gain``) that the smoothed level has lost again (a
     collapse shows within three logged values; back at the start is 1, whatever the level).
-    A discrete reward too noisy for its gain to stand out reading by reading is judged by the
-    readings since it dropped below its typical level (``Drops``)."""
+    A discrete reward, whose median of 5 readings is no level (three failures in a row after a
+    long streak of successes would read as all of the gain lost), is judged by the readings
+    since it dropped below its typical level (``Drops``) alone."""
     g = gain(t)
     if math.isnan(g):
         return math.nan, math.nan
-    if g > 0:
-        return (t.level_peak - t.smoothed) / g, t.level_peak
-    drops = t.drops
-    if drops is not None and t.discrete():
-        lost = drops.lost()
-        if lost > 0:
-            t.back = drops.since - 1  # the failure's first bad reading began the CUSUM
-            return lost, drops.typical
-    return 0.0, t.level_peak
+    if t.discrete():
+        return _dropped(t)
+    return ((t.level_peak - t.smoothed) / g if g > 0 else 0.0), t.level_peak
+
+
+def _dropped(t: Track) -> tuple[float, float]:
+    """A discrete reward's drop (``Drops``) and its typical level; the value's own lag."""
+    assert t.drops is not None
+    lost = t.drops.lost()
+    if lost > 0:
+        t.back = t.drops.since - 1  # the failure's first bad reading began the CUSUM
+    return lost, t.drops.typical
 
 
 HOLDS_BEST = 0.25  # a reward within this share of its gain from its peak holds its best
@@ -746,12 +779,9 @@ def _discrete_lost(d: Detector, t: Track, key: str) -> tuple[float, float]:
     """Single episodes' returns: only a discrete reward's drop (``Drops``); undefined for a
     continuous return, whose single episodes are too noisy for a level (its 100-episode mean
     is judged as ``rl_episode_return``)."""
-    if t.drops is None or t.n < DISCRETE_MIN or not t.discrete():
+    if t.n < DISCRETE_MIN or not t.discrete():
         return math.nan, math.nan
-    lost = t.drops.lost()
-    if lost > 0:
-        t.back = t.drops.since - 1
-    return lost, t.drops.typical
+    return _dropped(t)
 
 
 EPISODES = "episodes"  # the series of single episodes' returns (``Detector.episodes``)

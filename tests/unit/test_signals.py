@@ -594,3 +594,29 @@ def test_single_episodes_show_a_lost_reward_before_their_100_episode_mean_moves(
                     break
         else:
             raise AssertionError(f"seed {seed}: the broken policy was never read")
+
+
+def test_a_discrete_reward_is_judged_by_its_drops_alone() -> None:
+    """A 0/1 success at 0.9 has long streaks of successes, after which three failures in a row
+    (1 in 1,000) took the median of 5 readings to 0 while the noise the gain was judged by read
+    ~0: all of the gain "lost", critical, on a healthy run (1 of 8 seeds). A discrete reward is
+    judged by its drops alone: healthy seeds read 0, and a policy that halves its success
+    (0.9 -> 0.45) reads a lost gain within 100 episodes in most seeds."""
+    from rlpulse.signals import Detector
+
+    def trace(rate: list[float], seed: int) -> list[float]:
+        rng, d, out = random.Random(seed), Detector(), []
+        for e, p in enumerate(rate):
+            d.observe("rl_episode_return", (), float(rng.random() < p))
+            d.step(e, float(e))
+            held = d.held.get(("reward_gain_lost_ratio", "episode_return"))
+            out.append(held.read() if held else 0.0)
+        return out
+
+    learned = [0.015 if e < 600 else min(0.9, 0.015 + (e - 600) / 1300) for e in range(2000)]
+    caught = 0
+    for seed in range(8):
+        assert max(trace(learned + [0.9] * 1000, seed)) == 0, seed
+        halved = trace(learned + [0.45] * 1000, seed)
+        caught += any(v >= 0.5 for v in halved[2000:2100])
+    assert caught >= 6, caught

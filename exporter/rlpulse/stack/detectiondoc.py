@@ -74,18 +74,21 @@ the objective stays flat is hacking whether or not the objective ever fell. A re
 and then reads one value below its peak over many more readings in a row than it ever did is a
 **dead reward signal** (`reward_frozen_ratio`; a reward pinned at its peak is a solved task).
 A **discrete reward** (at most 8 distinct values: a 0/1 episode success, a grader's few score
-levels) is too noisy reading by reading for its gain to stand out of six times its noise (at 0.55
-success one reading's noise is about 0.5), so its collapse is judged by a CUSUM instead: each
-reading is below the typical level (the mean of the last 200 readings) with the run's own
-frequency, or 98 % of the time once the reward collapsed; once the readings since the CUSUM last
-stood at 0 are a million times likelier under the collapse, `reward_gain_lost_ratio` reads their
-mean's drop below the typical level as a share of the gain (start: the mean of the first 20).
-Typical level and frequency are measured while the last 20 readings are in the upper half of the
-gain, and kept through a fall. A slippery FrozenLake Q-learning run whose reward is zeroed, whose
-Q-table is reset or whose exploration is forced to 1.0 reads critical 15 to 26 episodes later
-(the frozen-stretch signal took 37 to 297); 24 healthy seeds read 0 throughout, and the onset is
-the first reading the CUSUM counts (a random policy's lucky success right after the failure
-moves it a few readings on). Episodes recorded with `observe_episodes` (the SB3 callback, the
+levels) is judged by its drops alone: one reading's noise hides its gain (at 0.55 success about
+0.5), and a median of 5 readings is no level (after a long streak of successes at 0.9, three
+failures in a row read as the whole gain lost). Two CUSUMs follow it instead: each reading is
+below the typical level (the mean of the last 200 readings) with the run's own frequency, or,
+once the reward collapsed, 98 % of the time (all lost) or half-way to that (about half lost);
+once the readings since a CUSUM last stood at 0 are a million times likelier under its collapse,
+`reward_gain_lost_ratio` reads their mean's drop below the typical level (over at least the last
+20 readings: a short stretch is picked for its failures) as a share of the gain (start: the mean
+of the first 20). Typical level and frequency are measured while the last 20 readings are in the
+upper half of the gain, and kept through a fall. A slippery FrozenLake Q-learning run whose
+reward is zeroed, whose Q-table is reset or whose exploration is forced to 1.0 reads critical 15
+to 26 episodes later (the frozen-stretch signal took 37 to 297); a success halved from 0.9 to
+0.45 reads a lost gain within 100 episodes in 6 of 8 seeds; 24 healthy seeds of that loop and
+8 synthetic seeds at 0.9 read 0 throughout; the onset is the first reading the CUSUM counts (a
+random policy's lucky success right after the failure moves it a few readings on). Episodes recorded with `observe_episodes` (the SB3 callback, the
 Gymnasium wrapper) are also judged one by one, as series `episodes`: a reward wrapper that answers
 0 takes SB3's 100-episode mean down one episode in a hundred, which a short run never shows, while
 the episodes' own returns read the stretch of zeros critical within 30 episodes; a 0/1 success

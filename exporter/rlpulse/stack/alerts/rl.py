@@ -230,7 +230,10 @@ REWARD_COLLAPSE = StepAlert(
         "The smoothed training reward (or episode return) fell back from its peak and lost "
         "most of what the run had learned: the policy broke (divergence, collapse to a "
         "do-nothing policy, a bad checkpoint) or the grader changed. It keeps firing while "
-        "the reward stays down.",
+        "the reward stays down. A discrete reward (a 0/1 episode success) is judged by the "
+        "readings since it fell below its typical level (the mean of its last 200 readings, "
+        "the baseline then) once they are far likelier a collapse than luck; series "
+        "episodes is single episodes recorded with observe_episodes.",
         panels.see(
             panels.TRAINING,
             panels.alert_signal("RLRewardCollapse", "reward_gain_lost_ratio"),

@@ -237,3 +237,19 @@ def test_bad_configuration_names_the_setting(tmp_path):
         SamplingConfig(per_step=-1)
     with pytest.raises(ValueError, match="redact"):
         Recorder("cfg", data_dir=tmp_path, redact="not callable")  # type: ignore[arg-type]
+
+
+def test_a_component_with_no_finite_value_warns_nothing() -> None:
+    """A reward component that is NaN for a whole batch (a grader that failed on every sample)
+    printed numpy's "Mean of empty slice" RuntimeWarning into the trainer's output; the
+    disagreement of the others is what it was."""
+    import warnings
+
+    from rlpulse.rollouts.sampler import _disagreement
+
+    good = np.array([1.0, np.nan, 3.0, 2.0])
+    other = np.array([0.5, 0.2, np.inf, 0.1])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got = _disagreement([good, np.full(4, np.nan), other])
+    assert np.allclose(got, [2.59755782, 0.0, 0.0, 0.98058068])

@@ -115,14 +115,17 @@ def _disagreement(components: list[np.ndarray]) -> np.ndarray:
     with np.errstate(invalid="ignore", divide="ignore"):
         if finite:
             mean, std = stacked.mean(axis=1, keepdims=True), stacked.std(axis=1, keepdims=True)
-        else:
-            stacked = np.where(np.isfinite(stacked), stacked, np.nan)
-            mean = np.nanmean(stacked, axis=1, keepdims=True)
-            std = np.nanstd(stacked, axis=1, keepdims=True)
+        else:  # nanmean & co. warn on a component with no finite value; these do not
+            ok = np.isfinite(stacked)
+            stacked = np.where(ok, stacked, np.nan)
+            count = ok.sum(axis=1, keepdims=True)
+            mean = np.where(ok, stacked, 0.0).sum(axis=1, keepdims=True) / count
+            dev = np.where(ok, (stacked - mean) ** 2, 0.0)
+            std = np.sqrt(dev.sum(axis=1, keepdims=True) / count)
         z = (stacked - mean) / np.where(std > 0, std, np.inf)  # a constant component: z = 0
         if finite:
             return z.max(axis=0) - z.min(axis=0)
-        return np.nanmax(z, axis=0) - np.nanmin(z, axis=0)
+        return np.fmax.reduce(z, axis=0) - np.fmin.reduce(z, axis=0)
 
 
 class Sampler:

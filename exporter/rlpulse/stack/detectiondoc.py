@@ -88,7 +88,8 @@ reward is zeroed, whose Q-table is reset or whose exploration is forced to 1.0 r
 to 26 episodes later (the frozen-stretch signal took 37 to 297); a success halved from 0.9 to
 0.45 reads a lost gain within 100 episodes in 6 of 8 seeds; 24 healthy seeds of that loop and
 8 synthetic seeds at 0.9 read 0 throughout; the onset is the first reading the CUSUM counts (a
-random policy's lucky success right after the failure moves it a few readings on). Episodes recorded with `observe_episodes` (the SB3 callback, the
+random policy's lucky success right after the failure moves it a few readings on).
+Episodes recorded with `observe_episodes` (the SB3 callback, the
 Gymnasium wrapper) are also judged one by one, as series `episodes`: a reward wrapper that answers
 0 takes SB3's 100-episode mean down one episode in a hundred, which a short run never shows, while
 the episodes' own returns read the stretch of zeros critical within 30 episodes; a 0/1 success

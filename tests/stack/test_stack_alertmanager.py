@@ -437,11 +437,14 @@ def test_critical_does_not_silence_other_runs_warnings(stack: Stack) -> None:
 
 def test_one_root_cause_opens_one_incident(stack: Stack) -> None:
     """Cause-based inhibition: NaN losses hold back every other training alert of the run,
-    reward hacking the length and truncation alerts it drives; another run keeps its pages."""
+    reward hacking the length and truncation alerts it drives, a reward that lost its gain the
+    frozen-stretch alert that follows it (a 0/1 reward gone to 0 pages the loss first); another
+    run keeps its pages."""
     url, _, _, _ = stack
     nan_run = {**TARGET, "run_id": "r5"}
     long_run = {**TARGET, "run_id": "r6"}
     other = {**TARGET, "run_id": "r7"}
+    lost_run = {**TARGET, "run_id": "r8"}
     api(
         f"{url}/api/v2/alerts",
         [
@@ -452,6 +455,9 @@ def test_one_root_cause_opens_one_incident(stack: Stack) -> None:
             _alert("RLTruncationHigh", "critical", **long_run),
             _alert("RLRewardHacking", "critical", **long_run),
             _alert("RLTruncationHigh", "critical", **other),
+            _alert("RLRewardCollapse", "critical", **lost_run, series="episode_return"),
+            _alert("RLRewardSignalLost", "critical", **lost_run, series="episode_return"),
+            _alert("RLRewardSignalLost", "critical", **other, series="episode_return"),
         ],
     )
     expected = {
@@ -462,9 +468,12 @@ def test_one_root_cause_opens_one_incident(stack: Stack) -> None:
         ("RLResponseLengthExplosion", "critical", "r6"): "suppressed",
         ("RLTruncationHigh", "critical", "r6"): "suppressed",
         ("RLTruncationHigh", "critical", "r7"): "active",
+        ("RLRewardCollapse", "critical", "r8"): "active",
+        ("RLRewardSignalLost", "critical", "r8"): "suppressed",
+        ("RLRewardSignalLost", "critical", "r7"): "active",
     }
     settled = _states(url, [k for k, v in expected.items() if v == "suppressed"])
-    states = {k: v for k, v in settled.items() if k[2] in ("r5", "r6", "r7")}
+    states = {k: v for k, v in settled.items() if k[2] in ("r5", "r6", "r7", "r8")}
     assert states == expected
 
 

@@ -62,16 +62,20 @@ CAUSES: dict[str, tuple[str, ...]] = {
     # a failing grader scores nothing: rewards, their spread and held-out scores fall with it
     system.GRADER: (
         rl.REWARD_COLLAPSE.name,
+        rl.REWARD_LOST.name,
         rl.ZERO_STD.name,
         rl.ADVANTAGE_COLLAPSE.name,
         task.EVAL_DROP.name,
     ),
-    # no reward signal: the policy drifts, and the frozen reward's spread and level go too
+    # no reward signal: the policy drifts, and the frozen reward's spread goes too
     rl.REWARD_LOST.name: (
-        rl.REWARD_COLLAPSE.name,
         rl.ZERO_STD.name,
         rl.ADVANTAGE_COLLAPSE.name,
     ),
+    # a reward that lost its gain and then reads one value is one failure, paged as the loss:
+    # the loss shows within a few readings (a frozen stretch counts only after 20 or more, a
+    # 0/1 reward's drop after 15-26 episodes), so the later alert joins the first one's incident
+    rl.REWARD_COLLAPSE.name: (rl.REWARD_LOST.name,),
     # a policy that stopped exploring takes its reward down with it (an lr spike, a sign flip)
     rl.ENTROPY_COLLAPSE.name: (
         rl.ZERO_STD.name,

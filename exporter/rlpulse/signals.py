@@ -139,11 +139,8 @@ class Track:
 
     def discrete(self) -> bool:
         """A reward that took few values (``DISCRETE_VALUES``): a 0/1 success, score levels."""
-        return (
-            self.drops is not None
-            and self.stretches is not None
-            and (self.stretches.distinct() <= DISCRETE_VALUES)
-        )
+        s = self.stretches
+        return self.drops is not None and s is not None and s.distinct() <= DISCRETE_VALUES
 
     def _keep(self, value: float) -> None:
         """``value`` joins the history (and the oldest leaves it), sorted copies kept."""
@@ -394,7 +391,6 @@ class Drops:
         self.counts: dict[float, int] = {}  # of the values in ``span`` (a few)
         self.start = self.typical = self.q = math.nan
         self.cusums = (_Cusum(), _Cusum())  # all lost, half lost
-        self.since = 0  # readings the CUSUM behind ``lost()`` counts
 
     def add(self, value: float) -> None:
         if len(self.first) < DISCRETE_START:
@@ -423,15 +419,15 @@ class Drops:
             else:
                 cusum.add(value, math.log10((1 - fail) / (1 - q)))
 
-    def lost(self) -> float:
+    def lost(self) -> tuple[float, int]:
         """The drop of the readings a CUSUM past ``DISCRETE_CHANCE`` counts (at least the last
         ``DISCRETE_START``) below the typical level, as a share of the gain (start to typical
-        level: back at the start is 1), the larger of the two; 0 while neither is past it.
-        ``since``: the readings that CUSUM counts (where the drop began)."""
+        level: back at the start is 1), the larger of the two, and the readings that CUSUM
+        counts (where the drop began); (0, 0) while neither is past it."""
         g = self.typical - self.start
-        lost, self.since = 0.0, 0
+        lost, since = 0.0, 0
         if not g > 0:
-            return lost
+            return lost, since
         for c in self.cusums:
             if c.odds < DISCRETE_CHANCE:
                 continue
@@ -441,8 +437,8 @@ class Drops:
             else:
                 mean = math.fsum(self.recent) / len(self.recent)
             if (self.typical - mean) / g > lost:
-                lost, self.since = (self.typical - mean) / g, c.since
-        return lost
+                lost, since = (self.typical - mean) / g, c.since
+        return lost, since
 
 
 def _gain_lost(d: Detector, t: Track, key: str) -> tuple[float, float]:
@@ -451,20 +447,20 @@ def _gain_lost(d: Detector, t: Track, key: str) -> tuple[float, float]:
     A discrete reward, whose median of 5 readings is no level (three failures in a row after a
     long streak of successes would read as all of the gain lost), is judged by the readings
     since it dropped below its typical level (``Drops``) alone."""
-    g = gain(t)
-    if math.isnan(g):
+    if math.isnan(t.level):  # no gain before the sustained level exists
         return math.nan, math.nan
     if t.discrete():
         return _dropped(t)
+    g = gain(t)
     return ((t.level_peak - t.smoothed) / g if g > 0 else 0.0), t.level_peak
 
 
 def _dropped(t: Track) -> tuple[float, float]:
     """A discrete reward's drop (``Drops``) and its typical level; the value's own lag."""
     assert t.drops is not None
-    lost = t.drops.lost()
+    lost, since = t.drops.lost()
     if lost > 0:
-        t.back = t.drops.since - 1  # the failure's first bad reading began the CUSUM
+        t.back = since - 1  # the failure's first bad reading began the CUSUM
     return lost, t.drops.typical
 
 

@@ -492,30 +492,31 @@ def test_the_frozenlake_tutorial_never_reaches_a_critical_level() -> None:
                         assert (v <= level) if above else (v >= level), (seed, e, signal, v)
 
 
+def _wins(rate: list[float], seed: int) -> tuple[list[float], Detector]:
+    """0/1 episode rewards drawn at ``rate``, fed to a detector as a log() call applies them
+    (its values, then its step); the reward's lost-gain signal after each, and the detector."""
+    rng, d, out = random.Random(seed), Detector(), []
+    for e, p in enumerate(rate):
+        d.observe("rl_episode_return", (), float(rng.random() < p))
+        d.step(e, float(e))
+        held = d.held.get(("reward_gain_lost_ratio", "episode_return"))
+        out.append(held.read() if held else 0.0)
+    return out, d
+
+
 def test_a_discrete_reward_that_collapses_pages_within_forty_readings() -> None:
     """A 0/1 episode reward (slippery FrozenLake: success 0.5-0.8 once learned) is too noisy
     for a smoothed level, so its gain never counted and a collapse never paged (a reset
     Q-table, exploration forced to 1.0). The readings since it fell below its typical level
     say so within 40 episodes (15-20 at 0.5 success and no reward at all), with the failure's
     first episode as the onset; healthy seeds never read a lost gain."""
-    from rlpulse.signals import Detector
-
-    def trace(rate: list[float], seed: int) -> tuple[list[float], Detector]:
-        rng, d, out = random.Random(seed), Detector(), []
-        for e, p in enumerate(rate):
-            d.observe("rl_episode_return", (), float(rng.random() < p))
-            d.step(e, float(e))  # as a log() call applies: its values, then its step
-            held = d.held.get(("reward_gain_lost_ratio", "episode_return"))
-            out.append(held.read() if held else 0.0)
-        return out, d
-
     for seed in range(6):
         top = 0.5 if seed % 2 else 0.78
         learned = [0.015 if e < 600 else min(top, 0.015 + (e - 600) / 1300) for e in range(2600)]
-        healthy, _ = trace(learned, seed)
+        healthy, _ = _wins(learned, seed)
         assert max(healthy) == 0, (seed, max(healthy))
         for after in (0.0, 0.015):  # reward gone; a random policy's rare success
-            broken, d = trace(learned[:2000] + [after] * 600, seed)
+            broken, d = _wins(learned[:2000] + [after] * 600, seed)
             assert max(broken[:2000]) == 0
             caught = next(i for i, v in enumerate(broken) if v >= 0.75)
             assert 2000 < caught <= 2040, (seed, after, caught)
@@ -602,21 +603,10 @@ def test_a_discrete_reward_is_judged_by_its_drops_alone() -> None:
     ~0: all of the gain "lost", critical, on a healthy run (1 of 8 seeds). A discrete reward is
     judged by its drops alone: healthy seeds read 0, and a policy that halves its success
     (0.9 -> 0.45) reads a lost gain within 100 episodes in most seeds."""
-    from rlpulse.signals import Detector
-
-    def trace(rate: list[float], seed: int) -> list[float]:
-        rng, d, out = random.Random(seed), Detector(), []
-        for e, p in enumerate(rate):
-            d.observe("rl_episode_return", (), float(rng.random() < p))
-            d.step(e, float(e))
-            held = d.held.get(("reward_gain_lost_ratio", "episode_return"))
-            out.append(held.read() if held else 0.0)
-        return out
-
     learned = [0.015 if e < 600 else min(0.9, 0.015 + (e - 600) / 1300) for e in range(2000)]
     caught = 0
     for seed in range(8):
-        assert max(trace(learned + [0.9] * 1000, seed)) == 0, seed
-        halved = trace(learned + [0.45] * 1000, seed)
+        assert max(_wins(learned + [0.9] * 1000, seed)[0]) == 0, seed
+        halved, _ = _wins(learned + [0.45] * 1000, seed)
         caught += any(v >= 0.5 for v in halved[2000:2100])
     assert caught >= 6, caught

@@ -222,7 +222,8 @@ REWARD_COLLAPSE = StepAlert(
     signal="reward_gain_lost_ratio",
     summary="The run lost most of the reward it had gained.",
     subject="Reward",
-    relation="of its gain (start to peak) lost again; peak",
+    relation="of its gain lost again (start to peak; a 0/1 reward: to its typical level); "
+    "that level",
     healthy=0.05,
     warning=0.5,
     critical=0.75,

@@ -31,7 +31,7 @@ from typing import Any
 from harness import alert_matrix as am
 from harness import trainings as tr
 from harness import trl_grpo
-from rlpulse.stack import qualitydoc
+from rlpulse.stack.docs import qualitydoc
 
 REPO = Path(__file__).resolve().parents[1]
 RESULTS = qualitydoc.MATRIX  # rendered into DOC by ``rlpulse generate`` too
@@ -207,7 +207,7 @@ def totals(rows: list[dict]) -> dict[str, Any]:
 
 
 def results(rows: list[dict], quick: bool) -> dict[str, Any]:
-    """What ``rlpulse.stack.qualitydoc`` renders: the runs, their totals and the set-up."""
+    """What ``rlpulse.stack.docs.qualitydoc`` renders: the runs, their totals and the set-up."""
     context = {
         "stall_seconds": tr.STALL_SECONDS,
         "warmup_steps": trl_grpo.WARMUP_STEPS,

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import bcrypt
 
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 
 
 def _steps(seconds: float) -> int:

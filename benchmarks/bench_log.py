@@ -15,9 +15,10 @@ clock) or never scraped (no Prometheus yet, or it is down). Per regime and logge
   ``Gauge.set`` (target: rlpulse ≤ Gauge.set at 1,500 steps per scrape).
 
 Peers: a dict write, ``Gauge.set``, and tensorboardX, wandb (offline) and trackio if installed.
-With ``--before DIR`` (another tree's ``exporter/`` directory, e.g. made with ``git archive <rev>
-exporter | tar -x -C /tmp/before``) each round also measures that rlpulse, interleaved with this
-one, so both see the same load. Each logger runs in its own subprocess. Also prints
+With ``--before DIR`` (another tree's package root: ``src/``, or ``exporter/`` before the layout
+move; e.g. ``git archive <rev> src | tar -x -C /tmp/before``, then ``/tmp/before/src``) each
+round also measures that rlpulse, interleaved with this one, so both see the same load. Each
+logger runs in its own subprocess. Also prints
 ``observe_rollouts`` of 4,096 samples against 4,096 ``Histogram.observe`` calls (≥ 20x).
 """
 
@@ -75,7 +76,7 @@ def _logger(name: str, tmp: str) -> tuple[Callable[[dict[str, float], int], None
 
         return gauge_step, None, None
     if name == "rlpulse":
-        from rlpulse.exporter import Exporter
+        from rlpulse import Exporter
 
         exp = Exporter(port=0, run_id="bench", gpu=False, host=False, process=False)
 
@@ -158,8 +159,7 @@ def histograms(repeat: int = 9) -> tuple[float, float]:
     import numpy as np
     import prometheus_client as pc
 
-    from rlpulse import catalog
-    from rlpulse.exporter import Exporter
+    from rlpulse import Exporter, catalog
 
     rng = np.random.default_rng(0)
     lat, tokens = rng.exponential(0.5, N_SAMPLES), rng.integers(16, 4096, N_SAMPLES)
@@ -192,7 +192,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--gap", type=float, default=0.01, help="seconds asleep every 100 steps")
-    parser.add_argument("--before", help="another tree's exporter/ directory to compare with")
+    parser.add_argument("--before", help="another tree's package root (src/ or exporter/)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.worker:

@@ -31,8 +31,8 @@ import torch
 from stable_baselines3 import PPO
 from stable_baselines3.common.env_util import make_vec_env
 
-from rlpulse.exporter import Exporter
 from rlpulse.integrations.sb3 import RlpulseCallback
+from rlpulse.runtime.exporter import Exporter
 
 N_ENVS = 4
 N_STEPS = 256

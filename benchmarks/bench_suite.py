@@ -45,8 +45,8 @@ from prometheus_client.exposition import start_http_server
 
 from rlpulse import catalog
 from rlpulse.catalog import IDENTITY_LABELS
-from rlpulse.exporter import Exporter
-from rlpulse.exposition import Renderer
+from rlpulse.runtime.exporter import Exporter
+from rlpulse.runtime.exposition import Renderer
 
 Step = Callable[[Mapping[str, float], int], None]
 

@@ -6,11 +6,11 @@
 A toy RL job: ``--workers`` rollout-worker actors (ranks 1..N) and one learner actor (rank 0).
 Every actor starts its own rlpulse ``Exporter`` on an ephemeral port (``--base-port`` for a fixed
 range), bound to its Ray node's address, and writes ``<run_id>-<rank>.json`` into ``--targets``
-(``rlpulse.targets.register``). A Prometheus with ``file_sd_configs: [{files: [DIR/*.json]}]``
-picks each actor up as it starts and drops it when it ends. The numbers are synthetic (no model,
-no environment) but move like a GRPO run's: workers report rollout latency, response length and
-rewards with ``observe_rollouts``; the learner logs loss, KL, entropy, grad norm and learning rate
-with ``log()``.
+(``rlpulse.runtime.targets.register``). A Prometheus with ``file_sd_configs: [{files:
+[DIR/*.json]}]`` picks each actor up as it starts and drops it when it ends. The numbers are
+synthetic (no model, no environment) but move like a GRPO run's: workers report rollout latency,
+response length and rewards with ``observe_rollouts``; the learner logs loss, KL, entropy, grad
+norm and learning rate with ``log()``.
 
 Node-level readings (GPU via NVML, host CPU/memory) come from local rank 0 only; an actor's local
 rank is the first free per-node slot, a lock on an (empty, left behind) file in the node's temp
@@ -18,7 +18,7 @@ directory held for the actor's life, so it is unique per node without asking the
 actors landed.
 
 A worker that dies (``ray.kill``, a crash, a lost node) cannot remove its own file; the driver
-notices when its next call fails and removes it (``rlpulse.targets.unregister``).
+notices when its next call fails and removes it (``rlpulse.runtime.targets.unregister``).
 """
 
 from __future__ import annotations
@@ -38,8 +38,8 @@ from typing import IO, Any
 import numpy as np
 import ray
 
-from rlpulse import targets
-from rlpulse.exporter import Exporter
+from rlpulse import Exporter
+from rlpulse.runtime import targets
 
 
 def node_address() -> str:

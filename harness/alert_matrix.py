@@ -28,10 +28,10 @@ import yaml
 
 from harness.stackutil import Sink, free_port, interruptible, results, wait_for
 from harness.trainings import Run
-from rlpulse.exporter import Exporter
-from rlpulse.logs import read_log
-from rlpulse.replay import DEFAULT_STEP_SECONDS, ReplayResult, replay_runs
-from rlpulse.replay.onsets import AlertOnset
+from rlpulse.offline.logs import read_log
+from rlpulse.offline.replay import DEFAULT_STEP_SECONDS, ReplayResult, replay_runs
+from rlpulse.offline.replay.onsets import AlertOnset
+from rlpulse.runtime.exporter import Exporter
 from rlpulse.stack import config
 from rlpulse.stack.alerts import CAUSES, NONFINITE
 

@@ -37,8 +37,8 @@ from typing import Any
 import yaml
 
 from harness.stackutil import free_port, interruptible, results, wait_for
-from rlpulse import stackrun
-from rlpulse.exporter import Exporter
+from rlpulse.offline import stackrun
+from rlpulse.runtime.exporter import Exporter
 
 ONSET = 60  # --onset: steps 1-60 train healthy, 61 on with the scenario's settings
 SAVE_EVERY = 25

@@ -19,7 +19,8 @@ from typing import Any
 import yaml
 
 from harness.stackutil import api, free_port, prometheus, results, wait_for
-from rlpulse import discovery, stackrun
+from rlpulse.offline import stackrun
+from rlpulse.runtime import discovery
 from rlpulse.stack import config, rules
 
 SETTLE_S = 5  # past RLTargetDown's `for` with the fast preset, a few evaluations

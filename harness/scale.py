@@ -6,8 +6,8 @@
 Starts ``--ranks`` exporters (``--per-process`` of them per Python process, each with its own
 port and identity; ``--gpus`` ranks per simulated node, the node's local rank 0 reading a fake
 NVML with that many GPUs and the host), feeds them a GRPO-like workload, writes their ``file_sd``
-targets with ``rlpulse.targets``, and runs a real Prometheus (the generated config and rules,
-``remote_write`` into a real VictoriaMetrics). After ``--duration`` seconds it reports scrape
+targets with ``rlpulse.runtime.targets``, and runs a real Prometheus (the generated config and
+rules, ``remote_write`` into a real VictoriaMetrics). After ``--duration`` seconds it reports scrape
 durations, series per rank, bytes per scrape, samples/s ingested by both stores, Prometheus
 memory, remote-write lag, and the latency of every dashboard query on both stores: as shipped
 (against the recording rules) and, as the baseline, with the rules inlined over raw per-rank
@@ -60,10 +60,12 @@ from harness.stackutil import (  # noqa: E402
     victoria_metrics,
     wait_for,
 )
-from rlpulse import catalog, targets  # noqa: E402
-from rlpulse.exporter import Exporter  # noqa: E402
+from rlpulse import catalog  # noqa: E402
+from rlpulse.runtime import targets  # noqa: E402
+from rlpulse.runtime.exporter import Exporter  # noqa: E402
 from rlpulse.stack import config as cfgmod  # noqa: E402
-from rlpulse.stack import dashboards, prometheus, rules  # noqa: E402
+from rlpulse.stack import dashboards, rules  # noqa: E402
+from rlpulse.stack.deploy import prometheus  # noqa: E402
 from rlpulse.stack.output import dump  # noqa: E402
 
 RUN_ID = "scale-sim"

@@ -33,7 +33,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 
 FAILURES = {
     "sb3-ppo": ("lr-spike", "neg-entropy", "nan-reward", "sign-flip", "stall"),

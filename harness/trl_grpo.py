@@ -32,7 +32,7 @@ from typing import Any
 import torch
 
 from harness.trainings import Run
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 
 FAILURES = ("length", "format", "cold", "kl-blowup", "grader-down")
 OBJECTIVE = "eval_rewards/correct/mean"  # TRL's evaluation on the held-out prompts

@@ -3,7 +3,7 @@
 Run from the repository root with ``.venv/bin/python scripts/alert_quality.py`` (needs
 ``../shared/corpus/real-logs`` and promtool). Writes its results to
 ``rlpulse/stack/quality/alert-quality.json``, from which ``rlpulse generate`` renders
-``docs/alert-quality.md`` (``rlpulse.stack.qualitydoc``), and that document.
+``docs/alert-quality.md`` (``rlpulse.stack.docs.qualitydoc``), and that document.
 Each run (a log, or one run of a log holding several: Dopamine's seeds, a digest's environments)
 has a judgement taken from the corpus README: ``failing`` with the step where the damage is
 visible in the numbers and the alerts that name it, ``healthy``, or ``unclear``. The report says,
@@ -25,9 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlpulse.replay import DEFAULT_STEP_SECONDS, ReplayResult, replay_runs
-from rlpulse.stack import qualitydoc
+from rlpulse.offline.replay import DEFAULT_STEP_SECONDS, ReplayResult, replay_runs
 from rlpulse.stack.alerts import CAUSES, NONFINITE
+from rlpulse.stack.docs import qualitydoc
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus" / "real-logs"
@@ -276,7 +276,7 @@ def demo_rows(directory: Path) -> Iterator[Row]:
 
 
 def as_dict(row: Row) -> dict[str, Any]:
-    """What the document shows of one run (``rlpulse.stack.qualitydoc`` renders it)."""
+    """What the document shows of one run (``rlpulse.stack.docs.qualitydoc`` renders it)."""
     j = row.judged
     fired = row.fired()
     return {

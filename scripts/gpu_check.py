@@ -19,7 +19,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 
 SMI_FIELDS = (
     "index,uuid,name,utilization.gpu,memory.used,memory.total,power.draw,temperature.gpu,clocks.sm"

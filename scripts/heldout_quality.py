@@ -12,7 +12,7 @@ incidents after inhibition). Per alert: precision (runs where it fired on the fa
 of all runs where it fired), recall (of the failing runs whose cause it names) and median lead.
 
 Writes ``rlpulse/stack/quality/heldout.json``, rendered into the document by ``rlpulse
-generate`` (``rlpulse.stack.qualitydoc``), and that document.
+generate`` (``rlpulse.stack.docs.qualitydoc``), and that document.
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 
 from harness import alert_matrix as am  # noqa: E402
 from harness.trainings import Run  # noqa: E402
-from rlpulse.stack import qualitydoc  # noqa: E402
+from rlpulse.stack.docs import qualitydoc  # noqa: E402
 
 COMMAND = ".venv/bin/python scripts/heldout_quality.py"
 SEEDS = (10, 11, 12)

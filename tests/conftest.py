@@ -15,7 +15,7 @@ import pytest
 from hypothesis import settings
 from prometheus_client.parser import text_string_to_metric_families
 
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 
 # Property tests draw the same examples on every run (CI, a fresh clone): a submission never
 # fails at random. HYPOTHESIS_PROFILE=explore draws new ones and is kept out of CI.

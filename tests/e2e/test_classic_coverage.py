@@ -28,7 +28,7 @@ import pytest
 from harness.doc_blocks import REPO, marked
 from harness.stackutil import api, free_port, interruptible, prometheus, results, wait_for
 from harness.trainings import train_cleanrl_ppo, train_q_learning, train_sb3
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 from rlpulse.stack import config, dashboards, rules
 
 MIN_COVERAGE = 0.8

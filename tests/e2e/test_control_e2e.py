@@ -24,7 +24,7 @@ from harness.amutil import silence
 from harness.runstack import alerts_once_settled, last
 from harness.stackutil import ROOT, Sink, demo_argv, free_port, results, wait_for
 from rlpulse import control
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 
 ROUTING_KEY = "control-e2e-routing-key-0123456789"
 POLL = 0.2  # seconds between the run's reads of Alertmanager

@@ -15,7 +15,7 @@ import pytest
 
 from harness.amutil import alertmanager, post
 from rlpulse import control
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 
 
 @pytest.fixture(scope="module")

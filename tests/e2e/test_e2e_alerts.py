@@ -43,11 +43,11 @@ from harness.stackutil import (
 )
 from rlpulse import catalog
 from rlpulse.demo.task import LOOPHOLE
-from rlpulse.exporter import Exporter
+from rlpulse.offline.stackrun import stop
+from rlpulse.runtime.exporter import Exporter
 from rlpulse.stack import dashboards
 from rlpulse.stack.alerts import liveness
 from rlpulse.stack.config import Config
-from rlpulse.stackrun import stop
 from tests.stack.test_stack_dashboards import metric_names
 
 ROUTING_KEY = "e2e-routing-key-0123456789abcdef"

@@ -27,9 +27,9 @@ from harness.stackutil import (
     wait_for_data,
 )
 from rlpulse.cli import build_parser
-from rlpulse.exporter import Exporter
+from rlpulse.offline.stackrun import INSTALL, alive, running_pid
+from rlpulse.runtime.exporter import Exporter
 from rlpulse.stack.config import Config
-from rlpulse.stackrun import INSTALL, alive, running_pid
 
 RLPULSE = str(Path(sys.executable).with_name("rlpulse"))
 SERVICES = ("prometheus", "alertmanager", "inbox", "rollouts", "pushgateway")  # all installed

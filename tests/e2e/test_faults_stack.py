@@ -1,4 +1,4 @@
-"""Faults of the monitoring stack itself, on the generated stack (``rlpulse.stackrun``, fast
+"""Faults of the monitoring stack itself, on the generated stack (``rlpulse.offline.stackrun``, fast
 preset) scraping a real exporter: Alertmanager down while an alert fires (the page is delivered
 once it is back), and Prometheus restarted mid-run (scraping resumes, counters stay monotonic,
 the firing alert does not page twice). Expected behaviour and figures: docs/reliability.md."""
@@ -17,7 +17,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from harness.stackutil import api, results, wait_for
 from rlpulse import catalog
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 from rlpulse.stack import config
 from tests.stack.test_faults_support import LocalStack, local_stack
 

@@ -26,10 +26,12 @@ import yaml
 
 from harness.amutil import alertmanager, post, silence
 from harness.stackutil import free_port, wait_for
-from rlpulse import alertindex, control, lastgood, lifecycle
-from rlpulse import http as http_mod
-from rlpulse.alertpoll import Alertmanager, AlertmanagerError, Firing
-from rlpulse.exporter import Exporter
+from rlpulse import alertindex, control
+from rlpulse.control.alertpoll import Alertmanager, AlertmanagerError, Firing
+from rlpulse.detect import lastgood
+from rlpulse.runtime import http as http_mod
+from rlpulse.runtime import lifecycle
+from rlpulse.runtime.exporter import Exporter
 from rlpulse.stack import alertindex as stack_alertindex
 from rlpulse.stack import config, rules
 from tests.conftest import bcrypt_hash, scrape, self_signed, value
@@ -384,7 +386,7 @@ _NO_STEP = lastgood.LastGood(None, None, "RLEntropyCollapse", None)
 
 def test_the_runtimes_alert_index_matches_the_generated_rules() -> None:
     """The runtime reads rlpulse.alertindex, never the generator: regenerate it with
-    ``python -m rlpulse.stack.alertindex > exporter/rlpulse/alertindex.py`` and ruff format."""
+    ``python -m rlpulse.stack.alertindex > src/rlpulse/alertindex.py`` and ruff format."""
     severities, levels = stack_alertindex.tables()
     assert severities == alertindex.SEVERITIES
     assert levels == alertindex.LEVELS
@@ -668,8 +670,8 @@ def test_scrapes_never_fail_while_eight_threads_log() -> None:
 def _rollouts_api(data_dir: Path, params: dict[str, list[str]]) -> Any:
     from email.message import Message
 
-    from rlpulse.http import Request
     from rlpulse.rollouts.server import routes
+    from rlpulse.runtime.http import Request
 
     request = Request("GET", "/rollouts", {"run": ["api"], **params}, Message(), ("", 0))
     return routes(data_dir)["/rollouts"](request)
@@ -733,7 +735,7 @@ def test_hostile_yaml_is_one_line_naming_file_and_position(
 
 
 def test_a_workers_first_call_never_waits_for_a_frozen_hub(tmp_path: Path) -> None:
-    from rlpulse import workers
+    from rlpulse.runtime import workers
 
     frozen = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)  # listens, never answers
     frozen.bind(str(tmp_path / "hub.sock"))
@@ -752,7 +754,7 @@ def test_a_workers_first_call_never_waits_for_a_frozen_hub(tmp_path: Path) -> No
 def test_a_worker_crowded_out_by_silent_peers_gets_in_later(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from rlpulse import workers
+    from rlpulse.runtime import workers
 
     monkeypatch.setattr(workers, "HELLO_TIMEOUT", 1.0)
     monkeypatch.setattr(workers, "RECONNECT_MIN", 0.2)

@@ -26,10 +26,10 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from harness.stackutil import api, results, wait_for
 from rlpulse import catalog
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
+from rlpulse.runtime.store import MAX_LABEL_CHARS
 from rlpulse.stack import dashboards
 from rlpulse.stack.config import Config
-from rlpulse.store import MAX_LABEL_CHARS
 from tests.conftest import promtool_check_metrics, scrape
 from tests.stack.test_faults_support import LocalStack, local_stack
 

@@ -15,9 +15,9 @@ from stable_baselines3.common.logger import KVWriter
 
 import rlpulse
 from rlpulse import catalog, keys
-from rlpulse.exporter import Exporter
 from rlpulse.integrations.sb3 import PrometheusWriter, RlpulseCallback
 from rlpulse.rollouts.query import Filter, open_run, query
+from rlpulse.runtime.exporter import Exporter
 from tests.conftest import promtool_check_metrics, samples, scrape, value
 
 N_STEPS, N_ENVS, ITERATIONS = 256, 2, 6

@@ -25,10 +25,10 @@ from transformers import (
 
 import rlpulse
 from rlpulse import catalog, keys
-from rlpulse.exporter import Exporter
 from rlpulse.integrations.trl import RlpulseCallback
 from rlpulse.rollouts.query import Filter, open_run, query
 from rlpulse.rollouts.server import serve
+from rlpulse.runtime.exporter import Exporter
 from tests.conftest import promtool_check_metrics, samples, scrape, value
 
 SPECIALS = ["[PAD]", "[UNK]", "[BOS]", "[EOS]"]

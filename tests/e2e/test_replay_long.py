@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from rlpulse.logs import Record
-from rlpulse.replay import promtool, replay_runs, report
-from rlpulse.replay.timeline import build
+from rlpulse.offline.logs import Record
+from rlpulse.offline.replay import promtool, replay_runs, report
+from rlpulse.offline.replay.timeline import build
 from rlpulse.stack import config
 from tests.stack.test_replay import _jsonl
 

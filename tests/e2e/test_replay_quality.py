@@ -10,9 +10,9 @@ from pathlib import Path
 from types import ModuleType
 
 from harness.corpus import CORPUS, needs_corpus
-from rlpulse.replay import replay
-from rlpulse.stack import qualitydoc
+from rlpulse.offline.replay import replay
 from rlpulse.stack.config import Config
+from rlpulse.stack.docs import qualitydoc
 from rlpulse.stack.rules import all_alerts
 
 SCRIPT = Path(__file__).resolve().parents[2] / "scripts" / "alert_quality.py"

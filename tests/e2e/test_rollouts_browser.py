@@ -15,8 +15,9 @@ import pytest
 
 from rlpulse.rollouts import Recorder, SamplingConfig
 from rlpulse.rollouts.server import serve
-from rlpulse.stack import dashboard_training, panels, rules, ruletests
+from rlpulse.stack import panels, rules, ruletests
 from rlpulse.stack.config import Config
+from rlpulse.stack.dashboards import training
 
 CHROMEDRIVER = "/usr/bin/chromedriver"
 HOSTILE = "<script>document.title='pwned'</script><img src=x onerror=\"document.title='pwned'\">"
@@ -84,7 +85,7 @@ def seen(driver: object) -> list[dict[str, str]]:
 
 
 def test_from_the_reward_panels_data_link(viewer: str, browser: object) -> None:
-    model = dashboard_training.build("rlpulse-training", Config())
+    model = training.build("rlpulse-training", Config())
     every = [*model["panels"], *(q for p in model["panels"] for q in p.get("panels", []))]
     reward = next(p for p in every if p.get("title") == panels.REWARD and p["type"] != "row")
     link = reward["fieldConfig"]["defaults"]["links"][1]["url"]  # best, in the steps shown

@@ -1,8 +1,8 @@
 """The scale simulation of benchmarks/scale.py, CI-sized: 24 ranks on 3 nodes in 3 processes.
 
 Real exporter processes (fake 8-GPU NVML on each node's local rank 0, one loopback address per
-node), their ``file_sd`` file written by ``rlpulse.targets``, the real ``prometheus`` with the
-generated config and rules scraping every second and remote-writing into the real
+node), their ``file_sd`` file written by ``rlpulse.runtime.targets``, the real ``prometheus`` with
+the generated config and rules scraping every second and remote-writing into the real
 ``victoria-metrics``. Asserted: structure, never timing (the benchmark prints the figures).
 """
 

@@ -40,9 +40,10 @@ import pytest
 from harness.fake_nvml import FakeGpu, FakeNvml
 from harness.stackutil import api, free_port, query, server, wait_for, wait_for_data
 from rlpulse import catalog
-from rlpulse.exporter import Exporter
-from rlpulse.stack import dashboard_training, dashboards, panels, rules
+from rlpulse.runtime.exporter import Exporter
+from rlpulse.stack import dashboards, panels, rules
 from rlpulse.stack.config import Config, Duration, seconds
+from rlpulse.stack.dashboards import training
 
 FINISHED, CRASHED, KILLED, RUNNING = "dash-finished", "dash-crashed", "dash-killed", "dash-run"
 SLOW = "dash-slow"  # running, one step every SLOW_PERIOD s: slower than it is scraped
@@ -390,7 +391,7 @@ def test_by_step_lines_advance_one_step_per_point(answers: list[Answer]) -> None
 
 
 def _outcome(stack: Stack, run: str) -> list[str]:
-    expr = _expand(dashboard_training.outcome_expr(), run)
+    expr = _expand(training.outcome_expr(), run)
     body = query(stack.url, expr, stack.end)
     return sorted(series["metric"]["outcome"] for series in body["data"]["result"])
 
@@ -398,8 +399,8 @@ def _outcome(stack: Stack, run: str) -> list[str]:
 def test_outcome_of_each_run(stack: Stack) -> None:
     assert _outcome(stack, FINISHED) == ["finished"]
     assert _outcome(stack, CRASHED) == ["crashed"]
-    assert _outcome(stack, KILLED) == [dashboard_training.DIED]
-    assert _outcome(stack, RUNNING) == [dashboard_training.RUNNING]
+    assert _outcome(stack, KILLED) == [training.DIED]
+    assert _outcome(stack, RUNNING) == [training.RUNNING]
 
 
 def test_the_alert_firing_when_a_run_ended_stays_on_its_outcome(stack: Stack) -> None:

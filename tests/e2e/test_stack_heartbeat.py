@@ -9,7 +9,7 @@ import time
 from pathlib import Path
 
 from harness.stackutil import api, wait_for
-from rlpulse import stackrun
+from rlpulse.offline import stackrun
 from tests.stack.test_faults_support import local_stack
 
 

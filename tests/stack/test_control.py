@@ -14,10 +14,11 @@ import pytest
 
 from harness.amutil import alertmanager, post, silence
 from harness.stackutil import free_port, wait_for
-from rlpulse import catalog, control, lastgood
-from rlpulse.alertpoll import Alertmanager, AlertmanagerError
-from rlpulse.exporter import Exporter
-from rlpulse.signals import Detector
+from rlpulse import catalog, control
+from rlpulse.control.alertpoll import Alertmanager, AlertmanagerError
+from rlpulse.detect import lastgood
+from rlpulse.detect.signals import Detector
+from rlpulse.runtime.exporter import Exporter
 from tests.conftest import bcrypt_hash, make_pki, scrape, value
 
 RUN = "ctl-run"

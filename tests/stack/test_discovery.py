@@ -1,5 +1,6 @@
-"""Where an exporter registers for Prometheus (``rlpulse.discovery``), its file, and the stack's
-sweep of dead processes' files; the real stack end to end is tests/e2e/test_discovery_stack.py."""
+"""Where an exporter registers for Prometheus (``rlpulse.runtime.discovery``), its file, and the
+stack's sweep of dead processes' files; the real stack end to end is
+tests/e2e/test_discovery_stack.py."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from rlpulse import discovery, targets
-from rlpulse.exporter import Exporter
+from rlpulse.runtime import discovery, targets
+from rlpulse.runtime.exporter import Exporter
 
 
 def _watched(directory: Path, interval: float = 1.0, pid: int | None = None) -> None:

@@ -16,7 +16,7 @@ import pytest
 
 import rlpulse
 from rlpulse import catalog
-from rlpulse.exporter import Exporter, PortInUseError
+from rlpulse.runtime.exporter import Exporter, PortInUseError
 from tests.conftest import (
     promtool_check_metrics,
     samples,

@@ -16,9 +16,9 @@ from prometheus_client.parser import text_string_to_metric_families as parse_tex
 
 from harness.fake_nvml import FakeGpu, FakeNvml
 from rlpulse import catalog
-from rlpulse.exporter import Exporter
-from rlpulse.exposition import Renderer, format_le, format_value, header
-from rlpulse.ingest import SELF_PREFIX
+from rlpulse.runtime.exporter import Exporter
+from rlpulse.runtime.exposition import Renderer, format_le, format_value, header
+from rlpulse.runtime.ingest import SELF_PREFIX
 from tests.conftest import promtool_check_metrics
 
 ODD_LABEL = 'quote " backslash \\ newline \n unicode é✓'

@@ -15,14 +15,14 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 from tests.conftest import scrape, value
 
 ROOT = Path(__file__).resolve().parents[2]
 PRELUDE = """\
 import logging, os, signal, sys, time
 logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(message)s")
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 def started(first=None, step=None):
     exp = Exporter(port=0, addr="127.0.0.1", run_id="proc", gpu=False, host=False).start()
     if first:
@@ -171,7 +171,7 @@ def test_interpreter_exit_closes_the_endpoint() -> None:
 
 FORK = """
 import http.client, json, threading, urllib.request, psutil
-from rlpulse.http import Server
+from rlpulse.runtime.http import Server
 
 exp = started()
 exp.log({"rl_entropy": 1.0}, step=1)

@@ -1,7 +1,7 @@
 """Helpers for the hostile-input and fault tests (no tests here): the generated stack run by
-``rlpulse.stackrun`` with services that can be stopped and restarted on their ports and data.
-Process and query helpers (and a one-off Prometheus) come from ``harness.stackutil``; the PKI and
-bcrypt hashes from ``tests.conftest``.
+``rlpulse.offline.stackrun`` with services that can be stopped and restarted on their ports and
+data. Process and query helpers (and a one-off Prometheus) come from ``harness.stackutil``; the PKI
+and bcrypt hashes from ``tests.conftest``.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from harness.stackutil import free_port, ready, wait_for
-from rlpulse import stackrun
+from rlpulse.offline import stackrun
 
 
 @dataclass

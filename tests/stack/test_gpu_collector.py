@@ -9,7 +9,7 @@ import time
 import pytest
 
 from harness.fake_nvml import MEMORY_V2, FakeGpu, FakeNvml
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 from tests.conftest import promtool_check_metrics, samples, scrape, value
 
 GIB = 1 << 30

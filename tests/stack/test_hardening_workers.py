@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from rlpulse import catalog, workers
-from rlpulse.exporter import Exporter
+from rlpulse import catalog
 from rlpulse.rollouts import Recorder
+from rlpulse.runtime import workers
+from rlpulse.runtime.exporter import Exporter
 from tests.conftest import scrape, value
 
 STEPS = catalog.get("rl_env_steps_total").name

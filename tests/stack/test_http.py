@@ -18,9 +18,9 @@ import pytest
 
 from harness.stackutil import api, prometheus, results, wait_for_data
 from rlpulse import catalog
-from rlpulse.exporter import Exporter
-from rlpulse.exposition import OPENMETRICS, TEXT
-from rlpulse.http import (
+from rlpulse.runtime.exporter import Exporter
+from rlpulse.runtime.exposition import OPENMETRICS, TEXT
+from rlpulse.runtime.http import (
     PortInUseError,
     Request,
     Response,

@@ -14,9 +14,9 @@ from gymnasium.wrappers.vector import RecordEpisodeStatistics as VectorRecordEpi
 
 import rlpulse
 from rlpulse import catalog
-from rlpulse.exporter import Exporter
 from rlpulse.integrations.gymnasium import RlpulseEpisodeStats, RlpulseVectorEpisodeStats
 from rlpulse.rollouts.query import Filter, open_run, query
+from rlpulse.runtime.exporter import Exporter
 from tests.conftest import promtool_check_metrics, scrape, value
 
 EPISODES = catalog.get("rl_episodes_total").name

@@ -17,9 +17,9 @@ from torch.utils.tensorboard import SummaryWriter
 
 from rlpulse import catalog
 from rlpulse.cli import main
-from rlpulse.exporter import Exporter
 from rlpulse.integrations.tensorboard import TensorBoardTailer
-from rlpulse.logs.tfrecord import frame
+from rlpulse.offline.logs.tfrecord import frame
+from rlpulse.runtime.exporter import Exporter
 from tests.conftest import promtool_check_metrics, scrape, scrape_as_prometheus, value
 
 RETURN = catalog.get("rl_episode_return").name

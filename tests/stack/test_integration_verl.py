@@ -18,10 +18,10 @@ from verl.utils.tracking import Tracking
 
 import rlpulse
 from rlpulse import catalog, keys
-from rlpulse.exporter import Exporter
 from rlpulse.integrations import verl as rlpulse_verl
 from rlpulse.integrations.verl import JsonlFollower, VerlBackend, attach, register
 from rlpulse.rollouts.query import Filter, open_run, query
+from rlpulse.runtime.exporter import Exporter
 from tests.conftest import promtool_check_metrics, scrape, value
 
 PHASE = catalog.get("rl_phase_duration_seconds").name

@@ -8,7 +8,7 @@ import time
 
 import psutil
 
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 from tests.conftest import scrape, value
 
 THREADS = 4

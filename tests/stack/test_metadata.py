@@ -4,8 +4,8 @@ dropped as ``bad_metadata``."""
 
 from __future__ import annotations
 
-from rlpulse.exporter import Exporter
-from rlpulse.runinfo import MAX_EXTRA_METADATA
+from rlpulse.runtime.exporter import Exporter
+from rlpulse.runtime.runinfo import MAX_EXTRA_METADATA
 from tests.conftest import promtool_check_metrics, samples, scrape, value
 
 

@@ -17,10 +17,10 @@ from pathlib import Path
 import pytest
 
 from harness.stackutil import api, free_port, prometheus, results, server, wait_for
-from rlpulse.stack import prometheus as prometheus_yml
 from rlpulse.stack import rules
 from rlpulse.stack.alerts.liveness import RUN_CRASHED
 from rlpulse.stack.config import Config, Duration, Scrape
+from rlpulse.stack.deploy import prometheus as prometheus_yml
 
 pytestmark = pytest.mark.skipif(
     shutil.which("prometheus-pushgateway") is None,

@@ -15,11 +15,11 @@ import pytest
 
 from harness.corpus import CORPUS, FILES, needs_corpus
 from rlpulse import cli
-from rlpulse.logs import Record, read_log
-from rlpulse.replay import ReplayResult, promtool, replay, replay_runs, report
-from rlpulse.replay.onsets import AlertOnset
-from rlpulse.replay.promtool import parse_failures, series_values
-from rlpulse.replay.timeline import MAX_GAP_STEPS, build, framework_hint, segments
+from rlpulse.offline.logs import Record, read_log
+from rlpulse.offline.replay import ReplayResult, promtool, replay, replay_runs, report
+from rlpulse.offline.replay.onsets import AlertOnset
+from rlpulse.offline.replay.promtool import parse_failures, series_values
+from rlpulse.offline.replay.timeline import MAX_GAP_STEPS, build, framework_hint, segments
 from rlpulse.stack import config
 
 HEALTHY = (

@@ -213,7 +213,7 @@ def test_exporters_ending_at_exit_share_one_wait() -> None:
     the second has none of it left instead of a second full wait."""
     script = """
     import logging, sys, urllib.request
-    from rlpulse.exporter import Exporter
+    from rlpulse.runtime.exporter import Exporter
     logging.basicConfig(format="LOG %(message)s")  # every record, not only the first per kind
     head = {"X-Prometheus-Scrape-Timeout-Seconds": "1"}
     for run in ("a", "b"):
@@ -236,7 +236,7 @@ def test_a_registered_target_expects_a_scrape(tmp_path: Path) -> None:
     """An exporter announced through file_sd waits for Prometheus at exit though none came."""
     script = f"""
     import rlpulse
-    from rlpulse import targets
+    from rlpulse.runtime import targets
     exp = rlpulse.start(port=0, addr="127.0.0.1", run_id="reg", gpu=False, host=False)
     targets.register({str(tmp_path)!r}, exp)
     """

@@ -25,13 +25,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harness.stackutil import api, prometheus, results, wait_for
-from rlpulse import webconfig
-from rlpulse.exporter import Exporter
-from rlpulse.http import Request
 from rlpulse.rollouts.server import routes as rollout_routes
+from rlpulse.runtime import webconfig
+from rlpulse.runtime.exporter import Exporter
+from rlpulse.runtime.http import Request
+from rlpulse.runtime.webconfig import BasicAuth, RateLimit, TokenBucket, WebConfigError
 from rlpulse.stack import config as stack_config
-from rlpulse.stack.prometheus import config as prometheus_config
-from rlpulse.webconfig import BasicAuth, RateLimit, TokenBucket, WebConfigError
+from rlpulse.stack.deploy.prometheus import config as prometheus_config
 from tests.conftest import Pki, bcrypt_hash, make_pki
 
 USER = "prometheus"

@@ -20,9 +20,10 @@ import pytest
 import yaml
 
 from harness.stackutil import Sink, api, free_port, server
-from rlpulse import stackrun
-from rlpulse.stack import alertmanager, config, prometheus, rules
+from rlpulse.offline import stackrun
+from rlpulse.stack import config, rules
 from rlpulse.stack.alerts import gpu, liveness, meta, system
+from rlpulse.stack.deploy import alertmanager, prometheus
 
 AMTOOL = shutil.which("amtool")
 ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")

@@ -21,9 +21,10 @@ import yaml
 
 from harness import stackutil
 from rlpulse import catalog
-from rlpulse.stack import alerts, compose, config, dashboards, panels, rules, runbooks
+from rlpulse.stack import alerts, config, dashboards, panels, rules, runbooks
 from rlpulse.stack.config import Config
-from rlpulse.stack.grafana_common import ALERTS, HEATMAP_COLOR_STEPS, Recorded, Selector, ref_id
+from rlpulse.stack.dashboards.common import ALERTS, HEATMAP_COLOR_STEPS, Recorded, Selector, ref_id
+from rlpulse.stack.deploy import compose
 from rlpulse.stack.promql import sel
 
 REPO = Path(__file__).resolve().parents[2]

@@ -12,7 +12,8 @@ import yaml
 
 from harness.stackutil import promtool
 from rlpulse import cli
-from rlpulse.stack import config, configdoc, generate
+from rlpulse.stack import config, generate
+from rlpulse.stack.docs import configdoc
 
 REPO = Path(__file__).resolve().parents[2]
 

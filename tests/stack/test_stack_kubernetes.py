@@ -22,7 +22,8 @@ from cloudcoil.models.prometheus_operator import v1 as operator
 
 from harness.stackutil import promtool
 from rlpulse import catalog, cli
-from rlpulse.stack import config, dashboards, generate, kubernetes, prometheus, rules, ruletests
+from rlpulse.stack import config, dashboards, generate, rules, ruletests
+from rlpulse.stack.deploy import kubernetes, prometheus
 
 REPO = Path(__file__).resolve().parents[2]
 DEFAULT = config.Config()

@@ -21,7 +21,8 @@ import yaml
 from harness.stackutil import promtool
 from rlpulse import catalog
 from rlpulse.stack import alerts as alert_defs
-from rlpulse.stack import config, prometheus, rules, ruletests, runbooks
+from rlpulse.stack import config, rules, ruletests, runbooks
+from rlpulse.stack.deploy import prometheus
 
 DEFAULT = config.Config()
 FAST = config.fast()

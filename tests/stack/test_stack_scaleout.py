@@ -23,8 +23,9 @@ import yaml
 
 from harness.stackutil import api, results, victoria_metrics, wait_for, wait_for_data
 from harness.stackutil import prometheus as run_prometheus
-from rlpulse.exporter import Exporter
-from rlpulse.stack import config, prometheus, rules
+from rlpulse.runtime.exporter import Exporter
+from rlpulse.stack import config, rules
+from rlpulse.stack.deploy import prometheus
 
 RUN = "scaleout"
 LEAF_LABELS = {"cluster": "test-a", "replica": "leaf-0"}

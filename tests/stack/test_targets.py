@@ -15,8 +15,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlpulse import cli, targets
-from rlpulse.exporter import Exporter
+from rlpulse import cli
+from rlpulse.runtime import targets
+from rlpulse.runtime.exporter import Exporter
 from tests.conftest import self_signed
 
 
@@ -109,7 +110,7 @@ def test_cli_bad_label_is_a_clear_error(capsys: pytest.CaptureFixture[str]) -> N
     assert "target label(s) ['rank'] would clash" in capsys.readouterr().err
 
 
-# ---- self-registration (rlpulse.targets.register) ----------------------------------------------
+# ---- self-registration (rlpulse.runtime.targets.register) ---
 
 
 def test_register_writes_one_target_and_removes_it_on_close(tmp_path: Path) -> None:
@@ -163,8 +164,8 @@ def test_unregister_after_a_hard_kill(tmp_path: Path) -> None:
 
 _CHILD = """
 import os, sys
-from rlpulse import targets
-from rlpulse.exporter import Exporter
+from rlpulse.runtime import targets
+from rlpulse.runtime.exporter import Exporter
 exp = Exporter(port=0, addr="127.0.0.1", run_id="child", gpu=False, host=False).start()
 reg = targets.register(sys.argv[1], exp)
 if os.fork() == 0:  # a forked child exiting must not take the parent's file with it

@@ -1,4 +1,4 @@
-"""Worker subprocesses reporting through their rank's exporter (rlpulse.workers).
+"""Worker subprocesses reporting through their rank's exporter (rlpulse.runtime.workers).
 
 Real processes under every multiprocessing start method and a plain ``subprocess``; totals are
 read back from a real scrape of the rank's endpoint.
@@ -19,8 +19,9 @@ from pathlib import Path
 import pytest
 
 from harness.stackutil import wait_for
-from rlpulse import catalog, workers
-from rlpulse.exporter import Exporter
+from rlpulse import catalog
+from rlpulse.runtime import workers
+from rlpulse.runtime.exporter import Exporter
 from tests.conftest import samples, scrape, value
 
 STEPS = catalog.get("rl_env_steps_total").name
@@ -130,7 +131,7 @@ def test_worker_churn_adds_no_series(hub: workers.WorkerHub) -> None:
 
 def test_a_plain_subprocess_finds_the_hub_in_its_environment(hub: workers.WorkerHub) -> None:
     code = (
-        "from rlpulse import workers\n"
+        "from rlpulse.runtime import workers\n"
         "w = workers.worker_client(name='grader')\n"
         f"w.count({STEPS!r}, 7)\n"
         "w.log({'rollout/queue_depth': 3.0})\n"

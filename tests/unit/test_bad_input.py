@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 from tests.conftest import scrape, value
 
 # (what is logged, the drop reason it is counted under; None: recorded)

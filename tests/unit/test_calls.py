@@ -1,5 +1,5 @@
-"""Recording calls are applied in call order, off the training thread (``rlpulse.calls``): the
-process's apply thread applies what nobody scrapes, a full queue drops and counts, never
+"""Recording calls are applied in call order, off the training thread (``rlpulse.runtime.calls``):
+the process's apply thread applies what nobody scrapes, a full queue drops and counts, never
 blocks; the thread survives a fork and never keeps the process alive; a run's end applies
 everything before its last scrape."""
 
@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 import pytest
 
-from rlpulse import calls
-from rlpulse.exporter import Exporter
+from rlpulse.runtime import calls
+from rlpulse.runtime.exporter import Exporter
 
 
 def _exporter(**kwargs: object) -> Exporter:
@@ -122,7 +122,7 @@ def test_end_applies_every_call_before_the_last_scrape() -> None:
 def test_the_apply_thread_is_started_again_in_a_forked_child() -> None:
     code = """
 import os, time
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False)
 exp.log({"rl_entropy": 1.0}, step=1)  # the parent's apply thread runs
 time.sleep(0.2)
@@ -145,8 +145,8 @@ print("child", os.waitstatus_to_exitcode(status))
 
 def test_the_first_dropped_call_is_said_on_stderr_once() -> None:
     code = """
-from rlpulse import calls
-from rlpulse.exporter import Exporter
+from rlpulse.runtime import calls
+from rlpulse.runtime.exporter import Exporter
 exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False)
 exp.log({"rl_loss": "text"})  # another drop was said before: the queue's is said all the same
 exp.flush()

@@ -12,7 +12,7 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 
 finite = st.floats(-1e3, 1e3, allow_nan=False)
 LOG_KEYS = ("rl_entropy", "rl_episode_return", "rl_value_loss", "rl_kl_reference", "rl_grad_norm")

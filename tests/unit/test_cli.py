@@ -7,7 +7,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from rlpulse import __version__, catalog, reference
+from rlpulse import __version__, catalog
+from rlpulse.stack.docs import reference
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -13,7 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from harness.fake_nvml import FakeGpu, FakeNvml, NVMLError
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 from tests.conftest import samples, scrape, value
 
 TIMEOUT = 0.3  # collector timeout under test

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from rlpulse import webconfig
-from rlpulse.http import Request
-from rlpulse.webconfig import BCRYPT_BURST, BasicAuth, WebConfigError
+from rlpulse.runtime import webconfig
+from rlpulse.runtime.http import Request
+from rlpulse.runtime.webconfig import BCRYPT_BURST, BasicAuth, WebConfigError
 from tests.conftest import bcrypt_hash
 
 CLIENTS, ATTEMPTS = 8, 10

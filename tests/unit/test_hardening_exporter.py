@@ -14,11 +14,11 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rlpulse import ingest
-from rlpulse.drops import MAX_WARNED
-from rlpulse.exporter import Exporter
-from rlpulse.http import accepts_gzip
-from rlpulse.store import MAX_LABEL_CHARS
+from rlpulse.runtime import ingest
+from rlpulse.runtime.drops import MAX_WARNED
+from rlpulse.runtime.exporter import Exporter
+from rlpulse.runtime.http import accepts_gzip
+from rlpulse.runtime.store import MAX_LABEL_CHARS
 from tests.conftest import samples, scrape, value
 
 torch = pytest.importorskip("torch")

@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from rlpulse import http
-from rlpulse.exporter import Exporter
+from rlpulse.runtime import http
+from rlpulse.runtime.exporter import Exporter
 from tests.conftest import scrape, self_signed
 
 SILENT = 200
@@ -108,7 +108,7 @@ def test_a_stalled_tls_handshake_is_cut(short_head: None, tmp_path: Path) -> Non
 TRAINER = textwrap.dedent(
     """
     import json, resource, sys, threading, time
-    from rlpulse.exporter import Exporter
+    from rlpulse.runtime.exporter import Exporter
     resource.setrlimit(resource.RLIMIT_NOFILE, (128, 128))
     exp = Exporter(port=0, addr="127.0.0.1", run_id="fd", gpu=False, host=False).start()
     print(exp.port, flush=True)

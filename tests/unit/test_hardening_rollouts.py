@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from rlpulse.cli import main
-from rlpulse.http import Request
 from rlpulse.rollouts import Recorder, list_runs, run_file
 from rlpulse.rollouts.server import routes
+from rlpulse.runtime.http import Request
 
 LONG_RUN = "sweep/" + "lr=3e-4,seed=1," * 30  # 456 characters: a 700-byte escaped file name
 

@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from rlpulse.offline.stackrun import REDACTED, Inbox
 from rlpulse.stack import config
-from rlpulse.stackrun import REDACTED, Inbox
 
 KEY = "R0UTING-KEY-0123456789abcdef"
 

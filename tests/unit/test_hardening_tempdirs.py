@@ -10,13 +10,13 @@ import tempfile
 import textwrap
 from pathlib import Path
 
-from rlpulse import tempdirs
+from rlpulse.runtime import tempdirs
 
 RANK = textwrap.dedent(
     """
     import sys, time
-    from rlpulse import workers
-    from rlpulse.exporter import Exporter
+    from rlpulse.runtime import workers
+    from rlpulse.runtime.exporter import Exporter
     hub = workers.serve(Exporter(port=0, run_id="killed", gpu=False, host=False), env=False)
     print(hub.address.path, flush=True)
     time.sleep(60)

@@ -12,10 +12,11 @@ import pytest
 
 from harness.corpus import CORPUS, FILES, needs_corpus
 from rlpulse import catalog, keys
-from rlpulse.exporter import Exporter
 from rlpulse.keys import Target
-from rlpulse.logs import read_log
-from rlpulse.stack import config, keysdoc
+from rlpulse.offline.logs import read_log
+from rlpulse.runtime.exporter import Exporter
+from rlpulse.stack import config
+from rlpulse.stack.docs import keysdoc
 from tests.conftest import scrape, value
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -30,7 +31,7 @@ def as_expect(target: Target | None) -> Expect:
     return None if target is None else (target.metric, dict(target.labels), target.scale)
 
 
-# ---- minimal corpus parsers (deliberately independent of rlpulse.logs) ---------------------------
+# ---- minimal corpus parsers (deliberately independent of rlpulse.offline.logs) ---
 def trl_keys(path: Path) -> set[str]:
     rows = json.loads(path.read_text())["log_history"]
     return {k for row in rows for k in row}

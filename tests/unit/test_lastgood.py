@@ -1,4 +1,4 @@
-"""Where a failure began, exported by the exporter itself (``rlpulse.lastgood``): the onset,
+"""Where a failure began, exported by the exporter itself (``rlpulse.detect.lastgood``): the onset,
 the last good step before it and the newest checkpoint at or before that, for every step alert
 of the run, at the shipped levels (``rlpulse.alertindex``; no alert actions needed)."""
 
@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from rlpulse import lastgood
-from rlpulse.exporter import Exporter
-from rlpulse.signals import Detector
+from rlpulse.detect import lastgood
+from rlpulse.detect.signals import Detector
+from rlpulse.runtime.exporter import Exporter
 from rlpulse.stack import config, levels
 from tests.conftest import scrape, value
 

@@ -9,8 +9,15 @@ from pathlib import Path
 import pytest
 
 from harness.corpus import CORPUS, FILES, corpus_file, needs_corpus
-from rlpulse.logs import FORMATS, LogFormatError, base, detect_format, read_log, resolve_format
-from rlpulse.logs import trl as trl_module
+from rlpulse.offline.logs import (
+    FORMATS,
+    LogFormatError,
+    base,
+    detect_format,
+    read_log,
+    resolve_format,
+)
+from rlpulse.offline.logs import trl as trl_module
 
 
 @needs_corpus
@@ -422,7 +429,7 @@ def test_a_null_is_non_finite_in_every_json_reader(tmp_path: Path) -> None:
 
 def test_a_null_loss_in_a_trl_keyed_jsonl_pages_like_nan(tmp_path: Path) -> None:
     """A JSONL with null for the loss and grad norm replays as non-finite (RLNonFiniteLoss)."""
-    from rlpulse.replay.timeline import build
+    from rlpulse.offline.replay.timeline import build
 
     log = tmp_path / "run.jsonl"
     rows = [{"step": s, "loss": 0.5, "grad_norm": 1.0, "reward": 0.3} for s in range(10)]

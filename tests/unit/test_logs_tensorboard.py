@@ -16,8 +16,14 @@ from tensorboardX.proto.summary_pb2 import Summary, SummaryMetadata
 from tensorboardX.proto.tensor_pb2 import TensorProto
 from tensorboardX.proto.tensor_shape_pb2 import TensorShapeProto
 
-from rlpulse.logs import EventFileReader, LogdirFollower, LogFormatError, detect_format, read_log
-from rlpulse.logs.tfrecord import crc32c, frame, masked_crc
+from rlpulse.offline.logs import (
+    EventFileReader,
+    LogdirFollower,
+    LogFormatError,
+    detect_format,
+    read_log,
+)
+from rlpulse.offline.logs.tfrecord import crc32c, frame, masked_crc
 
 T = TypeVar("T")
 

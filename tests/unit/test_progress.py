@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 from tests.conftest import scrape, value
 
 PROGRESS = "rl_last_progress_timestamp_seconds"

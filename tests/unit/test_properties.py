@@ -10,7 +10,7 @@ import numpy as np
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rlpulse.exporter import Exporter
+from rlpulse.runtime.exporter import Exporter
 
 SCALARS = st.one_of(
     st.floats(allow_nan=True, allow_infinity=True),

@@ -17,10 +17,10 @@ import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
 from rlpulse import catalog
-from rlpulse.exporter import Exporter
 from rlpulse.rollouts import Recorder, SamplingConfig
 from rlpulse.rollouts.query import find
 from rlpulse.rollouts.server import serve
+from rlpulse.runtime.exporter import Exporter
 
 LATENCY = catalog.get("rl_rollout_duration_seconds").name
 LENGTH = catalog.get("rl_response_length_tokens").name

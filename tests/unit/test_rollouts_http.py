@@ -17,9 +17,9 @@ from urllib.parse import quote
 import numpy as np
 import pytest
 
-from rlpulse.http import Server
 from rlpulse.rollouts import Recorder, SamplingConfig
 from rlpulse.rollouts.server import routes, serve
+from rlpulse.runtime.http import Server
 from tests.conftest import bcrypt_hash, self_signed
 
 XSS = "<img src=x onerror=alert(1)>&lt;/script&gt;\x1b[2J"

@@ -20,11 +20,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlpulse.cli import main
-from rlpulse.http import Request
 from rlpulse.rollouts import Recorder, SamplingConfig
 from rlpulse.rollouts.server import routes as server_routes
 from rlpulse.rollouts.server import serve
 from rlpulse.rollouts.viewer import routes as viewer_routes
+from rlpulse.runtime.http import Request
 
 HOSTILE = '<script>alert(1)</script><img src=x onerror=alert(2)>"\u202egnp.exe\x1b[2J'
 

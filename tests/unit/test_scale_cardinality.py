@@ -17,8 +17,8 @@ import pytest
 from harness import scale
 from rlpulse import catalog, keys
 from rlpulse.catalog import OVERFLOW_VALUE
-from rlpulse.exporter import Exporter
-from rlpulse.ingest import USER_LABELS
+from rlpulse.runtime.exporter import Exporter
+from rlpulse.runtime.ingest import USER_LABELS
 from tests.conftest import samples, scrape
 
 GPUS = 8

@@ -16,8 +16,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from rlpulse import webconfig
-from rlpulse.exporter import Exporter
+from rlpulse.runtime import webconfig
+from rlpulse.runtime.exporter import Exporter
 from tests.conftest import bcrypt_hash
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -51,7 +51,7 @@ def test_generate_with_secrets_in_files_and_env_writes_none_of_them(tmp_path: Pa
     )
     env = {
         **os.environ,
-        "PYTHONPATH": str(ROOT / "exporter"),
+        "PYTHONPATH": str(ROOT / "src"),
         # what a deployment might have in its environment: none of it may be written out
         "PAGERDUTY_ROUTING_KEY": ROUTING_KEY,
         "SLACK_WEBHOOK_URL": SLACK_URL,

@@ -1,4 +1,4 @@
-"""Step-indexed detection signals (rlpulse.signals), fed through a real Exporter's log()."""
+"""Step-indexed detection signals (rlpulse.detect.signals), fed through a real Exporter's log()."""
 
 from __future__ import annotations
 
@@ -8,10 +8,10 @@ import random
 from pathlib import Path
 from typing import Any
 
-from rlpulse.exporter import Exporter
-from rlpulse.logs import read_log
-from rlpulse.replay.timeline import build
-from rlpulse.signals import SIGNALS, Detector
+from rlpulse.detect.signals import SIGNALS, Detector
+from rlpulse.offline.logs import read_log
+from rlpulse.offline.replay.timeline import build
+from rlpulse.runtime.exporter import Exporter
 
 
 def _exporter(**options: Any) -> Exporter:
@@ -276,7 +276,7 @@ def test_the_noise_of_a_running_mean_is_its_wander_not_its_step() -> None:
     """Issue 24.2: SB3's 100-episode mean of random CartPole returns (~21 +- 11) logged every 4
     episodes moves ~0.1 from one row to the next but wanders by ~1 over 25 rows; once 200 rows
     are seen the noise is that wander (step-to-step alone reads it ~10x too small)."""
-    from rlpulse.signals import Track, Windows
+    from rlpulse.detect.signals import Track, Windows
 
     for seed in range(4):
         rng = random.Random(seed)
@@ -531,7 +531,7 @@ def test_the_noise_of_all_lags_in_one_sort_is_each_lags_own_median_to_the_bit() 
     its own median gives, on trending, 0/1, random-walk and tied series of every length."""
     import numpy as np
 
-    from rlpulse.signals import NOISE_LAGS, _lag_mads, _mad
+    from rlpulse.detect.signals import NOISE_LAGS, _lag_mads, _mad
 
     for seed in range(40):
         rng = random.Random(seed)

@@ -1,12 +1,12 @@
-"""The success rate derived from binary episode returns (rlpulse.success), and through the
+"""The success rate derived from binary episode returns (rlpulse.runtime.success), and through the
 exporter: a classic loop's logged episode rewards become ``rl_success_ratio``."""
 
 from __future__ import annotations
 
 import math
 
-from rlpulse.exporter import Exporter
-from rlpulse.success import SuccessFromReturns
+from rlpulse.runtime.exporter import Exporter
+from rlpulse.runtime.success import SuccessFromReturns
 from tests.conftest import samples, scrape
 
 

@@ -1,0 +1,140 @@
+"""What every integration shares: finding (or starting) the exporter it reports to and ending
+the run it started, a clear message when the library is missing, and turning a trainer's dict
+into plain numbers."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import rlpulse
+from rlpulse import catalog, notices
+from rlpulse.runtime.exporter import Exporter
+
+HYPERPARAMETER = catalog.get("rl_hyperparameter").name
+
+
+def missing(package: str, extra: str, exc: ImportError) -> ImportError:
+    """The error an integration raises when its library is not installed."""
+    return ImportError(
+        f"rlpulse.integrations.{extra} needs {package}: pip install 'rlpulse[{extra}]' ({exc})"
+    )
+
+
+def exporter_for(
+    exporter: Exporter | None,
+    framework: str,
+    framework_version: str = "",
+    *,
+    start: bool = True,
+    **start_kwargs: Any,
+) -> Exporter | None:
+    """The exporter an integration reports to.
+
+    ``exporter`` when given; else the process-wide one; else, with ``start``, a process-wide
+    exporter started now with ``framework`` in its metadata (so logged keys go through that
+    framework's key map) and ``start_kwargs`` passed on to ``rlpulse.start`` (which serves on a
+    free port, registered and said, when that port is taken).
+    """
+    if exporter is not None:
+        return exporter
+    running = rlpulse.get_exporter()
+    if running is not None or not start:
+        return running
+    metadata = {"framework": framework, "framework_version": framework_version}
+    metadata.update(start_kwargs.pop("metadata", None) or {})
+    try:
+        return rlpulse.start(metadata=metadata, **start_kwargs)  # a taken port: served on another
+    except Exception as exc:  # bad monitoring configuration never stops training
+        notices.warn(
+            "monitoring_off",
+            "rlpulse: monitoring is off for this run, training goes on: %s",
+            exc,
+        )
+        return None
+
+
+def starts_exporter(exporter: Exporter | None, start: bool) -> bool:
+    """Whether ``exporter_for`` with these arguments would start the process-wide exporter."""
+    return exporter is None and start and rlpulse.get_exporter() is None
+
+
+def end_run(
+    exporter: Exporter | None, started: bool, outcome: str = "finished", reason: str = ""
+) -> None:
+    """At the end of training: end (``rlpulse.end``) the process-wide exporter the integration
+    started itself, so its target going away does not page (a crash pages RLRunCrashed); an
+    exporter the user gave or started is theirs to end."""
+    if started and exporter is not None and exporter is rlpulse.get_exporter():
+        rlpulse.end(outcome, reason)
+
+
+def scalar(value: Any) -> float | int | None:
+    """A plain Python number from a logged value (numpy/torch scalars included), or None for
+    anything that is not a single number (strings, videos, figures, arrays, None, bools).
+
+    NaN and ±Inf pass through: the exporter records and counts them.
+    """
+    t = type(value)
+    if t is float or t is int:
+        return value
+    if value is None or isinstance(value, bool | str | bytes):
+        return None
+    item = getattr(value, "item", None)
+    if item is None or getattr(value, "ndim", 0) != 0:
+        return None
+    try:
+        out = item()
+    except (TypeError, ValueError, RuntimeError):
+        return None
+    if isinstance(out, bool) or not isinstance(out, int | float):
+        return None
+    return out
+
+
+def numbers(values: Mapping[str, Any], skip: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """The single-number entries of a trainer's metrics dict, as plain Python numbers."""
+    out: dict[str, Any] = {}
+    for key, value in values.items():
+        if key in skip:
+            continue
+        v = scalar(value)
+        if v is not None:
+            out[key] = v
+    return out
+
+
+def set_hyperparameters(exporter: Exporter, params: Mapping[str, Any]) -> None:
+    """Export the numeric entries of ``params`` as ``rl_hyperparameter{name}`` gauges."""
+    for name, value in numbers(params).items():
+        exporter.set(HYPERPARAMETER, value, name=name)
+
+
+def final_info(info: Mapping[str, Any]) -> dict[str, Any]:
+    """The scalar entries of an episode's last ``info`` (observations and arrays left out)."""
+    return {
+        str(k): v.item() if hasattr(v, "item") and getattr(v, "size", 1) == 1 else v
+        for k, v in info.items()
+        if isinstance(v, bool | int | float | str)
+        or (hasattr(v, "item") and getattr(v, "size", 0) == 1)
+    }
+
+
+def record_episodes(
+    exp: Exporter,
+    step: int,
+    returns: list[float],
+    lengths: list[float],
+    successes: list[Any],
+    infos: list[dict[str, Any]],
+) -> None:
+    """Offer finished episodes to the run's rollout store, an episode as a rollout: its return
+    as the reward, its length, success as the verdict, and its seed and final info (``infos``:
+    one dict per episode) as metadata. The store's sampling and bounds apply."""
+    exp.record_rollouts(
+        step=step,
+        rewards=returns,
+        lengths=lengths,
+        verdicts=[None if s is None else ("success" if s else "failure") for s in successes],
+        metadata=infos,
+    )

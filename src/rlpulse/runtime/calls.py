@@ -1,0 +1,157 @@
+"""The recording calls of one exporter, queued in call order and applied off the training thread.
+
+A recording call (``log``, ``observe_episodes``, ``count`` ...) takes its input as plain numbers
+at the call (``rlpulse.runtime.coerce``: no reference to a user object is kept) and appends
+``(apply, args)`` to its exporter's ``Calls``: one bounded deque, so every call is applied in
+the order it was made. One daemon thread per process (``rlpulse-apply``) applies every live
+exporter's queue: a call that finds its queue idle wakes it, and it waits ``BATCH_SECONDS`` for
+more calls before it applies them all. A scrape applies what is left before it reads, so it is
+never stale (it applies the calls made before it began, not those that keep coming). Past
+``MAX_QUEUED`` waiting calls a call is dropped and counted
+(``rlpulse_dropped_values_total{reason="queue_full"}``, said once at once), never blocking.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import weakref
+from collections import deque
+from collections.abc import Callable
+from typing import Any
+
+from rlpulse import notices
+from rlpulse.runtime.drops import Drops
+from rlpulse.runtime.exposition import Pacer
+
+log = logging.getLogger("rlpulse")
+
+MAX_QUEUED = 16384  # calls waiting to be applied (~22 MB of 32-key dicts); more are dropped
+BATCH_SECONDS = 0.05  # the apply thread gathers calls this long after a wake-up
+BACKLOG = 2048  # calls that wake it before then, and past which it applies without pausing
+FULL = "queue_full"  # the drop reason of a call the full queue refused
+Call = tuple[Callable[..., None], tuple[Any, ...]]
+Pause = Callable[[], None]
+
+
+class Calls:
+    """One exporter's queue of recording calls; ``apply()`` runs them in order."""
+
+    __slots__ = ("__weakref__", "drops", "lock", "queue", "scheduled", "strict")
+
+    def __init__(self, drops: Drops) -> None:
+        self.drops = drops
+        self.strict = drops.strict
+        self.queue: deque[Call] = deque()
+        self.lock = threading.RLock()  # one applier at a time: the apply thread or a scrape
+        self.scheduled = False  # the apply thread was woken for this queue's calls
+
+    def put(self, apply: Callable[..., None], args: tuple[Any, ...], name: str) -> None:
+        """Queue one call (``name`` is what a drop is counted under)."""
+        if self.strict:  # applied at once, so that bad input raises in the caller
+            with self.lock:
+                self.apply()
+                apply(*args)
+            return
+        queue = self.queue
+        if len(queue) >= MAX_QUEUED:
+            self.full(name)
+            return
+        queue.append((apply, args))
+        if not self.scheduled or len(queue) == BACKLOG:
+            self.schedule()
+
+    def full(self, name: str) -> None:
+        """Count a call dropped because the queue is full; the first is said at once."""
+        first = FULL not in self.drops.counts
+        self.drops.tally(FULL)
+        if first:
+            notices.warn(
+                FULL,
+                "rlpulse: dropped a %s() call: %d recording calls wait for the apply thread "
+                "(the trainer records faster than the exporter applies); every such call is "
+                'counted in rlpulse_dropped_values_total{reason="%s"}',
+                name,
+                MAX_QUEUED,
+                FULL,
+            )
+
+    def schedule(self) -> None:
+        """Wake the apply thread for this queue."""
+        self.scheduled = True
+        _wake()
+
+    def apply(self, pause: Pause | None = None) -> None:
+        """Apply the calls queued so far, in order; ``pause`` (called after each while fewer
+        than ``BACKLOG`` wait) hands the GIL back to the training thread between them. Calls
+        queued meanwhile wait for the next apply: writers faster than the apply must not hold
+        an applier (and a scrape waiting behind it) forever."""
+        queue = self.queue
+        with self.lock:
+            for _ in range(len(queue)):
+                fn, args = queue.popleft()
+                fn(*args)
+                if pause is not None and len(queue) < BACKLOG:
+                    pause()
+
+    def after_fork_in_child(self) -> None:
+        """A fresh lock (a parent thread may have held this one at the fork); the child's
+        apply thread starts at its next call."""
+        self.lock = threading.RLock()
+        self.scheduled = False
+
+
+# ---- the process's apply thread ------------------------------------------------------------
+
+_live: weakref.WeakSet[Calls] = weakref.WeakSet()  # every exporter's queue
+_live_lock = threading.Lock()
+_event = threading.Event()
+_thread: threading.Thread | None = None
+
+
+def register(calls: Calls) -> None:
+    """Serve ``calls`` from the apply thread (while its exporter lives)."""
+    with _live_lock:
+        _live.add(calls)
+
+
+def _wake() -> None:
+    global _thread
+    if _thread is None:
+        with _live_lock:
+            if _thread is None:
+                _thread = threading.Thread(target=_run, name="rlpulse-apply", daemon=True)
+                _thread.start()
+    _event.set()
+
+
+def _run() -> None:
+    event = _event
+    while True:
+        event.wait()
+        event.clear()
+        event.wait(BATCH_SECONDS)  # a batch gathers, unless a queue fills up first
+        event.clear()
+        with _live_lock:
+            queues = list(_live)
+        pause = Pacer()
+        for calls in queues:
+            if not calls.scheduled:
+                continue
+            calls.scheduled = False  # a call queued from now on wakes this thread again
+            try:
+                calls.apply(pause)
+            except Exception:  # the appliers count bad input; this is a bug, not the trainer's
+                log.warning("rlpulse: applying a recording call failed", exc_info=True)
+
+
+def _after_fork_in_child() -> None:
+    """The parent's apply thread did not survive the fork: the next call starts one."""
+    global _event, _thread, _live_lock
+    _event, _thread, _live_lock = threading.Event(), None, threading.Lock()
+    for calls in list(_live):
+        calls.after_fork_in_child()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -1,0 +1,69 @@
+"""Trusted writes of plain floats into the store: a gauge's value (non-finite values counted,
+watched series handed to the step-indexed detector) and a counter's increment.
+
+The ingest writes here once user input has passed its checks; the exporter's own values (batch
+statistics, the run-end marks) write here directly, never through the user-input path.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+
+from rlpulse import catalog
+from rlpulse.detect import signals
+from rlpulse.runtime.drops import Drops
+from rlpulse.runtime.store import Series, Store
+
+_NO_LABELS: Mapping[str, str] = {}
+
+
+class Writes:
+    """Writes into ``store``; ``drops`` counts what cannot be written (and is strict or not)."""
+
+    def __init__(self, store: Store, detector: signals.Detector, drops: Drops) -> None:
+        self.store = store
+        self.detector = detector
+        self.drops = drops
+        # slot -> (metric, labels) of a series the detector watches, None if it does not
+        self._watch: dict[int, tuple[str, tuple[str, ...]] | None] = {}
+
+    def signal(self, slot: int, value: float) -> None:
+        """Hand a value written to a watched series to the step-indexed detector."""
+        watch = self._watch
+        if slot not in watch:
+            s = self.store.by_slot[slot]
+            watch[slot] = (s.metric.name, s.labels) if s.metric.name in signals.OBSERVED else None
+        entry = watch[slot]
+        if entry is not None:
+            self.detector.observe(entry[0], entry[1], float(value))
+
+    def nonfinite(self, series: Series, n: int = 1) -> None:
+        """Count ``n`` NaN/±Inf values written to ``series``; ``ValueError`` when strict."""
+        nf = self.store.get("rl_nonfinite_values_total", metric=series.metric.name)
+        with self.store.lock:
+            self.store.values[nf.slot] += n
+        if self.drops.strict:
+            raise ValueError(f"rlpulse: {series.metric.name}: non-finite value")
+
+    def gauge(self, series: Series, value: float) -> None:
+        """Set a gauge series."""
+        self.store.values[series.slot] = value
+        if not math.isfinite(value):
+            self.nonfinite(series)
+        self.signal(series.slot, value)
+
+    def put(self, name: str, value: float, labels: Mapping[str, str] = _NO_LABELS) -> None:
+        """Set a catalog gauge (label values are capped like user data: they may come from it,
+        e.g. a reward component's name)."""
+        metric = catalog.get(name)
+        self.gauge(self.store.bind(metric, dict(labels), capped=metric.labels), value)
+
+    def add(self, series: Series, amount: float, key: str) -> None:
+        """Add to a counter series; an amount that is negative or not finite is dropped as
+        ``negative_increment`` (under ``key``)."""
+        if not (amount >= 0 and math.isfinite(amount)):
+            self.drops("negative_increment", key, amount)
+            return
+        with self.store.lock:
+            self.store.values[series.slot] += amount

@@ -1,0 +1,2 @@
+"""Generated documentation: metric reference, key maps, configuration, detection and alert
+quality pages."""

@@ -372,12 +372,15 @@ def all_alerts(cfg: Config) -> list[tuple[Area, Alert]]:
     return [(g.area, al) for g in groups(cfg) for al in g.alerts]
 
 
-HEADER = header("rules.py")
+def _header(area: Area) -> str:
+    return header(
+        alert_defs.SOURCES[area], "The dashboards' recording rules: rlpulse/stack/rules.py."
+    )
 
 
 def render(cfg: Config) -> dict[str, str]:
     """Relative path -> text of every rule file."""
     return {
-        f"prometheus/rules/{g.area}.yml": dump({"groups": [g.as_dict()]}, HEADER)
+        f"prometheus/rules/{g.area}.yml": dump({"groups": [g.as_dict()]}, _header(g.area))
         for g in groups(cfg)
     }

@@ -252,7 +252,11 @@ def render(cfg: Config) -> dict[str, str]:
             else ""
         )
         head = (
-            header("ruletests.py", f"Run: promtool test rules prometheus/tests/{group.area}.yml")
+            header(
+                alert_defs.SOURCES[group.area],
+                "Scenarios from there, rendered by rlpulse/stack/ruletests.py.",
+                f"Run: promtool test rules prometheus/tests/{group.area}.yml",
+            )
             + "".join(f"# {line}\n" for line in _wrap(note))
             + (
                 f"rule_files:\n  - ../rules/{group.area}.yml\n"

@@ -24,6 +24,12 @@ DEFS: dict[Area, tuple[AlertDef, ...]] = {
     "system": (*liveness.DEFS, *gpu.DEFS, *system.DEFS),
 }
 ALL: tuple[AlertDef, ...] = tuple(d for defs in DEFS.values() for d in defs)
+# the modules an area's alerts are declared in (what its generated files name as their source)
+SOURCES: dict[Area, str] = {
+    "rl": "alerts/rl.py",
+    "task": "alerts/task.py",
+    "system": "alerts/{liveness,gpu,system}.py",
+}
 HEALTHY: dict[Area, Callable[[], Scenario]] = {
     "rl": rl.healthy,
     "task": task.healthy,

@@ -23,6 +23,7 @@ SEVERITIES: dict[str, tuple[str, ...]] = {
     "RLKLReferenceHigh": ("critical", "warning"),
     "RLKLReferenceSpike": ("warning",),
     "RLNonFiniteLoss": ("critical",),
+    "RLOutsideReferenceBand": ("warning",),
     "RLResponseLengthCollapse": ("critical", "warning"),
     "RLResponseLengthDrift": ("warning",),
     "RLResponseLengthExplosion": ("critical", "warning"),
@@ -115,6 +116,7 @@ LEVELS: dict[tuple[str, str], tuple[str, bool, float, str, str]] = {
         "KL to the reference",
         "sigma",
     ),
+    ("RLOutsideReferenceBand", "warning"): ("reference_band_gap", True, 0.1, "The run", "fraction"),
     ("RLResponseLengthCollapse", "critical"): (
         "length_ratio_to_peak",
         False,

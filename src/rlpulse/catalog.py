@@ -332,6 +332,17 @@ CATALOG: tuple[Metric, ...] = (
         ("signal", "series"),
     ),
     _m(
+        "rl_reference_band",
+        "gauge",
+        "",
+        "rl",
+        "The band of earlier healthy runs (a reference band, rlpulse band build) at this run's "
+        "latest logged step, per banded series (episode_return, reward_mean, kl_reference, "
+        "entropy, eval_score{...}): its low and high bound, in the series' own unit. Only "
+        "with a reference band.",
+        ("series", "bound"),
+    ),
+    _m(
         "rl_run_finished_timestamp_seconds",
         "gauge",
         "seconds",

@@ -18,6 +18,7 @@ COMMANDS: tuple[str, ...] = (
     "generate",
     "tail_tensorboard",
     "replay",
+    "band",
     "stack",
     "demo",
 )

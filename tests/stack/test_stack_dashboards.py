@@ -230,7 +230,7 @@ def test_classic_dashboard_names_what_it_counts_and_collapses_what_does_not_appl
     panel = by_title("rl-classic.json")
     exprs = {title: " ".join(t["expr"] for t in p["targets"]) for title, p in panel.items()}
     for title, metrics in (
-        (panels.EPISODE_RETURN, {"rl_episode_return", "rl_eval_score"}),
+        (panels.EPISODE_RETURN, {"rl_episode_return", "rl_eval_score", "rl_reference_band"}),
         (panels.EPISODE_LENGTH, {"rl_episode_length_steps"}),
         (panels.SUCCESS_RATE, {"rl_success_ratio", "rl_eval_score"}),
         (panels.EXPLORATION, {"rl_hyperparameter", "rl_entropy"}),

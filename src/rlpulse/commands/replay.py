@@ -51,6 +51,11 @@ def register(sub: Any) -> None:
         "{metric, labels, scale} | null, searched before the framework tables",
     )
     p.add_argument(
+        "--reference-band",
+        type=Path,
+        help="compare each run with earlier healthy runs: a band file rlpulse band build wrote",
+    )
+    p.add_argument(
         "--report", type=Path, help="write a report: FILE.md (PNG charts beside it) or FILE.html"
     )
     p.add_argument("--json", action="store_true", help="print JSON: per log, the alerts that fired")
@@ -82,6 +87,7 @@ def run(args: argparse.Namespace) -> int:
             key_map=args.key_map,
             max_evaluations=args.max_evaluations,
             runs=args.runs,
+            reference_band=args.reference_band,
         )
     ]
     print(report.as_json(results) if args.json else report.text(results))

@@ -43,10 +43,12 @@ from typing import Literal
 import numpy as np
 
 from rlpulse import catalog, keys
+from rlpulse.detect import band
 
 SIGNAL = catalog.get("rl_step_signal")
 BASELINE = catalog.get("rl_step_signal_baseline")
 INTERVAL = catalog.get("rl_step_interval_seconds")
+BAND = catalog.get("rl_reference_band")
 
 Worse = Literal["above", "below"]
 # how a value reads: a share (shown as %), a multiple (x), nats, or robust standard deviations
@@ -613,6 +615,21 @@ def _zero_std(d: Detector, t: Track, key: str) -> tuple[float, float]:
     return statistics.fmean(t.long), reward.peak if reward is not None else math.nan
 
 
+def _band_gap(d: Detector, t: Track, key: str) -> tuple[float, float]:
+    """The smoothed value against the reference band at the run's latest logged step
+    (``Detector.band``; ``_add`` says which series' curve), and the band's edge on the worse
+    side (its low for "both")."""
+    curve = d.curve
+    if curve is None or d._last_step is None or not t.warm:
+        return math.nan, math.nan
+    found = curve.gap(t.smoothed, d._last_step)
+    if found is None:
+        return math.nan, math.nan
+    gap, low, high = found
+    d.band_now[band.series_name(key, d.labels)] = (low, high)
+    return gap, high if curve.worse == "above" else low
+
+
 REWARDS = ("rl_reward_mean", "rl_episode_return")
 OBJECTIVE = "rl_eval_score"
 DECLARED = keys.OBJECTIVE  # the split of a key declared the run's true objective
@@ -767,6 +784,20 @@ SIGNALS: tuple[Signal, ...] = (
         "Smoothed format compliance as a fraction of its peak so far.",
         "fraction",
     ),
+    *(
+        Signal(
+            "reference_band_gap",
+            m,
+            "above",
+            _band_gap,
+            "How far the smoothed value is outside the reference band (earlier healthy runs at "
+            "the same step, rlpulse.detect.band) on its worse side, as a share of the "
+            "references' whole range; the series label names the banded series, the baseline "
+            "is the band's edge on that side. Only with a reference band.",
+            "fraction",
+        )
+        for m in band.BANDED
+    ),
 )
 SIGNAL_NAMES = frozenset(s.name for s in SIGNALS)
 
@@ -919,6 +950,10 @@ class Detector:
         self._steps: deque[tuple[int, float]] = deque(maxlen=TRAIL)  # (call, step)
         # the log() call a signal's latest value says its failure began at, where it says so
         self._began: dict[tuple[str, str], int] = {}
+        self.band: band.Band | None = None  # earlier healthy runs' band (``_band_gap``)
+        self.curve: band.Curve | None = None  # the band of the series ``_add`` computes
+        self.labels: tuple[str, ...] = ()  # that series' labels
+        self.band_now: dict[str, tuple[float, float]] = {}  # series -> (low, high) at the step
 
     # -- input
     def observe(self, metric: str, labels: tuple[str, ...], value: float) -> None:
@@ -988,26 +1023,35 @@ class Detector:
             series = metric.removeprefix("rl_") if metric in REWARDS else ",".join(labels)
         if metric == OBJECTIVE:
             self._objective(labels, track.last)
+        banded = None
+        if self.band is not None and signals is None and metric in band.BANDED:
+            banded = band.series_name(metric, labels)
+            self.curve, self.labels = self.band.curves.get(banded), labels
         for sig in _BY_METRIC[metric] if signals is None else signals:
+            name = series
+            if sig.compute is _band_gap:  # one signal over several metrics: its own series
+                if banded is None or self.curve is None:
+                    continue
+                name = banded
             value_, baseline = sig.compute(self, track, metric)
-            held = self.held.get((sig.name, series))
+            held = self.held.get((sig.name, name))
             if held is None:
                 if math.isnan(value_):
                     continue
-                held = self.held[(sig.name, series)] = _Held(
+                held = self.held[(sig.name, name)] = _Held(
                     sig.worse, self.w.hold, self.w.hold_seconds
                 )
             held.put(value_, baseline, self._stamps[-1] if self._stamps else math.nan)
-            trail = self._trail.get((sig.name, series))
+            trail = self._trail.get((sig.name, name))
             if trail is None:
-                trail = self._trail[(sig.name, series)] = deque(maxlen=TRAIL)
+                trail = self._trail[(sig.name, name)] = deque(maxlen=TRAIL)
             if not math.isnan(value_):
                 trail.append((self._calls, value_))
             if track.back is not None:  # the value says where its failure began
-                self._began[(sig.name, series)] = trail[max(len(trail) - 1 - track.back, 0)][0]
+                self._began[(sig.name, name)] = trail[max(len(trail) - 1 - track.back, 0)][0]
                 track.back = None
             elif self._began:
-                self._began.pop((sig.name, series), None)
+                self._began.pop((sig.name, name), None)
 
     def _objective(self, labels: tuple[str, ...], value: float) -> None:
         """A true-objective reading: at a new best of its level, remember each reward's level
@@ -1095,6 +1139,9 @@ class Detector:
             yield SIGNAL, (name, series), value
             if not math.isnan(held.baseline):
                 yield BASELINE, (name, series), held.baseline
+        for series, (low, high) in list(self.band_now.items()):
+            yield BAND, (series, "low"), low
+            yield BAND, (series, "high"), high
         gap = self.interval()
         if not math.isnan(gap):
             yield INTERVAL, (), gap

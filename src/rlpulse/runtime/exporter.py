@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from rlpulse import catalog, keys, notices
 from rlpulse.catalog import Metric
-from rlpulse.detect import lastgood, signals
+from rlpulse.detect import band, lastgood, signals
 from rlpulse.runtime import batches, discovery, http, lifecycle, options, runinfo, scrape, targets
 from rlpulse.runtime.coerce import Dropped, label_text, plain, plain_snapshot
 from rlpulse.runtime.collectors.base import CachedReader
@@ -74,6 +74,7 @@ class Exporter:
         self.store = Store(label_cap=opts.label_cap)
         self.drops = Drops(opts.strict)
         self.detector = signals.Detector()  # step-indexed detection of RL failure signals
+        self.detector.band = self._band(opts.reference_band)
         self.checkpoints = lastgood.Checkpoints()  # the resume points every page names
         self.levels = lastgood.levels(lastgood.levels_path())  # where each step alert fires
         self.onsets = lastgood.Onsets()  # where each alert's failure began
@@ -146,6 +147,19 @@ class Exporter:
     def serving(self) -> bool:
         """Whether the HTTP endpoint is up."""
         return self._server is not None
+
+    def _band(self, path: str | os.PathLike[str] | None) -> band.Band | None:
+        """The reference band at ``path`` (``reference_band=`` or RLPULSE_REFERENCE_BAND); one
+        that cannot be read is said on stderr and the run goes on without it (strict: raised)."""
+        if not path:
+            return None
+        try:
+            return band.load(path)
+        except ValueError as exc:
+            if self.strict:
+                raise
+            notices.warn("reference_band", "rlpulse: %s; the run is not compared with it", exc)
+            return None
 
     def start(self) -> Exporter:
         """Serve ``/metrics`` (on a free port when this one is taken, unless strict), register

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from rlpulse import keys
+from rlpulse.detect import band
 from rlpulse.offline.logs import read_log, resolve_format
 from rlpulse.offline.replay.onsets import AlertOnset, onsets
 from rlpulse.offline.replay.promtool import evaluate
@@ -81,13 +82,15 @@ def replay_runs(
     key_map: Mapping[str, object] | str | Path | None = None,
     max_evaluations: int = MAX_EVALUATIONS,
     runs: Collection[str] | None = None,
+    reference_band: str | Path | None = None,
 ) -> list[ReplayResult]:
     """Replay every run of one log through the generated rules of ``cfg`` (default: the
     shipped defaults). ``key_map`` (a mapping or a YAML/JSON file, ``rlpulse.keys.user_map``)
     adds to and overrides ``cfg.keys``. A run after the first is labelled ``<run_id>/<name>``
     (its segment, or ``#2`` … for a restarted step counter); ``runs`` picks runs by that name
     (``{"DQN #2"}``), the others are not evaluated. A run longer than ``max_evaluations``
-    evaluation intervals is compressed to fit (0: never)."""
+    evaluation intervals is compressed to fit (0: never). ``reference_band`` (a file ``rlpulse
+    band build`` wrote) compares each run with earlier healthy runs, as live."""
     if not step_seconds > 0:
         raise ValueError(f"--step-seconds must be positive, got {step_seconds!r}")
     if max_evaluations < 0:
@@ -97,6 +100,8 @@ def replay_runs(
     if not p.exists():
         raise FileNotFoundError(f"{p}: no such log file or directory")
     user_keys = {**dict(cfg.keys), **keys.user_map(key_map, "--key-map")}
+    if reference_band is not None:
+        band.load(reference_band)  # a band that cannot be read is an error here, not a notice
     name = resolve_format(p, fmt)
     fw = framework or framework_hint(p, name)
     base = run_id or run_id_of(p)
@@ -123,6 +128,7 @@ def replay_runs(
             step_seconds=step_seconds,
             key_map=user_keys,
             time_scale=scale,
+            reference_band=reference_band,
         )
         alerts = onsets(evaluate(tl, cfg), tl, interval)
         results.append(ReplayResult(p, name, fw, tl, alerts, interval, scale))

@@ -94,11 +94,16 @@ def _same(a: float, b: float) -> bool:
     return a == b or (math.isnan(a) and math.isnan(b))
 
 
-class _Replayer:
+class Replayer:
     """Feeds records into an exporter and reads it as Prometheus would."""
 
     def __init__(
-        self, run_id: str, framework: str | None, job: str, key_map: UserKeys | None
+        self,
+        run_id: str,
+        framework: str | None,
+        job: str,
+        key_map: UserKeys | None,
+        reference_band: str | Path | None = None,
     ) -> None:
         self.exporter = Exporter(
             port=0,
@@ -111,6 +116,7 @@ class _Replayer:
             host=False,
             process=False,
             key_map=key_map,
+            reference_band=reference_band,
         )
         self.target = {"job": job, "instance": INSTANCE}
 
@@ -186,10 +192,12 @@ def build(
     step_seconds: float,
     key_map: UserKeys | None = None,
     time_scale: float = 1.0,
+    reference_band: str | Path | None = None,
 ) -> Timeline:
     """The scraped series of one run's records, on a ``Clock`` (``time_scale`` compresses it);
-    ``key_map`` (``rlpulse.keys.user_map``) comes before the framework tables, as live."""
-    replayer = _Replayer(run_id, framework, job, key_map)
+    ``key_map`` (``rlpulse.keys.user_map``) comes before the framework tables, as live; a
+    ``reference_band`` file compares the run with earlier healthy runs, as live."""
+    replayer = Replayer(run_id, framework, job, key_map, reference_band)
     tl = Timeline(run_id, scrape_interval)
     clock = Clock(scrape_interval, step_seconds, time_scale)
     dirty = True  # the exporter changed since the last scrape was read

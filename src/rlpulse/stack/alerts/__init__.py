@@ -90,3 +90,6 @@ CAUSES: dict[str, tuple[str, ...]] = {
         rl.REWARD_COLLAPSE.name,
     ),
 }
+# a run that fails also leaves the band of its healthy references (a reference band is context):
+# that warning joins the incident of whatever cause pages
+CAUSES = {cause: (*effects, rl.REFERENCE_BAND.name) for cause, effects in CAUSES.items()}

@@ -330,6 +330,41 @@ ADVANTAGE_COLLAPSE = StepAlert(
         ("Check zero-std groups and entropy; check advantage normalisation and the critic.",),
     ),
 )
+REFERENCE_BAND = StepAlert(
+    name="RLOutsideReferenceBand",
+    key="outside_reference_band",
+    area="rl",
+    signal="reference_band_gap",
+    summary="The run left the band of earlier healthy runs at the same step.",
+    subject="The run",
+    relation="of the references' range outside their band at this step; band edge",
+    healthy=0.0,
+    warning=0.1,
+    runbook=Runbook(
+        "Only for a run started with a reference band (reference_band= or "
+        "RLPULSE_REFERENCE_BAND: earlier healthy runs of the same configuration, rlpulse band "
+        "build). Its smoothed reward (or episode return, or held-out score) is below, its KL "
+        "above, or its entropy outside the band those runs spanned at the same logged step "
+        "(within a quarter of the steps either way, for seeds that learn faster or slower), "
+        "by a tenth of their whole range or more: a run that learns slower than every healthy "
+        "seed, never learns, or drifts from them, before it has any gain of its own to lose. "
+        "The series label names which series left the band. A warning, not a page: a changed "
+        "configuration, data or environment version also moves a run out of the band.",
+        panels.see(
+            panels.TRAINING,
+            panels.alert_signal("RLOutsideReferenceBand", "reference_band_gap"),
+            panels.REWARD,
+        ),
+        (
+            "Compare the run's metadata (config, git sha, data, environment or grader "
+            "version) with the reference runs' (rl_run_info): what changed?",
+            "Check KL, entropy and grad norm for an instability; a reward behind the band with "
+            "all of them normal is often a lower learning rate or a harder task mix.",
+            "If the change is intended, build a new band from healthy runs of the new "
+            "configuration (rlpulse band build).",
+        ),
+    ),
+)
 
 STEP_ALERTS: tuple[StepAlert, ...] = (
     ENTROPY_COLLAPSE,
@@ -342,6 +377,7 @@ STEP_ALERTS: tuple[StepAlert, ...] = (
     REWARD_LOST,
     ZERO_STD,
     ADVANTAGE_COLLAPSE,
+    REFERENCE_BAND,
 )
 
 

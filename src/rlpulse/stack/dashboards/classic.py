@@ -44,7 +44,9 @@ from rlpulse.stack.dashboards.training import (
     learning_rate,
     liveness,
     outcome,
+    reference_band,
     since_last_log,
+    with_reference_band,
 )
 
 EPISODES_PER_SECOND = "suffix: episodes/s"
@@ -83,20 +85,24 @@ def episodes_finished() -> stat.Panel:
 
 
 def episode_return() -> timeseries.Panel:
-    return graph(
+    panel = graph(
         t.EPISODE_RETURN,
         unit_of("rl_episode_return"),
         "Mean undiscounted return of recent episodes, and the evaluation return where an "
-        "evaluation callback logs one (SB3 EvalCallback, RLlib evaluation).",
+        "evaluation callback logs one (SB3 EvalCallback, RLlib evaluation). Dashed: the band "
+        "earlier healthy runs spanned at the same step (a run started with a reference band, "
+        "rlpulse band build).",
         [
             Query(avg_run("rl_episode_return"), "return · " + RUN),
             Query(
                 avg_run("rl_eval_score", benchmark="episode_return", split="eval"),
                 "eval return · " + RUN,
             ),
+            *reference_band("episode_return"),
         ],
         span=8,
     )
+    return with_reference_band(panel)
 
 
 def episode_length() -> timeseries.Panel:

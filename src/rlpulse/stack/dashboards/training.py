@@ -212,6 +212,33 @@ def alert_signals(cfg: Config) -> list[timeseries.Panel]:
 
 # ---- reward ----------------------------------------------------------------------------------
 
+HEALTHY_LOW, HEALTHY_HIGH = "healthy runs (low)", "healthy runs (high)"
+
+
+def reference_band(series: str) -> list[Query]:
+    """The band of earlier healthy runs at the run's step (``rl_reference_band``; a run started
+    with a reference band only), as two queries ``with_reference_band`` draws."""
+    return [
+        Query(f"min({SEL('rl_reference_band', series=series, bound='low')})", HEALTHY_LOW),
+        Query(f"max({SEL('rl_reference_band', series=series, bound='high')})", HEALTHY_HIGH),
+    ]
+
+
+def with_reference_band(panel: timeseries.Panel) -> timeseries.Panel:
+    """The reference band's bounds dashed, the band between them lightly filled."""
+    dashed = [
+        dm.DynamicConfigValue(id_val="custom.lineStyle", value={"fill": "dash", "dash": [6, 4]}),
+        dm.DynamicConfigValue(id_val="color", value={"mode": "fixed", "fixedColor": "green"}),
+    ]
+    return panel.override_by_name(HEALTHY_LOW, dashed).override_by_name(
+        HEALTHY_HIGH,
+        [
+            *dashed,
+            dm.DynamicConfigValue(id_val="custom.fillBelowTo", value=HEALTHY_LOW),
+            dm.DynamicConfigValue(id_val="custom.fillOpacity", value=8),
+        ],
+    )
+
 
 def reward_band() -> timeseries.Panel:
     """Mean reward inside its min/max band, eval score overlaid; links to the run's best and
@@ -220,7 +247,9 @@ def reward_band() -> timeseries.Panel:
         t.REWARD,
         unit_of("rl_reward_mean"),
         "Batch reward mean inside the batch min/max band, with the held-out eval score on the "
-        "right axis. Training reward rising while eval falls is the reward-hacking signature.",
+        "right axis. Training reward rising while eval falls is the reward-hacking signature. "
+        "Dashed: the band earlier healthy runs spanned at the same step (a run started with a "
+        "reference band, rlpulse band build).",
         [
             Query(f"avg({SEL('rl_reward_mean')})", "mean"),
             Query(f"min({SEL('rl_reward_min')})", "min"),
@@ -228,10 +257,11 @@ def reward_band() -> timeseries.Panel:
             Query(
                 f"avg by (benchmark) ({SEL('rl_eval_score', split='eval')})", "eval {{benchmark}}"
             ),
+            *reference_band("reward_mean"),
         ],
     )
     band = [dm.DynamicConfigValue(id_val="custom.lineWidth", value=0)]
-    panel = rollout_links(panel, ("best", "worst"), CHOSEN_RUN)
+    panel = with_reference_band(rollout_links(panel, ("best", "worst"), CHOSEN_RUN))
     return (
         right_axis(panel, 3, unit_of("rl_eval_score"))
         .fill_opacity(0)

@@ -104,15 +104,18 @@ def main(argv: list[str]) -> int:
         print(f"band of seeds {REFERENCES}: " + ", ".join(
             f"{n} steps {c.steps[0]:g}..{c.steps[-1]:g}" for n, c in band.curves.items()
         ))  # fmt: skip
-        print("| run | why | RLOutsideReferenceBand (series @ step) | other alerts, with the band "
-              "| alerts without the band |")  # fmt: skip
+        print("| run | why | RLOutsideReferenceBand (series @ first step) | other alerts "
+              "with the band | alerts without the band |")  # fmt: skip
         print("|---|---|---|---|---|")
         for scenario, seed in runs[len(REFERENCES) :]:
             log = logs[(scenario, seed)]
             with_band = alerts(log, str(path))
             without = alerts(log, None)
-            first = next((a for a in with_band if a[0] == BAND_ALERT), None)
-            said = f"{first[2]} @ {first[3]:g}" if first and first[3] is not None else "—"
+            firsts: dict[str, float] = {}
+            for a, _sev, series, step in with_band:
+                if a == BAND_ALERT and step is not None:
+                    firsts[series] = min(step, firsts.get(series, step))
+            said = ", ".join(f"{s} @ {step:g}" for s, step in sorted(firsts.items())) or "—"
             other = sorted({f"{a} ({s})" for a, s, _, _ in with_band if a != BAND_ALERT})
             base = sorted({f"{a} ({s})" for a, s, _, _ in without})
             why = CAUSES.get(scenario, "healthy seed, not in the band")

@@ -41,6 +41,17 @@ ONSET_STEP = 131.0  # where the failure began in the promtool scenarios (the run
 CHECKPOINT = {"checkpoint": "checkpoint-120"}
 RESUME = catalog.get("rl_resume_checkpoint_step")
 _BY_NAME = {s.name: s for s in signals.SIGNALS}
+BAND_GAP = "reference_band_gap"
+# context every other step alert's page carries: where the run is outside the band of its
+# healthy reference runs (nothing without a reference band)
+_BAND_NOW = template_query(
+    f'{SIGNAL.name}{{{template_matchers("job", "instance")},signal="{BAND_GAP}"}} > 0',
+    "$labels.job",
+    "$labels.instance",
+) + (
+    "{{ range . }} Outside the band of its healthy reference runs: {{ .Labels.series }} "
+    "({{ .Value | humanizePercentage }} of their range).{{ end }}{{ end }}"
+)
 _BASELINE = 2.0  # the signal's baseline in the promtool scenarios
 
 
@@ -137,6 +148,7 @@ class StepAlert:
             lambda k: iter(
                 [self.scenario(k, TARGET, k.keep_firing_for)]
                 + ([self.escalation_scenario(k, TARGET)] if self.escalate else [])
+                + ([self.band_scenario(k, TARGET)] if self.signal != BAND_GAP else [])
             ),
         )
 
@@ -263,6 +275,7 @@ class StepAlert:
             f"{self.subject}{series} of {ID} is {_go_value(self.sig.unit)} {self.relation} "
             f"(baseline {base}) {since}; fires {'above' if self.above else 'below'} "
             f"{_fmt_value(self.sig.unit, level)}{self._escalation_text(k)}.{self.also}"
+            f"{'' if self.signal == BAND_GAP else _BAND_NOW}"
         )
 
     def expected_description(
@@ -377,6 +390,34 @@ class StepAlert:
             (series(SIGNAL, {**labels, "series": ""}), values),
             (series(BASELINE, {**labels, "series": ""}), f"{_BASELINE:g}x{n - 1}"),
             (series(STEP, target), f"100+10x{n - 1}"),
+        )
+
+    def band_scenario(self, k: Any, target: dict[str, str]) -> Scenario:
+        """A run outside the band of its healthy reference runs: the page says so, with the
+        series and how far outside (drift is context for the failure, not a page of its own)."""
+        tiers = self.tiers(k)
+        sev, level = tiers[0]
+        past = level * 1.5 if self.above else level / 2
+        v = float(f"{(level + tiers[1][1]) / 2 if len(tiers) == 2 else past:g}")  # one tier
+        labels = {**target, "signal": self.signal}
+        gap = {**target, "signal": BAND_GAP, "series": "episode_return"}
+        inputs = (*self._inputs(labels, target, f"{v:g}x9", 10), (series(SIGNAL, gap), "0.3x9"))
+        plain = self._expect(k, sev, level, labels, v, 5)
+        assert plain.annotations is not None
+        text = plain.annotations["description"] + (
+            " Outside the band of its healthy reference runs: episode_return (30% of their range)."
+        )
+        return Scenario(
+            f"{self.name} on a run 0.3 of its references' range outside their band: the page "
+            "names the series that left it.",
+            inputs,
+            (
+                Check(
+                    self.name,
+                    "5m",
+                    (dataclasses.replace(plain, annotations={"description": text}),),
+                ),
+            ),
         )
 
     def _expect(

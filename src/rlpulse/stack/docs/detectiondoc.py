@@ -103,6 +103,53 @@ Declare which logged key is the objective with a key map (`docs/replay.md`,
 """
 
 
+_BAND = """\
+## Against earlier healthy runs: the reference band
+
+Every signal above compares a run with its own past. A run that never learns, or learns at a
+third of the usual pace, has no gain to lose and no peak to fall from, so none of them fires. A
+**reference band** compares it with earlier healthy runs of the same configuration at the same
+logged step:
+
+```bash
+rlpulse band build seed20/progress.csv seed21/progress.csv seed22/progress.csv -o band.json
+rlpulse replay seed23/progress.csv --reference-band band.json   # or, live:
+#   rlpulse.start(reference_band="band.json")   (or RLPULSE_REFERENCE_BAND=band.json)
+```
+
+`rlpulse band build` reads two or more finished runs (any format `rlpulse replay` reads; a log
+that holds several runs gives one reference each) through the same exporter and detector as a
+live run, and keeps, per banded series (reward mean or episode return, held-out scores: worse
+below; KL to the reference: worse above; entropy: worse either way), the references' smoothed
+value at each logged step. The band at step `s` is the lowest to the highest value any reference
+had within a quarter of the steps of `s` (seeds learn at different speeds), widened by twice the
+references' reading-to-reading noise and by their typical spread at one step (a few references
+span less than the seeds do: without it 2 of 4 new healthy seeds left the band). It covers the
+steps every reference reached, on at most 256 points: the file and the exported series do not
+grow with the number or length of the references (a live run exports 2 `rl_reference_band`
+series and one `reference_band_gap` signal per banded series, whether the band came from 3
+runs or 300).
+
+`reference_band_gap` is how far the run's smoothed value is outside the band on its worse side,
+as a share of the references' whole range; `RLOutsideReferenceBand` warns past 0.1. It is
+context, not a page: any paging cause holds it back on the same run, and every other step
+alert's page says where the run is outside the band (e.g. "Outside the band of its healthy
+reference runs: episode_return (30% of their range)"). The reward and episode-return panels draw
+the band dashed.
+
+Measured with `scripts/band_quality.py` (SB3 PPO on CartPole-v1, 24,000 env steps, the band of
+seeds 20-22): 0 warnings on 8 healthy seeds not in the band (23-30; 23-26 were looked at while
+choosing the spread margin, 27-30 only after). A learning rate 30x too low warned at update 600
+(15,360 env steps: its return below the band, its entropy above it) while no self-relative alert
+fired;
+the pole's angular-velocity reading zeroed from env step 4,000 warned at update 540 (episode
+return below the band; RLRewardCollapse paged there too, and holds the warning back); gravity x3
+from env step 8,000 left the return where healthy seeds had it and raised nothing (a dynamics
+change that does no damage is input drift, which rlpulse does not measure yet).
+
+"""
+
+
 def _md_row(cells: list[str]) -> str:
     return "| " + " | ".join(cells) + " |"
 
@@ -159,6 +206,7 @@ def render() -> dict[str, str]:
         "`hysteresis` (default 0.25) is the fraction of the way from a level back to the healthy "
         "value where a firing tier clears.",
         "",
+        _BAND,
         "## One root cause, one incident",
         "",
         "While a cause pages (critical), Alertmanager holds back the alerts it brings about on "

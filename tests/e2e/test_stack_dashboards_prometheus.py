@@ -40,6 +40,7 @@ import pytest
 from harness.fake_nvml import FakeGpu, FakeNvml
 from harness.stackutil import api, free_port, query, server, wait_for, wait_for_data
 from rlpulse import catalog
+from rlpulse.detect import band
 from rlpulse.runtime.exporter import Exporter
 from rlpulse.stack import dashboards, panels, rules
 from rlpulse.stack.config import Config, Duration, seconds
@@ -100,19 +101,46 @@ def _feed(exp: Exporter, step: int, *, samples: bool = True) -> None:
     exp.log({"an_unmapped_key": 1.0, "loss": "not a number"}, step=step)
 
 
-def _exporter(run_id: str, port: int = 0) -> Exporter:
+# a reference band over every step the runs log (the band panels draw it under the run)
+BAND = band.Band(
+    ("ref-a", "ref-b"),
+    band.TOLERANCE,
+    {
+        name: band.Curve(metric, "below", (0.0, 1e6), (0.4, 0.4), (0.9, 0.9))
+        for name, metric in (
+            ("episode_return", "rl_episode_return"),
+            ("reward_mean", "rl_reward_mean"),
+        )
+    },
+)
+
+
+def _exporter(run_id: str, port: int = 0, reference_band: Path | None = None) -> Exporter:
     gpu = FakeGpu(util=80, throttle=0x20, ecc={0: 1, 1: 0})
     return Exporter(
-        port=port, run_id=run_id, nvml=FakeNvml([gpu]), host=True, collector_ttl=0.0, label_cap=2
+        port=port,
+        run_id=run_id,
+        nvml=FakeNvml([gpu]),
+        host=True,
+        collector_ttl=0.0,
+        label_cap=2,
+        reference_band=reference_band,
     )
 
 
 class Trainer:
     """An in-process run fed on its own thread every ``period`` s until ``stop()``."""
 
-    def __init__(self, run_id: str, *, nested_phases: bool = False, period: float = 0.2) -> None:
+    def __init__(
+        self,
+        run_id: str,
+        *,
+        nested_phases: bool = False,
+        period: float = 0.2,
+        reference_band: Path | None = None,
+    ) -> None:
         self.period = period
-        self.exp = _exporter(run_id)
+        self.exp = _exporter(run_id, reference_band=reference_band)
         self.exp.start()
         self.samples = True
         self._stop = threading.Event()
@@ -170,7 +198,9 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp_path = tmp_path_factory.mktemp("prometheus")
     binary = shutil.which("prometheus")
     assert binary, "prometheus is required (apt-get install prometheus)"
-    running = Trainer(RUNNING, nested_phases=True)  # started first: the oldest run
+    reference = tmp_path / "band.json"
+    reference.write_text(BAND.to_json())
+    running = Trainer(RUNNING, nested_phases=True, reference_band=reference)  # the oldest run
     time.sleep(0.05)
     finished, crashed = Trainer(FINISHED), Trainer(CRASHED)
     slow = Trainer(SLOW, period=SLOW_PERIOD)

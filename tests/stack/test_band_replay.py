@@ -37,14 +37,14 @@ def test_a_run_behind_its_healthy_references_warns_and_a_new_healthy_seed_does_n
     data = json.loads(out.read_text())
     assert data["runs"] == ["ref0", "ref1", "ref2"] and "episode_return" in data["series"]
 
-    healthy = replay(_log(tmp_path / "healthy.csv", 3.1, 7), reference_band=out)
+    healthy = replay(_log(tmp_path / "healthy.csv", 3.1, 7), reference_band=out, step_seconds=15)
     assert [a.alert for a in healthy.alerts] == []
-    slow = replay(_log(tmp_path / "slow.csv", 1.0, 8), reference_band=out)
+    slow = replay(_log(tmp_path / "slow.csv", 1.0, 8), reference_band=out, step_seconds=15)
     fired = [a for a in slow.alerts if a.alert == "RLOutsideReferenceBand"]
     assert fired and fired[0].labels["series"] == "episode_return"
     assert fired[0].severity == "warning" and 0 < (fired[0].onset_step or 0) < 600
     # without the band the same run raises nothing: it never had a gain to lose
-    assert replay(tmp_path / "slow.csv").alerts == []
+    assert replay(tmp_path / "slow.csv", step_seconds=15).alerts == []
 
 
 def test_replay_refuses_a_band_it_cannot_read(tmp_path: Path) -> None:

@@ -99,8 +99,8 @@ def test_a_band_file_round_trips_and_a_bad_one_names_what_is_wrong(tmp_path: Pat
         band.load(tmp_path / "no-such.json")
 
 
-def _run(det: Detector, values: list[float]) -> None:
-    for i, v in enumerate(values):
+def _run(det: Detector, values: list[float], start: int = 0) -> None:
+    for i, v in enumerate(values, start):
         det.observe("rl_episode_return", (), v)
         det.step(float(i), float(i))
 
@@ -122,6 +122,8 @@ def test_a_run_behind_every_healthy_seed_exports_its_gap_and_the_band() -> None:
     low = got[("rl_reference_band", ("episode_return", "low"))]
     assert low == pytest.approx(b.curves["episode_return"].at(58.0)[0])  # type: ignore[index]
     assert ("rl_reference_band", ("episode_return", "high")) in got
+    _run(behind, [50.0] * 50, 60)  # past step 99, the references' last: no band, nothing exported
+    assert not any("reference_band" in str(k) for k in _samples(behind))
 
 
 def test_without_a_band_nothing_is_exported_and_an_unreadable_one_is_said_not_raised(

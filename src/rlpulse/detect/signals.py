@@ -623,10 +623,13 @@ def _band_gap(d: Detector, t: Track, key: str) -> tuple[float, float]:
     if curve is None or d._last_step is None or not t.warm:
         return math.nan, math.nan
     found = curve.gap(t.smoothed, d._last_step)
-    if found is None:
+    name = band.series_name(key, d.labels)
+    if found is None:  # past the steps the references reached: no band, nothing exported
+        d.band_now.pop(name, None)
+        d.held.pop(("reference_band_gap", name), None)
         return math.nan, math.nan
     gap, low, high = found
-    d.band_now[band.series_name(key, d.labels)] = (low, high)
+    d.band_now[name] = (low, high)
     return gap, high if curve.worse == "above" else low
 
 

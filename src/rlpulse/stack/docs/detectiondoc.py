@@ -125,7 +125,8 @@ value at each logged step. The band at step `s` is the lowest to the highest val
 had within a quarter of the steps of `s` (seeds learn at different speeds), widened by twice the
 references' reading-to-reading noise and by their typical spread at one step (a few references
 span less than the seeds do: without it 2 of 4 new healthy seeds left the band). It covers the
-steps every reference reached, on at most 256 points: the file and the exported series do not
+steps every reference reached (outside them the run exports no band and no gap), on at most 256
+points: the file and the exported series do not
 grow with the number or length of the references (a live run exports 2 `rl_reference_band`
 series and one `reference_band_gap` signal per banded series, whether the band came from 3
 runs or 300).

@@ -89,7 +89,7 @@ def stack(d: Path, ports: list[int]) -> Iterator[Stack]:
     (d / "overrides.yml").write_text(
         yaml.safe_dump({"scrape": {"static_targets": targets, "file_sd": []}})
     )
-    opts = stackrun.Options(
+    opts = stackrun.StackOptions(
         dir=d,
         fast=True,
         config=d / "overrides.yml",

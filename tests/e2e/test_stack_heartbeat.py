@@ -25,7 +25,9 @@ def _missing(d: Path, action: str) -> list[dict]:
 
 def test_silent_alerting_pipeline_pages_through_another_path(tmp_path: Path) -> None:
     with local_stack(tmp_path, []) as stack:
-        opts = stackrun.Options(dir=tmp_path, fast=True, inbox_port=stack.services["inbox"].port)
+        opts = stackrun.StackOptions(
+            dir=tmp_path, fast=True, inbox_port=stack.services["inbox"].port
+        )
         assert "heartbeat checker" in stackrun.dead_mans_switch(opts)
         am = stack.services["alertmanager"]
         watchdog = f"{am.url}/api/v2/alerts?filter=alertname%3D%22RLWatchdog%22"

@@ -79,7 +79,7 @@ def local_stack(d: Path, targets: Sequence[str]) -> Iterator[LocalStack]:
     (``down``) at the end."""
     overrides = {"scrape": {"static_targets": list(targets), "file_sd": []}}
     (d / "overrides.yml").write_text(yaml.safe_dump(overrides))
-    opts = stackrun.Options(
+    opts = stackrun.StackOptions(
         dir=d,
         fast=True,
         config=d / "overrides.yml",

@@ -499,7 +499,7 @@ def test_the_watchdog_pings_its_heartbeat_url(stack: Stack) -> None:
 
 
 def test_stack_up_is_loud_about_a_placeholder_pagerduty_key(tmp_path: Path) -> None:
-    opts = stackrun.Options(dir=tmp_path)
+    opts = stackrun.StackOptions(dir=tmp_path)
     stackrun.write_files(opts, stackrun.stack_config(opts))
     assert "placeholder" in stackrun.placeholder_key_warning(opts)
     assert "nobody is paged" in stackrun.placeholder_key_warning(opts)

@@ -276,12 +276,12 @@ def test_the_noise_of_a_running_mean_is_its_wander_not_its_step() -> None:
     """Issue 24.2: SB3's 100-episode mean of random CartPole returns (~21 +- 11) logged every 4
     episodes moves ~0.1 from one row to the next but wanders by ~1 over 25 rows; once 200 rows
     are seen the noise is that wander (step-to-step alone reads it ~10x too small)."""
-    from rlpulse.detect.signals import Track, Windows
+    from rlpulse.detect.signals import StepWindows, Track
 
     for seed in range(4):
         rng = random.Random(seed)
         episodes = [rng.gauss(21, 11) for _ in range(1200)]
-        track = Track(Windows())
+        track = Track(StepWindows())
         for v in _running_mean(episodes, 100, 4)[:200]:
             track.add(v)
         assert 0.5 < track.noise() < 2.0, (seed, track.noise())

@@ -87,7 +87,7 @@ def register(sub: Any) -> None:
 
 def run_up(args: argparse.Namespace) -> int:
     """Start (or reload) the stack and print what to open."""
-    opts = stackrun.Options(
+    opts = stackrun.StackOptions(
         dir=args.dir,
         fast=args.fast,
         config=args.config,

@@ -63,7 +63,7 @@ NOISE_MIN_SPAN = 6  # a lag counts once the values span this many lags (a short 
 
 
 @dataclass(frozen=True)
-class Windows:
+class StepWindows:
     """How many logged values each statistic looks at."""
 
     smooth: int = 5
@@ -81,7 +81,7 @@ class Windows:
 class Track:
     """The running statistics of one watched series (one metric with one label set)."""
 
-    def __init__(self, w: Windows) -> None:
+    def __init__(self, w: StepWindows) -> None:
         self.w = w
         self.n = 0
         self.recent: deque[float] = deque(maxlen=w.smooth)
@@ -838,7 +838,7 @@ EPISODE_SIGNALS = (
 )
 
 
-def lag(signal: str, w: Windows) -> int:
+def lag(signal: str, w: StepWindows) -> int:
     """How many bad input values before the one that turns ``signal`` bad: half a median's
     window (the median of ``smooth`` turns at its (smooth // 2 + 1)-th bad value, the sustained
     median of ``2 * smooth`` at its (smooth + 1)-th), none for a latest-value signal."""
@@ -937,8 +937,8 @@ class Detector:
     rest (one dict lookup per write, done when the exporter applies a ``log()`` snapshot).
     """
 
-    def __init__(self, windows: Windows | None = None) -> None:
-        self.w = windows or Windows()
+    def __init__(self, windows: StepWindows | None = None) -> None:
+        self.w = windows or StepWindows()
         self.tracks: dict[SeriesKey, Track] = {}
         self.held: dict[tuple[str, str], _Held] = {}
         self.objectives: dict[tuple[str, ...], _Objective] = {}  # per objective series

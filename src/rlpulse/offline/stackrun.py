@@ -63,7 +63,7 @@ class MissingBinary(FileNotFoundError):
 
 
 @dataclass(frozen=True)
-class Options:
+class StackOptions:
     """What ``rlpulse stack up`` was asked for."""
 
     dir: Path = DEFAULT_DIR
@@ -106,7 +106,7 @@ def find_binary(*names: str, env: str) -> str:
     raise MissingBinary(f"{wanted} not found (on PATH or ${env}); install it with: {INSTALL}")
 
 
-def stack_config(opts: Options) -> Config:
+def stack_config(opts: StackOptions) -> Config:
     """The generator config for a local stack: the user's (``--config``, ``--fast``) with the
     receivers pointed at local files and the inbox, and Prometheus alerting this Alertmanager."""
     cfg = config.load(opts.config) if opts.config else Config()
@@ -150,7 +150,7 @@ def stack_config(opts: Options) -> Config:
     )
 
 
-def write_files(opts: Options, cfg: Config) -> None:
+def write_files(opts: StackOptions, cfg: Config) -> None:
     """The generated Prometheus/Alertmanager/Grafana files and, when no key file is given, a
     placeholder routing key, under ``opts.dir``."""
     files = {p: t for p, t in generate.render(cfg).items() if p.startswith(GENERATED)}
@@ -167,7 +167,7 @@ def write_files(opts: Options, cfg: Config) -> None:
         raise FileNotFoundError(f"--pagerduty-key-file {opts.pagerduty_key_file}: no such file")
 
 
-def placeholder_key_warning(opts: Options) -> str:
+def placeholder_key_warning(opts: StackOptions) -> str:
     """A loud warning when the PagerDuty routing key is still the placeholder, or ""."""
     key = opts.pagerduty_key_file or opts.dir / "secrets" / "pagerduty_routing_key"
     try:
@@ -187,7 +187,7 @@ def placeholder_key_warning(opts: Options) -> str:
     )
 
 
-def _checker_args(opts: Options, d: Path) -> tuple[str, ...]:
+def _checker_args(opts: StackOptions, d: Path) -> tuple[str, ...]:
     """The heartbeat checker's arguments: how long without a Watchdog before it pages, and
     where (PagerDuty's URL and routing key file, as Alertmanager's receiver has them). None
     when the config sends the heartbeats to a service of its own."""
@@ -199,7 +199,7 @@ def _checker_args(opts: Options, d: Path) -> tuple[str, ...]:
     return (f"{grace:g}", pd.url, pd.routing_key_file)
 
 
-def _pushgateway(opts: Options) -> str | None:
+def _pushgateway(opts: StackOptions) -> str | None:
     """The Pushgateway binary, when installed and its port is free (or it already runs from
     ``opts.dir``): the stack runs it then, else goes without it (it is optional)."""
     try:
@@ -210,7 +210,7 @@ def _pushgateway(opts: Options) -> str | None:
     return binary if mine or _port_free(opts.pushgateway_port) else None
 
 
-def services(opts: Options) -> list[Service]:
+def services(opts: StackOptions) -> list[Service]:
     """The processes (the Pushgateway when installed), with their command lines (binaries
     looked up now)."""
     for name in ("prometheus", "alertmanager", "inbox", "rollouts", "pushgateway"):
@@ -289,7 +289,7 @@ def services(opts: Options) -> list[Service]:
     ]
 
 
-def _resend(opts: Options) -> tuple[str, ...]:
+def _resend(opts: StackOptions) -> tuple[str, ...]:
     """Prometheus re-sends firing alerts every minute (an Alertmanager that was down, or not
     yet known at the first send, hears of them then); ``--fast`` makes it
     ``config.FAST_RESEND_S``."""
@@ -413,7 +413,7 @@ def alive(pid: int) -> bool:
 # ---- commands -----------------------------------------------------------------------------------
 
 
-def up(opts: Options) -> list[Service]:
+def up(opts: StackOptions) -> list[Service]:
     """Generate into ``opts.dir`` and make sure every process runs and is ready; a running
     one is reloaded (SIGHUP) instead of restarted. The inbox, which only Alertmanager calls,
     moves to a free port when its own is taken."""
@@ -664,7 +664,7 @@ def _serve_inbox(argv: Sequence[str]) -> None:
     Inbox(port, path, checker).serve_forever()
 
 
-def dead_mans_switch(opts: Options) -> str:
+def dead_mans_switch(opts: StackOptions) -> str:
     """What watches the stack itself, as ``stack up`` says it."""
     cfg = stack_config(opts)
     w = cfg.watchdog

@@ -21,7 +21,7 @@ from rlpulse import catalog
 from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack import panels
 from rlpulse.stack.alerts import gpu, liveness, system
-from rlpulse.stack.alerts.kit import Alert, Area, Recording
+from rlpulse.stack.alerts.kit import Alert, Area, RecordingRule
 from rlpulse.stack.config import Config
 from rlpulse.stack.output import dump, header
 from rlpulse.stack.promql import record_name, template_matchers, template_query
@@ -123,7 +123,7 @@ class Group:
     """One rule group: the recording rules and alerts of one area."""
 
     area: Area
-    recordings: tuple[Recording, ...]
+    recordings: tuple[RecordingRule, ...]
     alerts: tuple[Alert, ...]
 
     @property
@@ -142,60 +142,64 @@ class Group:
 # ---- recordings the dashboards read ------------------------------------------------------------
 
 
-def _task_panels(q: Query) -> list[Recording]:
+def _task_panels(q: Query) -> list[RecordingRule]:
     return [
-        Recording(name, q.run_quantile(float(name[-2:]) / 100, LENGTH_HIST))
+        RecordingRule(name, q.run_quantile(float(name[-2:]) / 100, LENGTH_HIST))
         for name in LENGTH_QUANTILES.values()
     ]
 
 
-def _system_panels(q: Query) -> list[Recording]:
+def _system_panels(q: Query) -> list[RecordingRule]:
     """Per-run rates and shares, and the per-node and per-run pre-aggregations of the system
     dashboard (see NODE_AGGREGATES). A share or mean over a window without observations is
     left out (its 0/0 would be NaN)."""
     phase_sum = q.s(PHASE, suffix="_sum")
-    out = [Recording(rate_name(m), q.run_sum_rate(m)) for m in RATED_METRICS]
+    out = [RecordingRule(rate_name(m), q.run_sum_rate(m)) for m in RATED_METRICS]
     out.append(
-        Recording(
+        RecordingRule(
             PHASE_SHARE,
             f"sum by ({RUN_BY}, phase) (rate({phase_sum}[{q.w.rate}])) / ignoring(phase) "
             f"group_left() (sum by ({RUN_BY}) (rate({phase_sum}[{q.w.rate}])) > 0)",
         )
     )
     out += [
-        Recording(aggregate_name("node", m, op), q.by(op, NODE_BY, m)) for m, op in NODE_AGGREGATES
+        RecordingRule(aggregate_name("node", m, op), q.by(op, NODE_BY, m))
+        for m, op in NODE_AGGREGATES
     ]
     out += [
-        Recording(aggregate_name("run", m, op), q.by(op, RUN_BY, m)) for m, op in RUN_AGGREGATES
+        RecordingRule(aggregate_name("run", m, op), q.by(op, RUN_BY, m)) for m, op in RUN_AGGREGATES
     ]
     out += [
-        Recording(GPU_THROTTLED_COUNT, q.by("sum", f"{NODE_BY}, reason", GPU_THROTTLED)),
-        Recording(
+        RecordingRule(GPU_THROTTLED_COUNT, q.by("sum", f"{NODE_BY}, reason", GPU_THROTTLED)),
+        RecordingRule(
             GPU_ECC_INCREASE,
             f"sum by ({NODE_BY}, error_type) (increase({q.s(GPU_ECC)}[{q.w.rate}]))",
         ),
-        Recording(
+        RecordingRule(
             PHASE_MEAN,
             f"sum by ({RUN_BY}, phase) ({q.rate(PHASE, suffix='_sum')}) / "
             f"(sum by ({RUN_BY}, phase) ({q.rate(PHASE, suffix='_count')}) > 0)",
         ),
-        Recording(COLLECTOR_UP_MIN, q.by("min", f"{RUN_BY}, collector", COLLECTOR_UP)),
-        Recording(COLLECTOR_DURATION_MAX, q.by("max", f"{RUN_BY}, collector", COLLECTOR_DURATION)),
-        Recording(
+        RecordingRule(COLLECTOR_UP_MIN, q.by("min", f"{RUN_BY}, collector", COLLECTOR_UP)),
+        RecordingRule(
+            COLLECTOR_DURATION_MAX, q.by("max", f"{RUN_BY}, collector", COLLECTOR_DURATION)
+        ),
+        RecordingRule(
             COLLECTOR_ERROR_RATE, f"sum by ({RUN_BY}, collector) ({q.rate(COLLECTOR_ERRORS)})"
         ),
     ]
     out += [
-        Recording(name, f"sum by ({RUN_BY}, tool) ({q.rate(m)})") for m, name in TOOL_RATES.items()
+        RecordingRule(name, f"sum by ({RUN_BY}, tool) ({q.rate(m)})")
+        for m, name in TOOL_RATES.items()
     ]
     out += [
-        Recording(name, q.run_quantile(p, GRADER_LATENCY))
+        RecordingRule(name, q.run_quantile(p, GRADER_LATENCY))
         for (_, p), name in zip(QUANTILES, GRADER_QUANTILES.values(), strict=True)
     ]
     return out
 
 
-_PANEL_RECORDINGS: dict[Area, Callable[[Query], list[Recording]]] = {
+_PANEL_RECORDINGS: dict[Area, Callable[[Query], list[RecordingRule]]] = {
     "rl": lambda q: [],
     "task": _task_panels,
     "system": _system_panels,

@@ -16,7 +16,7 @@ from rlpulse.stack.alerts.kit import (
     AlertDef,
     Check,
     Expect,
-    Recording,
+    RecordingRule,
     Runbook,
     Scenario,
     pct,
@@ -84,8 +84,8 @@ class GPUMemoryFullKnobs(Tiered):
     critical: float = field(default=0.99, metadata=_doc("Critical above this."))
 
 
-def _memory_ratio(q: Query, k: GPUMemoryFullKnobs) -> list[Recording]:
-    return [Recording(MEMORY_RATIO, f"{q.s(MEM_USED)} / {q.s(MEM_TOTAL)}")]
+def _memory_ratio(q: Query, k: GPUMemoryFullKnobs) -> list[RecordingRule]:
+    return [RecordingRule(MEMORY_RATIO, f"{q.s(MEM_USED)} / {q.s(MEM_TOTAL)}")]
 
 
 def _memory(q: Query, k: GPUMemoryFullKnobs) -> Iterator[Alert]:

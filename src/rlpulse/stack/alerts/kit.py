@@ -29,7 +29,7 @@ def pct(ratio: float) -> str:
 
 
 @dataclass(frozen=True)
-class Recording:
+class RecordingRule:
     """One recording rule."""
 
     record: str
@@ -164,5 +164,5 @@ class AlertDef:
     rules: Callable[[Any, Any], Iterator[Alert]]
     runbooks: Mapping[str, Runbook]
     scenarios: Callable[[Any], Iterator[Scenario]]
-    recordings: Callable[[Any, Any], list[Recording]] = lambda q, k: []
+    recordings: Callable[[Any, Any], list[RecordingRule]] = lambda q, k: []
     problems: Callable[[Any], Iterator[str]] = lambda k: iter(())

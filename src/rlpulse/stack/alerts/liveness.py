@@ -17,7 +17,7 @@ from rlpulse.stack.alerts.kit import (
     AlertDef,
     Check,
     Expect,
-    Recording,
+    RecordingRule,
     Runbook,
     Scenario,
 )
@@ -81,7 +81,7 @@ def _ended(q: Query) -> str:
     return f"last_over_time({q.s(FINISHED)}[{q.w.recent}])"
 
 
-def _served(q: Query, k: TargetDownKnobs) -> list[Recording]:
+def _served(q: Query, k: TargetDownKnobs) -> list[RecordingRule]:
     live = (
         f"max by ({TARGET_BY}, {', '.join(RUN_META)}) (timestamp({q.s(RUN_INFO)}))"
         f" unless on({TARGET_BY}) {q.s(FINISHED)}"
@@ -90,7 +90,7 @@ def _served(q: Query, k: TargetDownKnobs) -> list[Recording]:
         f"{SERVED} and on(job, instance) {q.up()} unless on({RUN_BY_RANK}) {q.s(RUN_INFO)}"
         f" unless on({TARGET_BY}) {_ended(q)}"
     )
-    return [Recording(SERVED, f"({live}) or ({kept})")]
+    return [RecordingRule(SERVED, f"({live}) or ({kept})")]
 
 
 def dead(q: Query) -> str:
@@ -224,7 +224,7 @@ ENDED_FIRING = record_name("run", OUTCOME, "firing_at_end")
 END_KEEP = 7 * 86400
 
 
-def _ended_firing(q: Query, k: RunCrashedKnobs) -> list[Recording]:
+def _ended_firing(q: Query, k: RunCrashedKnobs) -> list[RecordingRule]:
     ended = f"max by (job, run_id) ({_ended(q)})"
     firing = 'ALERTS{alertstate="firing", run_id!=""}'
     new = (
@@ -233,7 +233,7 @@ def _ended_firing(q: Query, k: RunCrashedKnobs) -> list[Recording]:
     )
     serving = f"({q.s(RUN_INFO)} unless on(job, run_id) {ended})"
     kept = f"({ENDED_FIRING} > (time() - {END_KEEP})) unless on(job, run_id) {serving}"
-    return [Recording(ENDED_FIRING, f"({new}) or ({kept})")]
+    return [RecordingRule(ENDED_FIRING, f"({new}) or ({kept})")]
 
 
 def _run_crashed_scenarios(k: RunCrashedKnobs) -> Iterator[Scenario]:
@@ -473,10 +473,10 @@ class SlowRankKnobs(AlertConfig):
 SLOW_RANK = "RLSlowRank"
 
 
-def _rank_phase(q: Query, k: SlowRankKnobs) -> list[Recording]:
+def _rank_phase(q: Query, k: SlowRankKnobs) -> list[RecordingRule]:
     by = f"{RUN_BY}, rank, phase"
     return [
-        Recording(
+        RecordingRule(
             RANK_PHASE_MEAN,
             f"sum by ({by}) ({q.rate(PHASE, suffix='_sum')}) / "
             f"sum by ({by}) ({q.rate(PHASE, suffix='_count')})",

@@ -19,7 +19,7 @@ from rlpulse.stack.alerts.kit import (
     AlertDef,
     Check,
     Expect,
-    Recording,
+    RecordingRule,
     Runbook,
     Scenario,
     pct,
@@ -71,9 +71,9 @@ class ThroughputDropKnobs(AlertConfig):
     )
 
 
-def _rate_ratios(q: Query, k: ThroughputDropKnobs) -> list[Recording]:
+def _rate_ratios(q: Query, k: ThroughputDropKnobs) -> list[RecordingRule]:
     return [
-        Recording(
+        RecordingRule(
             rate_ratio_name(m),
             f"{q.run_sum_rate(m, q.w.recent)} / {q.run_sum_rate(m, q.w.zscore, q.w.recent)}",
         )
@@ -126,9 +126,9 @@ class RolloutLatencyTailKnobs(AlertConfig):
     ratio: float = field(default=10.0, metadata=_doc("Fire when p99 / p50 is above this."))
 
 
-def _rollout_quantiles(q: Query, k: RolloutLatencyTailKnobs) -> list[Recording]:
+def _rollout_quantiles(q: Query, k: RolloutLatencyTailKnobs) -> list[RecordingRule]:
     return [
-        Recording(name, q.run_quantile(p, ROLLOUT))
+        RecordingRule(name, q.run_quantile(p, ROLLOUT))
         for (_, p), name in zip(QUANTILES, ROLLOUT_QUANTILES.values(), strict=True)
     ]
 
@@ -175,10 +175,10 @@ class GraderErrorsKnobs(Tiered):
     critical: float = field(default=0.5, metadata=_doc("Critical above this."))
 
 
-def _grader_ratio(q: Query, k: GraderErrorsKnobs) -> list[Recording]:
+def _grader_ratio(q: Query, k: GraderErrorsKnobs) -> list[RecordingRule]:
     # no calls in the window: no ratio (not 0/0 = NaN)
     ratio = f"{q.run_sum_rate(GRADER_ERRORS)} / ({q.run_sum_rate(GRADER_CALLS)} > 0)"
-    return [Recording(GRADER_ERROR_RATIO, ratio)]
+    return [RecordingRule(GRADER_ERROR_RATIO, ratio)]
 
 
 def _grader(q: Query, k: GraderErrorsKnobs) -> Iterator[Alert]:

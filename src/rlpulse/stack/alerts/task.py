@@ -26,7 +26,7 @@ from rlpulse.stack.alerts.kit import (
     AlertDef,
     Check,
     Expect,
-    Recording,
+    RecordingRule,
     Runbook,
     Scenario,
 )
@@ -251,9 +251,9 @@ class ResponseLengthDriftKnobs(AlertConfig):
     )
 
 
-def _length_p90_drift(q: Query, k: ResponseLengthDriftKnobs) -> list[Recording]:
+def _length_p90_drift(q: Query, k: ResponseLengthDriftKnobs) -> list[RecordingRule]:
     return [
-        Recording(
+        RecordingRule(
             LENGTH_P90_DRIFT,
             f"{q.run_quantile(0.9, LENGTH_HIST, q.w.recent)} / "
             f"{q.run_quantile(0.9, LENGTH_HIST, q.w.zscore, q.w.zscore)}",

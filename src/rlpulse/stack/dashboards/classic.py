@@ -18,9 +18,9 @@ from rlpulse.stack import panels as t
 from rlpulse.stack import rules
 from rlpulse.stack.dashboards.common import (
     NATS,
-    Query,
     Row,
     Selector,
+    Target,
     alerts_annotation,
     assemble,
     datasource_variable,
@@ -68,7 +68,7 @@ def logged_step() -> stat.Panel:
         "The step the trainer passes to log(), named by its framework: an episode in a classic "
         "loop (rlpulse.log(…, step=episode)), an update for SB3 (n_updates), an env step for "
         "CleanRL (global_step).",
-        [Query(f"{step} * on(run_id) group_left(framework) {framework}", "{{framework}} step")],
+        [Target(f"{step} * on(run_id) group_left(framework) {framework}", "{{framework}} step")],
     )
 
 
@@ -77,7 +77,7 @@ def episodes_finished() -> stat.Panel:
         t.EPISODES,
         "none",
         "Episodes finished so far (rl_episodes_total, summed over ranks and envs).",
-        [Query(f"sum by (run_id) ({SEL('rl_episodes_total')})", "episodes")],
+        [Target(f"sum by (run_id) ({SEL('rl_episodes_total')})", "episodes")],
     )
 
 
@@ -93,8 +93,8 @@ def episode_return() -> timeseries.Panel:
         "earlier healthy runs spanned at the same step (a run started with a reference band, "
         "rlpulse band build).",
         [
-            Query(avg_run("rl_episode_return"), "return · " + RUN),
-            Query(
+            Target(avg_run("rl_episode_return"), "return · " + RUN),
+            Target(
                 avg_run("rl_eval_score", benchmark="episode_return", split="eval"),
                 "eval return · " + RUN,
             ),
@@ -111,7 +111,7 @@ def episode_length() -> timeseries.Panel:
         "suffix: env steps",
         "Mean length of recent episodes, in env steps: a pole balanced longer, a maze solved "
         "faster, or an agent that learned to end episodes early.",
-        [Query(avg_run("rl_episode_length_steps"), "length · " + RUN)],
+        [Target(avg_run("rl_episode_length_steps"), "length · " + RUN)],
         span=8,
     )
 
@@ -125,8 +125,8 @@ def success_rate() -> timeseries.Panel:
             "rollout/success_rate, Gymnasium's info['is_success']) or derived from a binary "
             "episode reward (1 = goal, as in FrozenLake); the evaluation success where logged.",
             [
-                Query(avg_run("rl_success_ratio"), "success · " + RUN),
-                Query(
+                Target(avg_run("rl_success_ratio"), "success · " + RUN),
+                Target(
                     avg_run("rl_eval_score", benchmark="success", split="eval"),
                     "eval success · " + RUN,
                 ),
@@ -146,9 +146,9 @@ def episode_rates() -> timeseries.Panel:
         "rlpulse (the Gymnasium wrapper, the SB3 callback, logged counters) and as the "
         "framework reports them (SB3 time/fps, CleanRL charts/SPS).",
         [
-            Query(REC(rules.rate_name(rules.EPISODES)), "episodes · " + RUN),
-            Query(REC(rules.rate_name(rules.ENV_STEPS)), "env steps · " + RUN),
-            Query(
+            Target(REC(rules.rate_name(rules.EPISODES)), "episodes · " + RUN),
+            Target(REC(rules.rate_name(rules.ENV_STEPS)), "env steps · " + RUN),
+            Target(
                 avg_run("rl_throughput_per_second", unit="env_steps"),
                 "env steps (reported) · " + RUN,
             ),
@@ -168,9 +168,9 @@ def losses() -> timeseries.Panel:
         "Policy (actor) loss and total loss (left), and the value or TD loss (right, its scale "
         "differs): Q-learning and DQN log only the TD loss, PPO and A2C all three.",
         [
-            Query(avg_run("rl_policy_loss"), "policy · " + RUN),
-            Query(avg_run("rl_loss"), "total · " + RUN),
-            Query(avg_run("rl_value_loss"), "value / TD · " + RUN),
+            Target(avg_run("rl_policy_loss"), "policy · " + RUN),
+            Target(avg_run("rl_loss"), "total · " + RUN),
+            Target(avg_run("rl_value_loss"), "value / TD · " + RUN),
         ],
         span=8,
     )
@@ -185,8 +185,8 @@ def exploration() -> timeseries.Panel:
         "in nats (right; PPO, A2C, SAC): both should fall as the agent commits, neither to 0 "
         "too early.",
         [
-            Query(avg_run("rl_hyperparameter", name="exploration_rate"), "epsilon · " + RUN),
-            Query(avg_run("rl_entropy"), "entropy · " + RUN),
+            Target(avg_run("rl_hyperparameter", name="exploration_rate"), "epsilon · " + RUN),
+            Target(avg_run("rl_entropy"), "entropy · " + RUN),
         ],
         span=8,
     )
@@ -201,8 +201,8 @@ def values() -> timeseries.Panel:
         "critic's explained variance (right; 1 is perfect, below 0 worse than the mean). "
         "Q-values climbing without the return is overestimation.",
         [
-            Query(avg_run("rl_value_mean"), "Q / value · " + RUN),
-            Query(avg_run("rl_explained_variance"), "explained variance · " + RUN),
+            Target(avg_run("rl_value_mean"), "Q / value · " + RUN),
+            Target(avg_run("rl_explained_variance"), "explained variance · " + RUN),
         ],
         span=8,
     )
@@ -216,8 +216,8 @@ def update_size() -> timeseries.Panel:
         "Approximate KL between the policy before and after each update in nats (left) and "
         "the share of clipped ratios (right): both high means the steps are too large.",
         [
-            Query(avg_run("rl_approx_kl"), "approx KL · " + RUN),
-            Query(avg_run("rl_clip_fraction_ratio", "bound"), "clip {{bound}} · " + RUN),
+            Target(avg_run("rl_approx_kl"), "approx KL · " + RUN),
+            Target(avg_run("rl_clip_fraction_ratio", "bound"), "clip {{bound}} · " + RUN),
         ],
         span=12,
     )

@@ -110,7 +110,7 @@ def _matchers(variables: Sequence[str], matchers: Mapping[str, str]) -> list[str
 
 
 @dataclass(frozen=True)
-class Query:
+class Target:
     """One Prometheus target of a panel."""
 
     expr: str
@@ -144,7 +144,7 @@ def ref_id(index: int) -> str:
     return letters
 
 
-def _target(query: Query, index: int) -> promb.Dataquery:
+def _target(query: Target, index: int) -> promb.Dataquery:
     target = (
         promb.Dataquery()
         .ref_id(ref_id(index))
@@ -180,7 +180,7 @@ def _panel(
     title: str,
     unit: str,
     description: str,
-    queries: Sequence[Query],
+    queries: Sequence[Target],
     span: int,
     height: int,
 ) -> P:
@@ -195,7 +195,7 @@ def graph(
     title: str,
     unit: str,
     description: str,
-    queries: Sequence[Query],
+    queries: Sequence[Target],
     *,
     span: int = 12,
     height: int = 8,
@@ -294,7 +294,7 @@ def single_stat(
     title: str,
     unit: str,
     description: str,
-    queries: Sequence[Query],
+    queries: Sequence[Target],
     *,
     span: int = 6,
     height: int = 4,
@@ -313,7 +313,7 @@ def grid(
     title: str,
     unit: str,
     description: str,
-    queries: Sequence[Query],
+    queries: Sequence[Target],
     transformations: Sequence[dm.DataTransformerConfig],
     *,
     span: int = 24,
@@ -360,7 +360,7 @@ def by_step(
     value = f"max by (run_id, {SERIES_LABEL}) ({' or '.join(values)}) and on(run_id) ({advanced})"
     labels = f"run_id, {SERIES_LABEL}"
     step_of_value = f"{run_step} * on(run_id) group_right() group by ({labels}) ({value})"
-    queries = [Query(expr, format=PromQueryFormat.TABLE) for expr in (step_of_value, value)]
+    queries = [Target(expr, format=PromQueryFormat.TABLE) for expr in (step_of_value, value)]
     panel = (
         trend.Panel()
         .x_field(STEP_FIELD)
@@ -416,7 +416,7 @@ def latency_heatmap(
     height: int = 8,
 ) -> heatmap.Panel:
     """A heatmap of the bucket rates ``expr`` returns (``format: heatmap``), exemplars marked."""
-    query = Query(expr, "{{le}}", format=PromQueryFormat.HEATMAP, exemplar=True)
+    query = Target(expr, "{{le}}", format=PromQueryFormat.HEATMAP, exemplar=True)
     panel = (
         heatmap.Panel()
         .calculate(False)
@@ -683,7 +683,7 @@ def rollout_links(panel: P, orders: Sequence[str] = ("worst",), run: str = SERIE
     return panel.data_links(built)  # type: ignore[attr-defined]
 
 
-def phase_wall_share(sel: Selector, alive: str) -> list[Query]:
+def phase_wall_share(sel: Selector, alive: str) -> list[Target]:
     """Each phase's share of wall time (seconds spent in it per second, averaged over ranks)
     and the untimed rest, while ``alive`` (a series of the run) exists: a loop that times one
     phase and sleeps shows the sleep as untimed, not the phase as 100 %. Phases that overlap
@@ -692,7 +692,7 @@ def phase_wall_share(sel: Selector, alive: str) -> list[Query]:
     timed = f"avg by (phase) ({sel.rate('rl_phase_duration_seconds', '_sum')})"
     share = f"{timed} / on() group_left() clamp_min(sum({timed}), 1)"
     rest = f"clamp_min(1 - (sum({timed}) or on() vector(0)), 0) and on() count({alive})"
-    return [Query(share, "{{phase}}"), Query(rest, "untimed")]
+    return [Target(share, "{{phase}}"), Target(rest, "untimed")]
 
 
 def new_dashboard(uid: str, title: str, description: str, tags: Sequence[str]) -> db.Dashboard:

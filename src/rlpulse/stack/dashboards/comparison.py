@@ -21,10 +21,10 @@ from rlpulse.stack.config import Config
 from rlpulse.stack.dashboards import steps
 from rlpulse.stack.dashboards.common import (
     NATS,
-    Query,
     Recorded,
     Row,
     Selector,
+    Target,
     alerts_annotation,
     assemble,
     datasource_variable,
@@ -49,7 +49,7 @@ def curve(
     labels = ", ".join(["run_id", by] if by else ["run_id"])
     legend = RUN + (" · {{" + by + "}}" if by else "")
     expr = f"avg by ({labels}) ({SEL(name, **matchers)})"
-    return graph(title, unit or unit_of(name), description, [Query(expr, legend)])
+    return graph(title, unit or unit_of(name), description, [Target(expr, legend)])
 
 
 def reward() -> timeseries.Panel:
@@ -111,7 +111,7 @@ def throughput() -> timeseries.Panel:
         "Samples / s",
         "suffix:/s",
         "Rollouts (samples) generated per second per run.",
-        [Query(f"sum by (run_id) ({REC(rules.rate_name(rules.SAMPLES))})", RUN)],
+        [Target(f"sum by (run_id) ({REC(rules.rate_name(rules.SAMPLES))})", RUN)],
     )
 
 
@@ -139,7 +139,7 @@ def run_metadata() -> table.Panel:
         "the time range, finished ones included, one row per run (the host of each rank is "
         "left out).",
         [
-            Query(
+            Target(
                 f"max by ({labels}) (last_over_time({SEL('rl_run_info')}[$__range]))",
                 instant=True,
                 format=PromQueryFormat.TABLE,
@@ -157,7 +157,7 @@ def hyperparameters() -> table.Panel:
         "range (the last value each run exported); a row whose values differ is what the runs "
         "vary.",
         [
-            Query(
+            Target(
                 f"max by (run_id, name) (last_over_time({SEL('rl_hyperparameter')}[$__range]))",
                 instant=True,
                 format=PromQueryFormat.TABLE,

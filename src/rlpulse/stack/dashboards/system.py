@@ -17,10 +17,10 @@ from rlpulse.stack import panels as t
 from rlpulse.stack import rules
 from rlpulse.stack.config import Config
 from rlpulse.stack.dashboards.common import (
-    Query,
     Recorded,
     Row,
     Selector,
+    Target,
     alert_levels,
     alerts_annotation,
     assemble,
@@ -69,9 +69,9 @@ def gpu_utilization() -> timeseries.Panel:
         "memory-controller load. Low while the run is alive means the GPUs wait on rollouts, the "
         "grader or data; a low minimum is one stuck or starved board.",
         [
-            Query(node_agg("rl_gpu_utilization_ratio", "avg"), NODE + " mean"),
-            Query(node_agg("rl_gpu_utilization_ratio", "min"), NODE + " min"),
-            Query(node_agg("rl_gpu_memory_utilization_ratio", "avg"), NODE + " mem"),
+            Target(node_agg("rl_gpu_utilization_ratio", "avg"), NODE + " mean"),
+            Target(node_agg("rl_gpu_utilization_ratio", "min"), NODE + " min"),
+            Target(node_agg("rl_gpu_memory_utilization_ratio", "avg"), NODE + " mem"),
         ],
         span=8,
     )
@@ -86,9 +86,9 @@ def gpu_memory() -> timeseries.Panel:
         "part the trainer processes hold; near-full precedes OOM (per board: "
         f"{t.GPU_MEMORY_BOARDS}).",
         [
-            Query(node_agg("rl_gpu_memory_used_bytes", "sum"), NODE + " used"),
-            Query(node_agg("rl_gpu_memory_total_bytes", "sum"), NODE + " total"),
-            Query(node_agg("rl_gpu_process_memory_bytes", "sum"), NODE + " trainers"),
+            Target(node_agg("rl_gpu_memory_used_bytes", "sum"), NODE + " used"),
+            Target(node_agg("rl_gpu_memory_total_bytes", "sum"), NODE + " total"),
+            Target(node_agg("rl_gpu_process_memory_bytes", "sum"), NODE + " trainers"),
         ],
         span=8,
     )
@@ -100,8 +100,8 @@ def gpu_power() -> timeseries.Panel:
         unit_of("rl_gpu_power_watts"),
         "Board power draw of each node's GPUs and their enforced power limits, summed.",
         [
-            Query(node_agg("rl_gpu_power_watts", "sum"), NODE),
-            Query(node_agg("rl_gpu_power_limit_watts", "sum"), NODE + " limit"),
+            Target(node_agg("rl_gpu_power_watts", "sum"), NODE),
+            Target(node_agg("rl_gpu_power_limit_watts", "sum"), NODE + " limit"),
         ],
         span=8,
     )
@@ -112,7 +112,7 @@ def gpu_temperature() -> timeseries.Panel:
         t.GPU_TEMPERATURE,
         unit_of("rl_gpu_temperature_celsius"),
         "Hottest GPU core of each node.",
-        [Query(node_agg("rl_gpu_temperature_celsius", "max"), NODE)],
+        [Target(node_agg("rl_gpu_temperature_celsius", "max"), NODE)],
         span=8,
     )
 
@@ -122,7 +122,7 @@ def gpu_clock() -> timeseries.Panel:
         t.GPU_CLOCK,
         unit_of("rl_gpu_sm_clock_hertz"),
         "Slowest streaming-multiprocessor clock of each node: a drop under load is throttling.",
-        [Query(node_agg("rl_gpu_sm_clock_hertz", "min"), NODE)],
+        [Target(node_agg("rl_gpu_sm_clock_hertz", "min"), NODE)],
         span=8,
     )
 
@@ -134,8 +134,8 @@ def gpu_throttling_and_errors() -> timeseries.Panel:
         "GPUs of each node whose clocks are held down, by reason (left), and volatile ECC "
         "errors over the rate window (right).",
         [
-            Query(NODE_REC(rules.GPU_THROTTLED_COUNT), NODE + " {{reason}}"),
-            Query(NODE_REC(rules.GPU_ECC_INCREASE), NODE + " ECC {{error_type}}"),
+            Target(NODE_REC(rules.GPU_THROTTLED_COUNT), NODE + " {{reason}}"),
+            Target(NODE_REC(rules.GPU_ECC_INCREASE), NODE + " ECC {{error_type}}"),
         ],
         span=8,
     )
@@ -149,7 +149,7 @@ def gpu_boards() -> timeseries.Panel:
         "One line per GPU of the nodes chosen in the Node and GPU variables (raw series: on a "
         "large job pick a node first).",
         [
-            Query(
+            Target(
                 f"max by (node, gpu) ({GPU_SEL('rl_gpu_utilization_ratio')})", NODE + " gpu{{gpu}}"
             )
         ],
@@ -167,7 +167,7 @@ def gpu_memory_boards(cfg: Config) -> timeseries.Panel:
         "Used share of each board's memory, the series RLGPUMemoryFull tests, against its levels "
         f"(dashed: {full.warning:g} warning, {full.critical:g} critical). One line per GPU of "
         "the nodes chosen in the Node and GPU variables.",
-        [Query(f"max by (node, gpu) ({GPU_REC(rules.GPU_MEMORY_RATIO)})", NODE + " gpu{{gpu}}")],
+        [Target(f"max by (node, gpu) ({GPU_REC(rules.GPU_MEMORY_RATIO)})", NODE + " gpu{{gpu}}")],
         span=24,
     )
     return threshold_lines(panel.min(0).max(1), alert_levels(levels))
@@ -183,8 +183,8 @@ def host_cpu() -> timeseries.Panel:
         "Host CPU busy fraction of each node (left) and the CPU its trainer processes use, in "
         "cores (right).",
         [
-            Query(per_node("rl_host_cpu_utilization_ratio"), NODE),
-            Query(node_agg("rl_process_cpu_utilization_ratio", "sum"), NODE + " trainers"),
+            Target(per_node("rl_host_cpu_utilization_ratio"), NODE),
+            Target(node_agg("rl_process_cpu_utilization_ratio", "sum"), NODE + " trainers"),
         ],
     )
     return right_axis(panel, 1, "none")
@@ -197,9 +197,9 @@ def host_memory() -> timeseries.Panel:
         "Host memory used and installed on each node and the resident set of its trainer "
         "processes (their GPU memory is on the GPU memory panel).",
         [
-            Query(per_node("rl_host_memory_used_bytes"), NODE + " used"),
-            Query(per_node("rl_host_memory_total_bytes"), NODE + " total"),
-            Query(node_agg("rl_process_resident_memory_bytes", "sum"), NODE + " trainers RSS"),
+            Target(per_node("rl_host_memory_used_bytes"), NODE + " used"),
+            Target(per_node("rl_host_memory_total_bytes"), NODE + " total"),
+            Target(node_agg("rl_process_resident_memory_bytes", "sum"), NODE + " trainers RSS"),
         ],
     )
 
@@ -209,8 +209,8 @@ def host_memory() -> timeseries.Panel:
 _ROLLOUT = "rl_rollout_duration_seconds"
 
 
-def _quantiles(recorded: dict[str, str]) -> list[Query]:
-    return [Query(RUN_REC(name), f"{q} · {RUN}") for q, name in recorded.items()]
+def _quantiles(recorded: dict[str, str]) -> list[Target]:
+    return [Target(RUN_REC(name), f"{q} · {RUN}") for q, name in recorded.items()]
 
 
 def rollout_heatmap() -> heatmap.Panel:
@@ -244,7 +244,7 @@ def phase_breakdown() -> timeseries.Panel:
             "checkpoint), averaged over the selected runs that timed a phase in the window, "
             "each run counting once (a phase a run does not time is 0 for it; a stalled run's "
             "0/0 is left out), so the phases add up to 100 %.",
-            [Query(f"sum by (phase) ({shares}) / on() group_left() {runs}", "{{phase}}")],
+            [Target(f"sum by (phase) ({shares}) / on() group_left() {runs}", "{{phase}}")],
         )
     )
 
@@ -254,7 +254,7 @@ def phase_durations() -> timeseries.Panel:
         t.PHASE_DURATIONS,
         unit_of("rl_phase_duration_seconds"),
         "Mean wall time of one pass through each phase.",
-        [Query(RUN_REC(rules.PHASE_MEAN), "{{phase}} · " + RUN)],
+        [Target(RUN_REC(rules.PHASE_MEAN), "{{phase}} · " + RUN)],
     )
 
 
@@ -278,8 +278,8 @@ def grader_calls() -> timeseries.Panel:
         "Grader calls and failures per second (left; errors 0 until the first failure) and the "
         "error ratio (right) against the RLGraderErrors levels.",
         [
-            Query(RUN_REC(rules.rate_name(rules.GRADER_CALLS)), "calls · " + RUN),
-            Query(
+            Target(RUN_REC(rules.rate_name(rules.GRADER_CALLS)), "calls · " + RUN),
+            Target(
                 zero_when_absent(
                     RUN_REC(rules.rate_name(rules.GRADER_ERRORS)),
                     ["job", "run_id"],
@@ -287,7 +287,7 @@ def grader_calls() -> timeseries.Panel:
                 ),
                 "errors · " + RUN,
             ),
-            Query(RUN_REC(rules.GRADER_ERROR_RATIO), "error ratio · " + RUN),
+            Target(RUN_REC(rules.GRADER_ERROR_RATIO), "error ratio · " + RUN),
         ],
         span=8,
     )
@@ -303,8 +303,8 @@ def tool_calls() -> timeseries.Panel:
         "Tool calls per second by tool (left) and each tool's error ratio (right; none while "
         "the tool is not called).",
         [
-            Query(calls, "{{tool}} · " + RUN),
-            Query(f"({errors} or 0 * {calls}) / ({calls} > 0)", "{{tool}} errors · " + RUN),
+            Target(calls, "{{tool}} · " + RUN),
+            Target(f"({errors} or 0 * {calls}) / ({calls} > 0)", "{{tool}} errors · " + RUN),
         ],
         span=8,
     )
@@ -321,8 +321,8 @@ def collectors() -> timeseries.Panel:
         "1 while each collector's last reading succeeded on every rank (left) and the slowest "
         "reading (right).",
         [
-            Query(f"min by (collector) ({RUN_REC(rules.COLLECTOR_UP_MIN)})", "{{collector}} up"),
-            Query(
+            Target(f"min by (collector) ({RUN_REC(rules.COLLECTOR_UP_MIN)})", "{{collector}} up"),
+            Target(
                 f"max by (collector) ({RUN_REC(rules.COLLECTOR_DURATION_MAX)})",
                 "{{collector}} duration",
             ),
@@ -340,7 +340,7 @@ def exporter_errors() -> timeseries.Panel:
         "(as none) until the first one while a run is up: anything non-zero means some data is "
         "not on these dashboards.",
         [
-            Query(
+            Target(
                 zero_when_absent(
                     f"sum by (collector) ({RUN_REC(rules.COLLECTOR_ERROR_RATE)})",
                     [],
@@ -349,7 +349,7 @@ def exporter_errors() -> timeseries.Panel:
                 ),
                 "collector {{collector}}",
             ),
-            Query(
+            Target(
                 zero_when_absent(
                     f"sum by (reason) ({SEL.rate('rlpulse_dropped_values_total')})",
                     [],
@@ -358,7 +358,7 @@ def exporter_errors() -> timeseries.Panel:
                 ),
                 "dropped {{reason}}",
             ),
-            Query(
+            Target(
                 zero_when_absent(
                     f"sum by (label) ({SEL.rate('rlpulse_label_overflow_total')})",
                     [],
@@ -378,7 +378,7 @@ def unmapped_keys() -> timeseries.Panel:
         "short",
         "Logged keys no key map knows, kept as rl_unmapped_metric{key}: candidates for a key "
         "map entry.",
-        [Query(f"count by (run_id) ({SEL('rl_unmapped_metric')})", "{{run_id}}")],
+        [Target(f"count by (run_id) ({SEL('rl_unmapped_metric')})", "{{run_id}}")],
         span=8,
     )
 

@@ -33,10 +33,10 @@ from rlpulse.stack.dashboards.common import (
     SCIENTIFIC,
     SIGNAL_UNITS,
     TOKENS,
-    Query,
     Recorded,
     Row,
     Selector,
+    Target,
     alert_levels,
     alerts_annotation,
     assemble,
@@ -84,7 +84,7 @@ def current_step() -> stat.Panel:
         "Step",
         unit_of("rl_step"),
         "The trainer's global step, per run.",
-        [Query(f"max by (run_id) ({REC(rules.aggregate_name('run', rules.STEP, 'max'))})", RUN)],
+        [Target(f"max by (run_id) ({REC(rules.aggregate_name('run', rules.STEP, 'max'))})", RUN)],
     )
 
 
@@ -93,7 +93,7 @@ def train_steps_rate() -> stat.Panel:
         "Steps / s now",
         PER_SECOND,
         "Rate of optimizer steps; 0 while the process is up means training stalled.",
-        [Query(f"max by (run_id) ({REC(rules.rate_name(rules.TRAIN_STEPS))})", RUN)],
+        [Target(f"max by (run_id) ({REC(rules.rate_name(rules.TRAIN_STEPS))})", RUN)],
     )
 
 
@@ -114,7 +114,7 @@ def since_last_log() -> stat.Panel:
         "in the time range: grows while a loop hangs and keeps growing after the process died "
         "(its series are gone, their last value is not). A run that said it ended (finished, "
         "stopped, crashed) stops the clock at its end: the gap between its last log and its end.",
-        [Query(since_last_log_expr(), RUN)],
+        [Target(since_last_log_expr(), RUN)],
     ).thresholds(thresholds((None, "green"), (120.0, "orange"), (600.0, "red")))
 
 
@@ -123,7 +123,7 @@ def alerts_now() -> stat.Panel:
         "Firing alerts",
         "none",
         "Alerts firing now for the selected runs (also drawn as annotations on every graph).",
-        [Query(f"count({firing_alerts(SEL)}) or vector(0)", "firing")],
+        [Target(f"count({firing_alerts(SEL)}) or vector(0)", "firing")],
     ).thresholds(thresholds((None, "green"), (1.0, "red")))
 
 
@@ -157,8 +157,8 @@ def outcome() -> stat.Panel:
             "RLTargetDown pages). Below it, the alerts that were firing when the run ended "
             "(kept after they resolve: an ended run does not cure its failure).",
             [
-                Query(outcome_expr(), "{{outcome}} {{reason}}", instant=True),
-                Query(
+                Target(outcome_expr(), "{{outcome}} {{reason}}", instant=True),
+                Target(
                     f"max by (alertname, severity) ({REC(ENDED_FIRING)})",
                     "{{alertname}} ({{severity}}) firing at the end",
                     instant=True,
@@ -196,7 +196,7 @@ def alert_signal(alert: StepAlert, cfg: Config) -> timeseries.Panel:
         f"What {alert.name} tests: {sig.doc} It fires "
         f"{'above' if alert.above else 'below'} the dashed lines ({described}; "
         f"alerts.{alert.key} of the rlpulse config), per logged step of {sig.metric}.",
-        [Query(expr, RUN + " · {{series}}")],
+        [Target(expr, RUN + " · {{series}}")],
         span=8,
         height=6,
     )
@@ -215,12 +215,12 @@ def alert_signals(cfg: Config) -> list[timeseries.Panel]:
 HEALTHY_LOW, HEALTHY_HIGH = "healthy runs (low)", "healthy runs (high)"
 
 
-def reference_band(series: str) -> list[Query]:
+def reference_band(series: str) -> list[Target]:
     """The band of earlier healthy runs at the run's step (``rl_reference_band``; a run started
     with a reference band only), as two queries ``with_reference_band`` draws."""
     return [
-        Query(f"min({SEL('rl_reference_band', series=series, bound='low')})", HEALTHY_LOW),
-        Query(f"max({SEL('rl_reference_band', series=series, bound='high')})", HEALTHY_HIGH),
+        Target(f"min({SEL('rl_reference_band', series=series, bound='low')})", HEALTHY_LOW),
+        Target(f"max({SEL('rl_reference_band', series=series, bound='high')})", HEALTHY_HIGH),
     ]
 
 
@@ -251,10 +251,10 @@ def reward_band() -> timeseries.Panel:
         "Dashed: the band earlier healthy runs spanned at the same step (a run started with a "
         "reference band, rlpulse band build).",
         [
-            Query(f"avg({SEL('rl_reward_mean')})", "mean"),
-            Query(f"min({SEL('rl_reward_min')})", "min"),
-            Query(f"max({SEL('rl_reward_max')})", "max"),
-            Query(
+            Target(f"avg({SEL('rl_reward_mean')})", "mean"),
+            Target(f"min({SEL('rl_reward_min')})", "min"),
+            Target(f"max({SEL('rl_reward_max')})", "max"),
+            Target(
                 f"avg by (benchmark) ({SEL('rl_eval_score', split='eval')})", "eval {{benchmark}}"
             ),
             *reference_band("reward_mean"),
@@ -283,7 +283,7 @@ def reward_components() -> timeseries.Panel:
             t.REWARD_COMPONENTS,
             unit_of("rl_reward_component_mean"),
             "Mean of each reward component: shows which term drives (or games) the total.",
-            [Query(avg_run("rl_reward_component_mean", "component"), "{{component}} · " + RUN)],
+            [Target(avg_run("rl_reward_component_mean", "component"), "{{component}} · " + RUN)],
         ),
         ("best", "worst"),
     )
@@ -296,8 +296,8 @@ def reward_spread() -> timeseries.Panel:
         "Within-batch reward std (left) and the share of prompt groups whose rewards all agree "
         "(right): such groups give group-relative methods no learning signal.",
         [
-            Query(avg_run("rl_reward_std"), "reward std · " + RUN),
-            Query(avg_run("rl_zero_std_groups_ratio"), "zero-std groups · " + RUN),
+            Target(avg_run("rl_reward_std"), "reward std · " + RUN),
+            Target(avg_run("rl_zero_std_groups_ratio"), "zero-std groups · " + RUN),
         ],
     )
     return right_axis(panel, 1, unit_of("rl_zero_std_groups_ratio"))
@@ -309,7 +309,7 @@ def eval_scores() -> timeseries.Panel:
         unit_of("rl_eval_score"),
         "Benchmark scores per split (train, eval, adversarial): a gap opening between train and "
         "eval is overfitting or reward hacking.",
-        [Query(avg_run("rl_eval_score", "benchmark, split"), "{{benchmark}} {{split}} · " + RUN)],
+        [Target(avg_run("rl_eval_score", "benchmark, split"), "{{benchmark}} {{split}} · " + RUN)],
     )
 
 
@@ -325,8 +325,8 @@ def entropy() -> timeseries.Panel:
         f"of its peak so far: the step signal {collapse.name} that RLEntropyCollapse tests. A "
         "fast fall towards 0 is entropy collapse.",
         [
-            Query(avg_run("rl_entropy"), "entropy · " + RUN),
-            Query(
+            Target(avg_run("rl_entropy"), "entropy · " + RUN),
+            Target(
                 f"min by (run_id) ({SEL('rl_step_signal', signal=collapse.name)})",
                 "% of peak · " + RUN,
             ),
@@ -344,8 +344,8 @@ def kl_reference() -> timeseries.Panel:
         "beta is 0 "
         "or tiny is a drifting policy.",
         [
-            Query(avg_run("rl_kl_reference"), "KL · " + RUN),
-            Query(avg_run("rl_kl_coefficient"), "beta · " + RUN),
+            Target(avg_run("rl_kl_reference"), "KL · " + RUN),
+            Target(avg_run("rl_kl_coefficient"), "beta · " + RUN),
         ],
     )
     return log_scale(right_axis(panel, 1, SCIENTIFIC), 1)  # beta (often 0) stays linear
@@ -359,9 +359,9 @@ def update_kl_and_clipping() -> timeseries.Panel:
         "share of clipped ratios and value predictions (right): both high means steps are too "
         "large.",
         [
-            Query(avg_run("rl_approx_kl"), "approx KL · " + RUN),
-            Query(avg_run("rl_clip_fraction_ratio", "bound"), "clip {{bound}} · " + RUN),
-            Query(avg_run("rl_value_clip_fraction_ratio"), "value clip · " + RUN),
+            Target(avg_run("rl_approx_kl"), "approx KL · " + RUN),
+            Target(avg_run("rl_clip_fraction_ratio", "bound"), "clip {{bound}} · " + RUN),
+            Target(avg_run("rl_value_clip_fraction_ratio"), "value clip · " + RUN),
         ],
     )
     for index in (1, 2):
@@ -376,10 +376,10 @@ def train_inference_mismatch() -> timeseries.Panel:
         "Importance ratio between trainer and rollout-engine probabilities (mean, min, max; "
         "ideal 1) and their mean absolute log-prob gap in nats (right).",
         [
-            Query(avg_run("rl_importance_ratio_mean"), "ratio mean · " + RUN),
-            Query(f"min by (run_id) ({SEL('rl_importance_ratio_min')})", "ratio min · " + RUN),
-            Query(f"max by (run_id) ({SEL('rl_importance_ratio_max')})", "ratio max · " + RUN),
-            Query(avg_run("rl_logprob_mismatch"), "log-prob gap · " + RUN),
+            Target(avg_run("rl_importance_ratio_mean"), "ratio mean · " + RUN),
+            Target(f"min by (run_id) ({SEL('rl_importance_ratio_min')})", "ratio min · " + RUN),
+            Target(f"max by (run_id) ({SEL('rl_importance_ratio_max')})", "ratio max · " + RUN),
+            Target(avg_run("rl_logprob_mismatch"), "log-prob gap · " + RUN),
         ],
     )
     return right_axis(panel, 3, NATS)
@@ -396,7 +396,7 @@ def grad_norm() -> timeseries.Panel:
                 unit_of("rl_grad_norm"),
                 "Gradient norm before clipping, per network, on a log axis: spikes precede "
                 "divergence.",
-                [Query(avg_run("rl_grad_norm", "network"), "{{network}} · " + RUN)],
+                [Target(avg_run("rl_grad_norm", "network"), "{{network}} · " + RUN)],
                 span=8,
             )
         )
@@ -414,7 +414,7 @@ def nonfinite_values() -> timeseries.Panel:
         "the first one). "
         "Anything above 0 is a bug or a diverged run.",
         [
-            Query(
+            Target(
                 zero_when_absent(increase, ["run_id"], SEL("rl_run_info"), "metric"),
                 "{{metric}} · " + RUN,
             )
@@ -428,7 +428,7 @@ def learning_rate() -> timeseries.Panel:
         t.LEARNING_RATE,
         SCIENTIFIC,
         "Current learning rate per network (schedule and warm-up).",
-        [Query(avg_run("rl_learning_rate", "network"), "{{network}} · " + RUN)],
+        [Target(avg_run("rl_learning_rate", "network"), "{{network}} · " + RUN)],
         span=8,
     )
 
@@ -440,9 +440,9 @@ def losses() -> timeseries.Panel:
         "Total and policy-gradient loss (left) and the critic's value loss (right, its scale "
         "differs). A value loss that explodes drags the policy with it.",
         [
-            Query(avg_run("rl_loss"), "loss · " + RUN),
-            Query(avg_run("rl_policy_loss"), "policy · " + RUN),
-            Query(avg_run("rl_value_loss"), "value · " + RUN),
+            Target(avg_run("rl_loss"), "loss · " + RUN),
+            Target(avg_run("rl_policy_loss"), "policy · " + RUN),
+            Target(avg_run("rl_value_loss"), "value · " + RUN),
         ],
         span=8,
     )
@@ -456,7 +456,7 @@ def explained_variance() -> timeseries.Panel:
             unit_of("rl_explained_variance"),
             "How well the value function predicts returns: 1 is perfect, below 0 (red line) is "
             "worse than predicting the mean.",
-            [Query(avg_run("rl_explained_variance"), RUN)],
+            [Target(avg_run("rl_explained_variance"), RUN)],
             span=8,
         )
     )
@@ -469,10 +469,10 @@ def advantages() -> timeseries.Panel:
         "Advantage mean, std, min and max per batch: a std near 0 means no learning signal, "
         "extreme min/max means outlier rollouts dominate the update.",
         [
-            Query(avg_run("rl_advantage_mean"), "mean · " + RUN),
-            Query(avg_run("rl_advantage_std"), "std · " + RUN),
-            Query(f"min by (run_id) ({SEL('rl_advantage_min')})", "min · " + RUN),
-            Query(f"max by (run_id) ({SEL('rl_advantage_max')})", "max · " + RUN),
+            Target(avg_run("rl_advantage_mean"), "mean · " + RUN),
+            Target(avg_run("rl_advantage_std"), "std · " + RUN),
+            Target(f"min by (run_id) ({SEL('rl_advantage_min')})", "min · " + RUN),
+            Target(f"max by (run_id) ({SEL('rl_advantage_max')})", "max · " + RUN),
         ],
         span=8,
     )
@@ -490,9 +490,9 @@ def response_length() -> timeseries.Panel:
             "from the histogram (recorded per run). Steady growth against the run's start is "
             "length explosion.",
             [
-                Query(avg_run("rl_response_length_mean_tokens"), "mean · " + RUN),
-                Query(f"max by (run_id) ({SEL('rl_response_length_max_tokens')})", "max · " + RUN),
-                *(Query(REC(name), f"{q} · {RUN}") for q, name in rules.LENGTH_QUANTILES.items()),
+                Target(avg_run("rl_response_length_mean_tokens"), "mean · " + RUN),
+                Target(f"max by (run_id) ({SEL('rl_response_length_max_tokens')})", "max · " + RUN),
+                *(Target(REC(name), f"{q} · {RUN}") for q, name in rules.LENGTH_QUANTILES.items()),
             ],
             span=12,
         ),
@@ -508,9 +508,9 @@ def response_quality() -> timeseries.Panel:
             "Share of responses cut at the length limit, in the required format, and judged "
             "successful. Rising truncation or falling compliance precede reward collapse.",
             [
-                Query(avg_run("rl_truncation_ratio"), "truncated · " + RUN),
-                Query(avg_run("rl_format_compliance_ratio"), "format ok · " + RUN),
-                Query(avg_run("rl_success_ratio"), "success · " + RUN),
+                Target(avg_run("rl_truncation_ratio"), "truncated · " + RUN),
+                Target(avg_run("rl_format_compliance_ratio"), "format ok · " + RUN),
+                Target(avg_run("rl_success_ratio"), "success · " + RUN),
             ],
             span=12,
         )
@@ -529,9 +529,9 @@ def samples_rate() -> timeseries.Panel:
         "Rollouts (samples), env steps and finished episodes per second. A drop against the "
         "run's own level is a slowdown.",
         [
-            Query(REC(rules.rate_name(rules.SAMPLES)), "samples · " + RUN),
-            Query(REC(rules.rate_name(rules.ENV_STEPS)), "env steps · " + RUN),
-            Query(REC(rules.rate_name(rules.EPISODES)), "episodes · " + RUN),
+            Target(REC(rules.rate_name(rules.SAMPLES)), "samples · " + RUN),
+            Target(REC(rules.rate_name(rules.ENV_STEPS)), "env steps · " + RUN),
+            Target(REC(rules.rate_name(rules.EPISODES)), "episodes · " + RUN),
         ],
         span=8,
     )
@@ -542,7 +542,7 @@ def steps_rate() -> timeseries.Panel:
         t.STEPS_RATE,
         PER_SECOND,
         "Optimizer steps per second; 0 while the process is up means training stalled.",
-        [Query(REC(rules.rate_name(rules.TRAIN_STEPS)), "train steps · " + RUN)],
+        [Target(REC(rules.rate_name(rules.TRAIN_STEPS)), "train steps · " + RUN)],
         span=8,
     )
 
@@ -553,8 +553,8 @@ def tokens_rate() -> timeseries.Panel:
         "suffix: tok/s",
         "Prompt tokens processed and completion tokens generated per second.",
         [
-            Query(REC(rules.rate_name(rules.PROMPT_TOKENS)), "prompt · " + RUN),
-            Query(REC(rules.rate_name(rules.COMPLETION_TOKENS)), "completion · " + RUN),
+            Target(REC(rules.rate_name(rules.PROMPT_TOKENS)), "prompt · " + RUN),
+            Target(REC(rules.rate_name(rules.COMPLETION_TOKENS)), "completion · " + RUN),
         ],
         span=8,
     )
@@ -580,8 +580,8 @@ def liveness() -> timeseries.Panel:
         "saw-tooth is healthy; a straight climb is a stalled loop (the process may still be up); "
         "only the oldest climbing is one hung rank.",
         [
-            Query(f"time() - {REC(LAST_LOG_OLDEST)}", "oldest rank · " + RUN),
-            Query(f"time() - {REC(LAST_LOG_NEWEST)}", "newest rank · " + RUN),
+            Target(f"time() - {REC(LAST_LOG_OLDEST)}", "oldest rank · " + RUN),
+            Target(f"time() - {REC(LAST_LOG_NEWEST)}", "newest rank · " + RUN),
         ],
     )
 

@@ -158,7 +158,7 @@ def _md_row(cells: list[str]) -> str:
 def render() -> dict[str, str]:
     """Relative path -> text of docs/detection.md for the default Config."""
     cfg = Config()
-    w = signals.Windows()
+    w = signals.StepWindows()
     lines = [HEADER, "", _INTRO, "## Windows (logged values)", ""]
     lines += [_md_row(["window", "values", "what it is for"]), "|---|--:|---|"]
     for f in dataclasses.fields(w):

@@ -213,6 +213,24 @@ def promtool() -> str:
     return path
 
 
+def promtool_test_rules(folder: Path, names: list[str]) -> None:
+    """``promtool test rules`` of each of ``names`` (relative to ``folder``), all at once (each
+    takes seconds); fails naming the file and promtool's report."""
+    procs = {
+        name: subprocess.Popen(
+            [promtool(), "test", "rules", name],
+            cwd=folder,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+        )
+        for name in names
+    }
+    for name, proc in procs.items():
+        text, _ = proc.communicate(timeout=300)
+        assert proc.returncode == 0 and "SUCCESS" in text, f"{name}:\n{text[-3000:]}"
+
+
 @contextlib.contextmanager
 def victoria_metrics(workdir: Path) -> Iterator[str]:
     """A real single-node VictoriaMetrics on a free port; yields its base URL (remote-write

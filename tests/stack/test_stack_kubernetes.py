@@ -20,7 +20,7 @@ import pytest
 import yaml
 from cloudcoil.models.prometheus_operator import v1 as operator
 
-from harness.stackutil import promtool
+from harness.stackutil import promtool, promtool_test_rules
 from rlpulse import catalog, cli
 from rlpulse.stack import config, dashboards, generate, rules, ruletests
 from rlpulse.stack.deploy import kubernetes, prometheus
@@ -270,20 +270,7 @@ def test_promtool_unit_tests_pass_on_the_extracted_rules(
         (tmp_path / rel).write_text(text)
     tests = sorted((tmp_path / "prometheus" / "tests").glob("*.yml"))
     assert [p.stem for p in tests] == sorted(rules.AREAS)
-    procs = {
-        p.name: subprocess.Popen(
-            [promtool(), "test", "rules", f"tests/{p.name}"],
-            cwd=tmp_path / "prometheus",
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for p in tests
-    }
-    for name, proc in procs.items():
-        text, _ = proc.communicate(timeout=300)
-        assert proc.returncode == 0, f"{name}:\n{text}"
-        assert "SUCCESS" in text
+    promtool_test_rules(tmp_path / "prometheus", [f"tests/{p.name}" for p in tests])
 
 
 def test_config_maps_hold_the_dashboards(objects: dict[str, dict[str, Any]]) -> None:

@@ -18,7 +18,7 @@ import promql_parser
 import pytest
 import yaml
 
-from harness.stackutil import promtool
+from harness.stackutil import promtool, promtool_test_rules
 from rlpulse import catalog
 from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack import config, rules, ruletests, runbooks
@@ -63,20 +63,7 @@ def test_promtool_checks_config_and_rules(tmp_path: Path, preset: str) -> None:
 def test_promtool_unit_tests_pass(tmp_path: Path) -> None:
     """Every area's scenario file, run in parallel (each takes several seconds)."""
     out = _generated(tmp_path, DEFAULT)
-    procs = {
-        area: subprocess.Popen(
-            [promtool(), "test", "rules", f"tests/{area}.yml"],
-            cwd=out,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.STDOUT,
-            text=True,
-        )
-        for area in rules.AREAS
-    }
-    for area, proc in procs.items():
-        text, _ = proc.communicate(timeout=300)
-        assert proc.returncode == 0, f"{area}:\n{text}"
-        assert "SUCCESS" in text
+    promtool_test_rules(out, [f"tests/{area}.yml" for area in rules.AREAS])
 
 
 def test_a_broken_threshold_fails_the_unit_tests(tmp_path: Path) -> None:

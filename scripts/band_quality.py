@@ -1,10 +1,10 @@
 """The reference band on real trainings: a run against three earlier healthy seeds.
 
-    .venv/bin/python scripts/band_quality.py [--steps 24000]
+    .venv/bin/python scripts/band_quality.py [--steps 24000] [--algo ppo|a2c|dqn] [--work DIR]
 
-Trains SB3 PPO on CartPole-v1 (the settings of ``harness.trainings.SB3_ALGOS``): three healthy
-reference seeds (20-22) make a band (``rlpulse band build``); then healthy seeds none of them
-used (23-26) and runs with causes the band never saw are replayed with and without it
+Trains SB3 PPO (or A2C, DQN) on CartPole-v1 (the settings of ``harness.trainings.SB3_ALGOS``):
+three healthy reference seeds (20-22) make a band (``rlpulse band build``); then healthy seeds
+none of them used (23-30) and runs with causes the band never saw are replayed with and without it
 (``rlpulse replay --reference-band``): a learning rate 30x too low (a config regression: the run
 learns, slowly), the pole's angular velocity reading 0 from env step 4,000 (an observation
 channel dies), and gravity x3 from env step 8,000 (the environment's dynamics change). Prints,
@@ -33,8 +33,8 @@ CAUSES = {
 BAND_ALERT = "RLOutsideReferenceBand"
 
 
-def train(scenario: str, seed: int, steps: int, work: str) -> str:
-    """One PPO run; the path of its progress.csv."""
+def train(scenario: str, seed: int, steps: int, work: str, algo: str = "ppo") -> str:
+    """One run of ``algo``; the path of its progress.csv."""
     import gymnasium as gym
     import numpy as np
     import stable_baselines3
@@ -43,7 +43,7 @@ def train(scenario: str, seed: int, steps: int, work: str) -> str:
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from harness.trainings import SB3_ALGOS
+    from harness.trainings import SB3_ALGOS, SB3_LOG_INTERVAL
 
     torch.set_num_threads(1)
 
@@ -62,17 +62,18 @@ def train(scenario: str, seed: int, steps: int, work: str) -> str:
                 obs[3] = 0.0
             return obs, reward, term, trunc, info
 
-    settings = dict(SB3_ALGOS["ppo"])
+    settings = dict(SB3_ALGOS[algo])
     if scenario == "lr-low":
         settings["learning_rate"] = settings["learning_rate"] / 30
-    out = Path(work) / f"ppo-{scenario}-s{seed}"
+    out = Path(work) / f"{algo}-{scenario}-s{seed}"
     if (out / "progress.csv").exists():  # --work DIR: a run trained before is read again
         return str(out / "progress.csv")
     venv = DummyVecEnv([lambda: Monitor(Cause(gym.make("CartPole-v1")))])
     venv.seed(seed)
-    model = stable_baselines3.PPO("MlpPolicy", venv, seed=seed, device="cpu", **settings)
+    cls = getattr(stable_baselines3, algo.upper())
+    model = cls("MlpPolicy", venv, seed=seed, device="cpu", **settings)
     model.set_logger(configure(str(out), ["csv"]))
-    model.learn(steps, log_interval=1)
+    model.learn(steps, log_interval=SB3_LOG_INTERVAL[algo])
     model.logger.close()
     return str(out / "progress.csv")
 
@@ -89,6 +90,7 @@ def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=24_000)
     ap.add_argument("--work", help="keep the trained runs in this directory (and reuse them)")
+    ap.add_argument("--algo", default="ppo", choices=("ppo", "a2c", "dqn"))
     args = ap.parse_args(argv)
     from rlpulse.offline import bands
 
@@ -96,7 +98,7 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory(prefix="rlpulse-band-") as tmp:
         work = args.work or tmp
         with ProcessPoolExecutor(2) as pool:
-            done = [pool.submit(train, scn, seed, args.steps, work) for scn, seed in runs]
+            done = [pool.submit(train, s, seed, args.steps, work, args.algo) for s, seed in runs]
             logs = {run: job.result() for run, job in zip(runs, done, strict=True)}
         band = bands.build([Path(logs[("healthy", s)]) for s in REFERENCES])
         path = Path(work) / "band.json"
@@ -119,7 +121,8 @@ def main(argv: list[str]) -> int:
             other = sorted({f"{a} ({s})" for a, s, _, _ in with_band if a != BAND_ALERT})
             base = sorted({f"{a} ({s})" for a, s, _, _ in without})
             why = CAUSES.get(scenario, "healthy seed, not in the band")
-            print(f"| ppo-{scenario}-s{seed} | {why} | {said} | {', '.join(other) or '—'} | "
+            run = f"{args.algo}-{scenario}-s{seed}"
+            print(f"| {run} | {why} | {said} | {', '.join(other) or '—'} | "
                   f"{', '.join(base) or '—'} |", flush=True)  # fmt: skip
     return 0
 

@@ -26,7 +26,7 @@ sys.path.insert(0, str(REPO))
 REFERENCES = (20, 21, 22)
 HEALTHY = (23, 24, 25, 26, 27, 28, 29, 30)
 CAUSES = {
-    "lr-low": "learning rate 1e-3 / 30 from the start (a config regression)",
+    "lr-low": "the learning rate / 30 from the start (a config regression)",
     "obs-dead": "observation 3 (pole angular velocity) reads 0 from env step 4,000",
     "gravity": "gravity x3 from env step 8,000 (the dynamics change)",
 }

@@ -146,7 +146,13 @@ fired;
 the pole's angular-velocity reading zeroed from env step 4,000 warned at update 540 (episode
 return below the band; RLRewardCollapse paged there too, and holds the warning back); gravity x3
 from env step 8,000 left the return where healthy seeds had it and raised nothing (a dynamics
-change that does no damage is input drift, which rlpulse does not measure yet).
+change that does no damage is input drift, which rlpulse does not measure yet). The same
+script with `--algo a2c` and `--algo dqn` (same seeds and causes): 0 warnings on the 8 healthy
+seeds of each; A2C's low learning rate warned at update 1,299, its dead observation (a dip to 37
+against healthy seeds' 50-100, then relearning) did not; DQN warned on neither: its healthy seeds
+spread from 50 to 168 by the end (one collapses and recovers), so three of them make a band wide
+enough to hold a run stuck at 10, below where every seed started (RLRewardCollapse paged the dead
+observation). A band is as tight as its references agree: use more of them where seeds vary.
 
 """
 

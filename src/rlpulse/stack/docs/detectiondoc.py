@@ -152,7 +152,7 @@ seeds of each; A2C's low learning rate warned at update 1,299, its dead observat
 against healthy seeds' 50-100, then relearning) did not; DQN warned on neither: its healthy seeds
 spread from 50 to 168 by the end (one collapses and recovers), so three of them make a band wide
 enough to hold a run stuck at 10, below where every seed started (RLRewardCollapse paged the dead
-observation). A band is as tight as its references agree: use more of them where seeds vary.
+observation). A band is only as tight as its references agree.
 
 """
 

@@ -86,11 +86,44 @@ def alerts(log: str, band: str | None) -> list[tuple[str, str, str, float | None
     return [(a.alert, a.severity, a.labels.get("series", ""), a.onset_step) for a in result.alerts]
 
 
+def chart(band: Any, logs: dict[tuple[str, int], str], algo: str, out: Path) -> None:
+    """The episode-return band and, over it, a healthy seed not in it and the failing runs."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from rlpulse import keys
+    from rlpulse.offline import bands
+    from rlpulse.offline.logs import read_log, resolve_format
+    from rlpulse.offline.replay.timeline import framework_hint
+
+    curve = band.curves["episode_return"]
+    fig, ax = plt.subplots(figsize=(8, 3.6), dpi=110)
+    ax.fill_between(curve.steps, curve.low, curve.high, color="tab:gray", alpha=0.2)
+    ax.plot(curve.steps, curve.low, "--", color="tab:gray", lw=1, label="band of seeds 20-22")
+    ax.plot(curve.steps, curve.high, "--", color="tab:gray", lw=1)
+    shown = {("healthy", HEALTHY[0]): "healthy seed 23", **{(c, 23): c for c in CAUSES}}
+    for run, label in shown.items():
+        p = Path(logs[run])
+        fmt = resolve_format(p, "auto")
+        ref = bands.reference(list(read_log(p, fmt)), framework_hint(p, fmt), keys.user_map(None))
+        points = ref["episode_return"][1]
+        ax.plot([s for s, _, _ in points], [v for _, _, v in points], lw=1.4, label=label)
+    ax.set_xlabel(f"logged step ({algo.upper()} updates)")
+    ax.set_ylabel("episode return (smoothed)")
+    ax.legend(fontsize=8, loc="upper left")
+    ax.set_title("A run against the band of earlier healthy runs at the same step", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out)
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=24_000)
     ap.add_argument("--work", help="keep the trained runs in this directory (and reuse them)")
     ap.add_argument("--algo", default="ppo", choices=("ppo", "a2c", "dqn"))
+    ap.add_argument("--chart", type=Path, help="draw the band and the runs' returns into this PNG")
     args = ap.parse_args(argv)
     from rlpulse.offline import bands
 
@@ -103,6 +136,8 @@ def main(argv: list[str]) -> int:
         band = bands.build([Path(logs[("healthy", s)]) for s in REFERENCES])
         path = Path(work) / "band.json"
         path.write_text(band.to_json())
+        if args.chart:
+            chart(band, logs, args.algo, args.chart)
         print(f"band of seeds {REFERENCES}: " + ", ".join(
             f"{n} steps {c.steps[0]:g}..{c.steps[-1]:g}" for n, c in band.curves.items()
         ))  # fmt: skip

@@ -138,8 +138,12 @@ alert's page says where the run is outside the band (e.g. "Outside the band of i
 reference runs: episode_return (30% of their range)"). The reward and episode-return panels draw
 the band dashed.
 
-Measured with `scripts/band_quality.py` (SB3 PPO on CartPole-v1, 24,000 env steps, the band of
-seeds 20-22): 0 warnings on 8 healthy seeds not in the band (23-30; 23-26 were looked at while
+![The episode-return band of three healthy PPO seeds, a fourth healthy seed inside it, and the
+runs with a low learning rate and a dead observation falling out of it](img/reference-band.png)
+
+Measured with `scripts/band_quality.py --chart docs/img/reference-band.png` (SB3 PPO on
+CartPole-v1, 24,000 env steps, the band of seeds 20-22): 0 warnings on 8 healthy seeds not in
+the band (23-30; 23-26 were looked at while
 choosing the spread margin, 27-30 only after). A learning rate 30x too low warned at update 600
 (15,360 env steps: its return below the band, its entropy above it) while no self-relative alert
 fired;

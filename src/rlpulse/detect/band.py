@@ -23,6 +23,7 @@ the band's first step and after its last.
 from __future__ import annotations
 
 import bisect
+import functools
 import itertools
 import json
 import math
@@ -67,7 +68,7 @@ class Curve:
     low: tuple[float, ...]
     high: tuple[float, ...]
 
-    @property
+    @functools.cached_property
     def span(self) -> float:
         """The references' whole range (at least a millionth of its magnitude)."""
         lo, hi = min(self.low), max(self.high)

@@ -49,6 +49,7 @@ SIGNAL = catalog.get("rl_step_signal")
 BASELINE = catalog.get("rl_step_signal_baseline")
 INTERVAL = catalog.get("rl_step_interval_seconds")
 BAND = catalog.get("rl_reference_band")
+BAND_GAP = "reference_band_gap"  # the signal against earlier healthy runs (``_band_gap``)
 
 Worse = Literal["above", "below"]
 # how a value reads: a share (shown as %), a multiple (x), nats, or robust standard deviations
@@ -623,13 +624,12 @@ def _band_gap(d: Detector, t: Track, key: str) -> tuple[float, float]:
     if curve is None or d._last_step is None or not t.warm:
         return math.nan, math.nan
     found = curve.gap(t.smoothed, d._last_step)
-    name = band.series_name(key, d.labels)
     if found is None:  # past the steps the references reached: no band, nothing exported
-        d.band_now.pop(name, None)
-        d.held.pop(("reference_band_gap", name), None)
+        d.band_now.pop(d.banded, None)
+        d.held.pop((BAND_GAP, d.banded), None)
         return math.nan, math.nan
     gap, low, high = found
-    d.band_now[name] = (low, high)
+    d.band_now[d.banded] = (low, high)
     return gap, high if curve.worse == "above" else low
 
 
@@ -789,7 +789,7 @@ SIGNALS: tuple[Signal, ...] = (
     ),
     *(
         Signal(
-            "reference_band_gap",
+            BAND_GAP,
             m,
             "above",
             _band_gap,
@@ -955,7 +955,7 @@ class Detector:
         self._began: dict[tuple[str, str], int] = {}
         self.band: band.Band | None = None  # earlier healthy runs' band (``_band_gap``)
         self.curve: band.Curve | None = None  # the band of the series ``_add`` computes
-        self.labels: tuple[str, ...] = ()  # that series' labels
+        self.banded = ""  # that series' name (``band.series_name``)
         self.band_now: dict[str, tuple[float, float]] = {}  # series -> (low, high) at the step
 
     # -- input
@@ -1028,8 +1028,8 @@ class Detector:
             self._objective(labels, track.last)
         banded = None
         if self.band is not None and signals is None and metric in band.BANDED:
-            banded = band.series_name(metric, labels)
-            self.curve, self.labels = self.band.curves.get(banded), labels
+            banded = self.banded = band.series_name(metric, labels)
+            self.curve = self.band.curves.get(banded)
         for sig in _BY_METRIC[metric] if signals is None else signals:
             name = series
             if sig.compute is _band_gap:  # one signal over several metrics: its own series

@@ -41,7 +41,7 @@ ONSET_STEP = 131.0  # where the failure began in the promtool scenarios (the run
 CHECKPOINT = {"checkpoint": "checkpoint-120"}
 RESUME = catalog.get("rl_resume_checkpoint_step")
 _BY_NAME = {s.name: s for s in signals.SIGNALS}
-BAND_GAP = "reference_band_gap"
+BAND_GAP = signals.BAND_GAP
 # context every other step alert's page carries: where the run is outside the band of its
 # healthy reference runs (nothing without a reference band)
 _BAND_NOW = template_query(

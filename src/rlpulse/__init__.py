@@ -33,7 +33,10 @@ __all__ = [
     "log",
     "observe",
     "observe_episodes",
+    "observe_features",
+    "observe_prompts",
     "observe_rollouts",
+    "observe_versions",
     "phase",
     "progress",
     "record_rollouts",
@@ -216,6 +219,30 @@ def observe_episodes(returns: Any, lengths: Any, success: Any = None) -> None:
     rec = _recording()
     if rec is not None:
         rec.observe_episodes(returns, lengths, success)
+
+
+def observe_features(kind: str, /, **features: Any) -> None:
+    """Samples of drift features (input, observation or behaviour); see
+    ``Exporter.observe_features``."""
+    exp = _current
+    if exp is not None:
+        exp.observe_features(kind, **features)
+
+
+def observe_prompts(**prompts: Any) -> None:
+    """A batch of prompts' lengths, source tags and difficulty as drift inputs; see
+    ``Exporter.observe_prompts``."""
+    exp = _current
+    if exp is not None:
+        exp.observe_prompts(**prompts)
+
+
+def observe_versions(**versions: Any) -> None:
+    """The run's environment or grader version now (a change is an input drift); see
+    ``Exporter.observe_versions``."""
+    exp = _current
+    if exp is not None:
+        exp.observe_versions(**versions)
 
 
 def count(name: str, amount: float = 1.0, /, **labels: Any) -> None:

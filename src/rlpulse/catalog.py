@@ -343,6 +343,30 @@ CATALOG: tuple[Metric, ...] = (
         ("series", "bound"),
     ),
     _m(
+        "rl_drift_score",
+        "gauge",
+        "",
+        "rl",
+        "How far a feature's distribution moved from its reference (rlpulse.detect.drift): the "
+        "population stability index of its latest 1,000 samples against the reference's deciles "
+        "or categories, less its small-sample bias (0.1: a small shift, 0.25: a large one; 100: "
+        "a feature that varied now reads one value, or a new environment or grader version). "
+        "kind: input (what the run is fed: prompts, their source and difficulty, versions), "
+        "observation (classic RL observations, which move as the policy learns) or behaviour "
+        "(actions, response lengths, rewards); feature: obs[2], action, prompt_length, source, "
+        "reward[correctness], version:grader ...",
+        ("kind", "feature"),
+    ),
+    _m(
+        "rl_drift_onset_step",
+        "gauge",
+        "",
+        "rl",
+        "The step since which a feature is drifted (an input's score at 0.25 or more, or any "
+        "kind's dead channel or new version: a score of 100); absent while it is not.",
+        ("kind", "feature"),
+    ),
+    _m(
         "rl_run_finished_timestamp_seconds",
         "gauge",
         "seconds",

@@ -32,7 +32,7 @@ from prometheus_client import CollectorRegistry
 
 from rlpulse import catalog, keys, notices
 from rlpulse.catalog import Metric
-from rlpulse.detect import band, lastgood, signals
+from rlpulse.detect import band, drift, lastgood, signals
 from rlpulse.runtime import batches, discovery, http, lifecycle, options, runinfo, scrape, targets
 from rlpulse.runtime.coerce import Dropped, label_text, plain, plain_snapshot
 from rlpulse.runtime.collectors.base import CachedReader
@@ -81,6 +81,9 @@ class Exporter:
         self.progress_at = 0.0  # time.time() of the latest progress() heartbeat
         self.writes = Writes(self.store, self.detector, self.drops)
         self.run_info = runinfo.run_info(opts.metadata, self.drops)
+        self.drift = drift.Drift()  # features against their reference (observe_features)
+        for part, version in runinfo.versions(self.run_info):
+            self.drift.version(part, version, 0.0)
         self.ingest = Ingest(
             self.store,
             self.writes,
@@ -503,6 +506,87 @@ class Exporter:
         comp_arrays = {k: arrays[f"components[{k}]"] for k in comps if f"components[{k}]" in arrays}
         for name, labels, value in batches.rollout_gauges(arrays, comp_arrays, group_size):
             writes.put(name, value, labels)
+        self._rollout_drift(arrays, comp_arrays)
+
+    def _rollout_drift(self, arrays: dict[str, np.ndarray], comps: dict[str, np.ndarray]) -> None:
+        """A rollout batch's drift features: prompt lengths (input), response lengths and
+        rewards (behaviour)."""
+        step = self.store.values[self.ingest._step.slot]
+        add = self.drift.add
+        if "prompt_tokens" in arrays:
+            add("input", "prompt_length", arrays["prompt_tokens"], step)
+        behaviour = {
+            "response_length": arrays.get("response_tokens"),
+            "reward": arrays.get("rewards"),
+        }
+        behaviour |= {f"reward[{k}]": v for k, v in comps.items()}
+        for name, values in behaviour.items():
+            if values is not None and not add("behaviour", drift.feature_name(name), values, step):
+                self.drops("drift_feature_cap", f"behaviour/{name}", drift.MAX_FEATURES)
+
+    def observe_features(
+        self, kind: str, /, *, categorical: Iterable[str] = (), **features: Any
+    ) -> None:
+        """Samples of drift features (``rlpulse.detect.drift``) of ``kind`` (input, observation
+        or behaviour): per feature numbers (a 2-D array: one feature per column, ``obs[i]``)
+        or texts; the features named in ``categorical`` (discrete actions, difficulty
+        buckets) are categories whatever their type. Copied at the call; scored off it."""
+        try:
+            if kind not in drift.KINDS:
+                raise ValueError(f"kind {kind!r} is not one of {', '.join(drift.KINDS)}")
+            cats = frozenset(categorical)
+            snap = {
+                drift.feature_name(k): _feature_snapshot(v, k in cats)
+                for k, v in features.items()
+                if v is not None
+            }
+        except Exception as exc:
+            if self.strict:
+                raise
+            self.drops("bad_call", "observe_features", exc)
+            return
+        self._calls.put(self._apply_features, (kind, snap), "observe_features")
+
+    def _apply_features(self, kind: drift.Kind, features: dict[str, Any]) -> None:
+        step = self.store.values[self.ingest._step.slot]
+        for name, values in features.items():
+            if isinstance(values, Dropped):
+                self.drops(values.reason, name, values)
+            elif not self.drift.add(kind, name, values, step):
+                self.drops("drift_feature_cap", f"{kind}/{name}", drift.MAX_FEATURES)
+
+    def observe_prompts(
+        self, *, lengths: Any = None, sources: Any = None, difficulty: Any = None
+    ) -> None:
+        """A batch of prompts as drift inputs: their lengths (tokens), source or dataset tags
+        and difficulty buckets (any of them; ``observe_rollouts(prompt_tokens=...)`` gives the
+        lengths already)."""
+        self.observe_features(
+            "input",
+            categorical=("source", "difficulty"),
+            prompt_length=lengths,
+            source=sources,
+            difficulty=difficulty,
+        )
+
+    def observe_versions(self, **versions: Any) -> None:
+        """The versions of the run's parts now (``environment="v2"``, ``grader="2024-06"``): a
+        part whose version is not its first (the run's metadata, ``grader_version`` or
+        ``<part>_version``, or its first call) is an input drift from the current step on."""
+        try:
+            given = {drift.feature_name(k): label_text(v) for k, v in versions.items()}
+        except Exception as exc:
+            if self.strict:
+                raise
+            self.drops("bad_call", "observe_versions", exc)
+            return
+        self._calls.put(self._apply_versions, (given,), "observe_versions")
+
+    def _apply_versions(self, versions: dict[str, str]) -> None:
+        step = self.store.values[self.ingest._step.slot]
+        for part, version in versions.items():
+            if not self.drift.version(part, version, step):
+                self.drops("drift_feature_cap", f"input/version:{part}", drift.MAX_FEATURES)
 
     def observe_episodes(self, returns: Any, lengths: Any, success: Any = None) -> None:
         """Record finished episodes (classic RL); gauges show the mean of the last 100."""
@@ -575,6 +659,23 @@ class Exporter:
     def scrape_samples(self) -> Iterator[tuple[Metric, tuple[str, ...], float]]:
         """What a scrape adds to the store (``rlpulse.runtime.scrape.samples``)."""
         return scrape.samples(self)
+
+
+def _feature_snapshot(values: Any, categorical: bool) -> np.ndarray | list[str] | Dropped:
+    """A drift feature's samples as its own copy: category texts (at most ``drift.WINDOW``, the
+    last), or floats (a 2-D array stays 2-D: a batch of vectors)."""
+    if (
+        categorical
+        or isinstance(values, str)
+        or (isinstance(values, Sequence) and values and isinstance(values[0], str))
+    ):
+        items = [values] if isinstance(values, str) else list(values)[-drift.WINDOW :]
+        return [label_text(v) for v in items]
+    try:
+        arr = np.array(values, dtype=np.float64)  # a copy, never a view of the trainer's array
+    except Exception:
+        return Dropped("non_numeric", values)
+    return arr.reshape(arr.shape[0], -1) if arr.ndim > 1 else arr.reshape(-1)
 
 
 def _log_misuse(metrics: Any, step: Any) -> TypeError | None:

@@ -131,3 +131,15 @@ def hyperparameters(
             yield name, float(value)
         elif isinstance(value, int | float | np.number):
             yield name, value
+
+
+NOT_VERSIONED = frozenset({"framework_version", "rlpulse_version"})
+
+
+def versions(info: RunInfo) -> Iterator[tuple[str, str]]:
+    """The versioned parts the run's metadata names: (``grader``, its version) from
+    ``grader_version``, (``env``, ...) from a free-form ``env_version`` ... (not the
+    framework's)."""
+    for name, value in zip(info.metric.labels, info.values, strict=True):
+        if name.endswith("_version") and value and name not in NOT_VERSIONED:
+            yield name.removesuffix("_version"), value

@@ -74,6 +74,7 @@ def samples(exp: Exporter) -> Iterator[Sample]:
             metric = catalog.get(name)
             yield metric, tuple(labels[n] for n in metric.labels), value
     yield from exp.detector.samples()
+    yield from exp.drift.samples()
     yield catalog.get("rl_last_progress_timestamp_seconds"), (), exp.last_progress()
     yield from exp.onsets.samples(exp.detector, exp.levels, exp.checkpoints)
     for source in list(exp.sample_sources):

@@ -1,0 +1,345 @@
+"""Drift: a feature's distribution now against its reference.
+
+Per feature (an observation dimension, an action, a prompt's length or source tag, a reward
+component ...) the run keeps a *reference* and a *window*:
+
+- reference: the feature's first ``REFERENCE`` samples in this run (1,000: enough that the
+  score's null spread is a few hundredths, few enough that a run fills it in its first minutes),
+  or a pinned reference from an earlier run (``save`` / ``load``: per feature its bin edges or
+  categories and their proportions);
+- window: its latest ``WINDOW`` samples; the score is worked out every ``EVERY`` new samples,
+  so it does not depend on when it is read.
+
+The score is the population stability index over the reference's deciles (numbers) or its
+categories (text, discrete actions): ``sum((c - r) ln(c / r))`` over bins with reference share
+``r`` and window share ``c`` (empty bins count as ``EPS``), less its expectation when nothing
+changed, ``(k - 1)(1/n_ref + 1/n_now)`` for ``k`` bins (the small-sample bias), at least 0.
+By convention 0.1 is a small shift and 0.25 (``SHIFT``) a large one. Two changes no sample size
+explains score ``EVENT``: a feature that varied in its reference and now (nearly: ``DEAD_SHARE``
+of the window) reads one value (a dead sensor, a stuck tag), and a new environment or grader
+version (``version``). ``onset`` is the step since which a feature is drifted (its score at
+``SHIFT`` or above; an input's only, or any kind's ``EVENT``), cleared once it is back under
+``CLEAR``.
+
+Bounded: at most ``MAX_DIMS`` dimensions of a vector feature (evenly spaced over its dimensions
+when it has more; the feature keeps its own index, ``obs[17]``), ``MAX_FEATURES`` features per
+kind (more are counted and ignored), ``MAX_CATEGORIES`` categories per feature (more fall into
+``OTHER``); every feature holds at most ``REFERENCE + WINDOW`` numbers.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from rlpulse import catalog
+
+SCORE = catalog.get("rl_drift_score")
+ONSET = catalog.get("rl_drift_onset_step")
+
+Kind = Literal["input", "observation", "behaviour"]
+KINDS: tuple[Kind, ...] = ("input", "observation", "behaviour")
+FORMAT = 1  # the reference file's version
+REFERENCE = 1000  # samples a feature's own reference takes
+WINDOW = 1000  # samples the score compares with it
+EVERY = WINDOW // 4  # new samples between two scores
+BINS = 10  # quantile bins of a numeric reference
+EPS = 1e-4  # the share an empty bin counts as
+SHIFT = 0.25  # a large shift: a feature at or above it is drifted
+CLEAR = 0.1  # and stays drifted until back under this
+EVENT = 100.0  # the score of a change no sample size explains (dead channel, new version)
+CAP = 50.0  # scores of a shift stop here (below EVENT)
+DEAD_SHARE = 0.9  # a window this much one value, from a reference that varied: dead
+VARIED_SHARE = 0.5  # a reference varied when no value holds this share of it
+MAX_DIMS = 16  # dimensions of a vector feature that are watched
+MAX_FEATURES = 64  # features per kind
+MAX_CATEGORIES = 32  # categories per feature
+MAX_NAME_CHARS = 64
+OTHER = "other"  # the category of those past MAX_CATEGORIES
+
+
+@dataclass(frozen=True)
+class Reference:
+    """What a feature is compared with: numeric ``edges`` (bin ``i`` holds values in
+    ``[edges[i-1], edges[i])``) or ``categories``, the share of each bin, whether it varied,
+    and how many samples it was made of."""
+
+    shares: tuple[float, ...]
+    n: int
+    varied: bool
+    edges: tuple[float, ...] | None = None
+    categories: tuple[str, ...] | None = None
+
+    @classmethod
+    def of(cls, values: np.ndarray | list[str]) -> Reference:
+        """The reference of a feature's samples (a float array, or category texts)."""
+        if isinstance(values, np.ndarray):
+            edges = np.unique(np.quantile(values, np.linspace(0, 1, BINS + 1)[1:-1]))
+            counts = np.bincount(
+                np.searchsorted(edges, values, side="right"), minlength=edges.size + 1
+            )
+            _, same = np.unique(values, return_counts=True)
+            varied = same.max() < VARIED_SHARE * values.size
+            shares = counts / values.size
+            return cls(tuple(shares.tolist()), values.size, bool(varied), tuple(edges.tolist()))
+        cats, same = np.unique(np.asarray(values, dtype=object), return_counts=True)
+        varied = same.max() < VARIED_SHARE * len(values)
+        shares = same / len(values)
+        return cls(tuple(shares.tolist()), len(values), bool(varied), None, tuple(map(str, cats)))
+
+    def score(self, values: np.ndarray | list[str]) -> float:
+        """The debiased PSI of ``values`` against this reference (``EVENT`` for a dead
+        feature)."""
+        n = len(values)
+        if self.varied and _top_share(values) >= DEAD_SHARE:
+            return EVENT
+        if self.edges is not None:
+            arr = np.asarray(values, dtype=np.float64)
+            k = len(self.edges) + 1
+            now = np.bincount(np.searchsorted(self.edges, arr, side="right"), minlength=k) / n
+            ref = np.asarray(self.shares)
+        else:
+            assert self.categories is not None
+            cats, same = np.unique(np.asarray(values, dtype=object), return_counts=True)
+            seen = dict(zip(map(str, cats), (same / n).tolist(), strict=True))
+            names = list(self.categories) + [c for c in seen if c not in self.categories]
+            k = len(names)
+            given = dict(zip(self.categories, self.shares, strict=True))
+            ref = np.array([given.get(c, 0.0) for c in names])
+            now = np.array([seen.get(c, 0.0) for c in names])
+        ref, now = np.maximum(ref, EPS), np.maximum(now, EPS)
+        psi = float(np.sum((now - ref) * np.log(now / ref)))
+        bias = (k - 1) * (1 / self.n + 1 / n)
+        return min(max(psi - bias, 0.0), CAP)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"n": self.n, "varied": self.varied, "shares": list(self.shares)}
+        if self.edges is not None:
+            out["edges"] = list(self.edges)
+        else:
+            out["categories"] = list(self.categories or ())
+        return out
+
+    @classmethod
+    def from_dict(cls, data: Any, where: str) -> Reference:
+        if not isinstance(data, dict):
+            raise ValueError(f"{where}: expected a mapping")
+        shares, n = data.get("shares"), data.get("n")
+        edges, cats = data.get("edges"), data.get("categories")
+        if not isinstance(n, int) or n < 1 or not isinstance(shares, list):
+            raise ValueError(f"{where}: needs n (a positive count) and shares (a list)")
+        if not all(isinstance(s, int | float) and 0 <= s <= 1 for s in shares):
+            raise ValueError(f"{where}: shares must be numbers in [0, 1]")
+        if (edges is None) == (cats is None):
+            raise ValueError(f"{where}: give edges (numbers) or categories (texts), not both")
+        size = len(edges) + 1 if isinstance(edges, list) else len(cats or ())
+        if len(shares) != size:
+            raise ValueError(f"{where}: {len(shares)} shares for {size} bins")
+        if edges is not None:
+            if not all(isinstance(e, int | float) and math.isfinite(e) for e in edges):
+                raise ValueError(f"{where}: edges must be finite numbers")
+            if list(edges) != sorted(set(edges)):
+                raise ValueError(f"{where}: edges must ascend")
+            return cls(tuple(map(float, shares)), n, bool(data.get("varied")), tuple(edges))
+        assert isinstance(cats, list)
+        return cls(
+            tuple(map(float, shares)), n, bool(data.get("varied")), None, tuple(map(str, cats))
+        )
+
+
+def _top_share(values: np.ndarray | list[str]) -> float:
+    """The share of the most common value."""
+    _, same = np.unique(
+        np.asarray(values, dtype=object if isinstance(values, list) else None), return_counts=True
+    )
+    return float(same.max()) / len(values)
+
+
+class Feature:
+    """One feature's reference, window, score and onset."""
+
+    __slots__ = (
+        "categories",
+        "kind",
+        "name",
+        "numeric",
+        "onset",
+        "ref",
+        "samples",
+        "score",
+        "since",
+        "taken",
+        "window",
+    )
+
+    def __init__(self, kind: Kind, name: str, numeric: bool, ref: Reference | None) -> None:
+        self.kind, self.name, self.numeric = kind, name, numeric
+        self.ref = ref  # pinned, or made of the first REFERENCE samples
+        self.taken: list[Any] = []  # the first samples, while the reference is made of them
+        self.window: np.ndarray | list[str] = np.empty(0) if numeric else []
+        self.categories: set[str] = set()  # the categories seen (MAX_CATEGORIES, then OTHER)
+        self.since = 0  # samples since the last score
+        self.score = math.nan
+        self.onset: float | None = None
+        self.samples = 0
+
+    def add(self, values: np.ndarray | list[str], step: float) -> None:
+        """Take new samples (already bounded) at ``step``."""
+        if not self.numeric:
+            values = [self._category(v) for v in values]
+        self.samples += len(values)
+        if self.ref is None:
+            room = REFERENCE - len(self.taken)
+            self.taken.extend(
+                values[:room].tolist() if isinstance(values, np.ndarray) else values[:room]
+            )
+            values = values[room:]
+            if len(self.taken) >= REFERENCE:
+                taken = np.asarray(self.taken, dtype=np.float64) if self.numeric else self.taken
+                self.ref, self.taken = Reference.of(taken), []
+            if not len(values):
+                return
+        if isinstance(values, np.ndarray):
+            assert isinstance(self.window, np.ndarray)
+            self.window = np.concatenate((self.window, values))[-WINDOW:]
+        else:
+            assert isinstance(self.window, list)
+            self.window = (self.window + values)[-WINDOW:]
+        self.since += len(values)
+        if self.since >= EVERY and len(self.window) >= WINDOW and self.ref is not None:
+            self.since = 0
+            self._scored(self.ref.score(self.window), step)
+
+    def _category(self, value: str) -> str:
+        if value in self.categories:
+            return value
+        if len(self.categories) < MAX_CATEGORIES:
+            self.categories.add(value)
+            return value
+        return OTHER
+
+    def _scored(self, score: float, step: float) -> None:
+        self.score = score
+        counts = score >= EVENT or (self.kind == "input" and score >= SHIFT)
+        if self.onset is None and counts:
+            self.onset = step
+        elif self.onset is not None and not counts and score < CLEAR:
+            self.onset = None
+
+
+class Drift:
+    """Every drift feature of one run (fed on the exporter's apply thread)."""
+
+    def __init__(self, pinned: Mapping[str, Reference] | None = None) -> None:
+        self.pinned = dict(pinned or {})  # "kind/feature" -> its reference
+        self.features: dict[tuple[Kind, str], Feature] = {}
+        self.versions: dict[str, str] = {}  # the first version of each versioned part
+
+    def add(self, kind: Kind, name: str, values: np.ndarray | list[str], step: float) -> bool:
+        """Samples of one feature: a flat float array or category texts (a 2-D array: one
+        feature per column, ``name[i]``, at most ``MAX_DIMS`` of them); False when a feature
+        is new past ``MAX_FEATURES`` of its kind (it is not watched)."""
+        if isinstance(values, np.ndarray) and values.ndim == 2:
+            return all(
+                [
+                    self.add(kind, f"{name}[{i}]", values[:, i], step)
+                    for i in columns(values.shape[1])
+                ]
+            )
+        if not len(values):
+            return True
+        feature = self.features.get((kind, name))
+        if feature is None:
+            if sum(k == kind for k, _ in self.features) >= MAX_FEATURES:
+                return False
+            numeric = isinstance(values, np.ndarray)
+            ref = self.pinned.get(f"{kind}/{name}")
+            if ref is not None and (ref.edges is not None) != numeric:
+                ref = None  # a pinned reference of the other type: the run's own is made
+            feature = self.features[(kind, name)] = Feature(kind, name, numeric, ref)
+        if isinstance(values, np.ndarray) != feature.numeric:
+            return True  # numbers for a categorical feature (or texts for a numeric one): skipped
+        if isinstance(values, np.ndarray):
+            finite = values[np.isfinite(values)]
+            if finite.size:
+                feature.add(finite, step)
+            return True
+        feature.add(values, step)
+        return True
+
+    def version(self, part: str, version: str, step: float) -> bool:
+        """The version of a part of the run (``environment``, ``grader``): a version other than
+        the first is an input drift of feature ``version:<part>`` from ``step`` on (False: a
+        new part past ``MAX_FEATURES``)."""
+        name = f"version:{part}"
+        first = self.versions.setdefault(part, version)
+        feature = self.features.get(("input", name))
+        if feature is None:
+            if sum(k == "input" for k, _ in self.features) >= MAX_FEATURES:
+                return False
+            feature = self.features[("input", name)] = Feature("input", name, False, None)
+        feature._scored(0.0 if version == first else EVENT, step)
+        return True
+
+    def samples(self) -> Iterator[tuple[Any, tuple[str, ...], float]]:
+        """``rl_drift_score`` of every scored feature, ``rl_drift_onset_step`` of the drifted."""
+        for (kind, name), f in list(self.features.items()):
+            if math.isnan(f.score):
+                continue
+            yield SCORE, (kind, name), f.score
+            if f.onset is not None:
+                yield ONSET, (kind, name), f.onset
+
+    def references(self) -> dict[str, Reference]:
+        """Every feature's reference made so far ("kind/feature" -> it), to pin in a later run."""
+        return {f"{k}/{n}": f.ref for (k, n), f in self.features.items() if f.ref is not None}
+
+
+def columns(dims: int) -> list[int]:
+    """The dimensions of a vector feature that are watched: all up to ``MAX_DIMS``, else
+    ``MAX_DIMS`` evenly spaced ones (the first and the last among them)."""
+    if dims <= MAX_DIMS:
+        return list(range(dims))
+    return sorted({round(i * (dims - 1) / (MAX_DIMS - 1)) for i in range(MAX_DIMS)})
+
+
+def feature_name(name: Any) -> str:
+    """A feature's name as a label value (text, at most ``MAX_NAME_CHARS``)."""
+    return str(name)[:MAX_NAME_CHARS]
+
+
+def save(references: Mapping[str, Reference], path: str | os.PathLike[str], run: str = "") -> None:
+    """Write references (``Drift.references``) as a pinned reference file."""
+    data = {
+        "rlpulse_drift": FORMAT,
+        "run": run,
+        "features": {name: r.to_dict() for name, r in sorted(references.items())},
+    }
+    Path(path).write_text(json.dumps(data, indent=1), encoding="utf-8")
+
+
+def load(path: str | os.PathLike[str]) -> dict[str, Reference]:
+    """The references in a pinned reference file; ``ValueError`` naming what is wrong."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        raise ValueError(f"drift reference {path}: {exc}") from None
+    if not isinstance(data, dict) or data.get("rlpulse_drift") != FORMAT:
+        raise ValueError(f"drift reference {path}: not an rlpulse drift file (rlpulse_drift: 1)")
+    features = data.get("features")
+    if not isinstance(features, dict):
+        raise ValueError(f"drift reference {path}: features: expected a mapping")
+    out = {}
+    for name, ref in features.items():
+        kind = str(name).split("/", 1)[0]
+        if kind not in KINDS or "/" not in str(name):
+            raise ValueError(f"drift reference {path}: feature {name!r} is not kind/name")
+        out[str(name)] = Reference.from_dict(ref, f"drift reference {path}: feature {name!r}")
+    return out

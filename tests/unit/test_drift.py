@@ -178,3 +178,43 @@ def test_the_exporter_copies_at_the_call_and_scores_off_it() -> None:
         assert exp.dropped.get("bad_call") == 1
     finally:
         exp.close()
+
+
+def test_sb3_and_gymnasium_sample_observations_and_actions_as_drift_features() -> None:
+    """Real SB3 PPO on CartPole and a Gymnasium wrapper: every 4th step's observation and
+    action become drift samples (an observation per dimension, a discrete action a category)."""
+    import gymnasium as gym
+    import torch
+    from stable_baselines3 import PPO
+
+    from rlpulse.integrations.gymnasium import RlpulseEpisodeStats
+    from rlpulse.integrations.sb3 import RlpulseCallback
+
+    torch.set_num_threads(1)
+    exp = _exp()
+    try:
+        model = PPO("MlpPolicy", "CartPole-v1", n_steps=512, seed=0, device="cpu")
+        model.learn(8192, callback=RlpulseCallback(exp, rollouts=False))
+        exp.flush()
+        feats = exp.drift.features
+        obs = feats[("observation", "obs[2]")]
+        assert obs.numeric and obs.samples == 8192 // 4 and not np.isnan(obs.score)
+        action = feats[("behaviour", "action")]
+        assert not action.numeric and action.categories == {"0", "1"}
+    finally:
+        exp.close()
+    exp = _exp()
+    try:
+        env = RlpulseEpisodeStats(gym.make("MountainCarContinuous-v0"), exp, rollouts=False)
+        env.reset(seed=0)
+        for _ in range(400):
+            _, _, term, trunc, _ = env.step(env.action_space.sample())
+            if term or trunc:
+                env.reset()
+        env.close()
+        exp.flush()
+        feats = exp.drift.features
+        assert feats[("observation", "obs[1]")].samples == 100
+        assert feats[("behaviour", "action[0]")].numeric  # a continuous action: its statistics
+    finally:
+        exp.close()

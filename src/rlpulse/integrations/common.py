@@ -7,8 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
 import rlpulse
 from rlpulse import catalog, notices
+from rlpulse.detect import drift
 from rlpulse.runtime.exporter import Exporter
 
 HYPERPARAMETER = catalog.get("rl_hyperparameter").name
@@ -138,3 +141,62 @@ def record_episodes(
         verdicts=[None if s is None else ("success" if s else "failure") for s in successes],
         metadata=infos,
     )
+
+
+DRIFT_EVERY = 4  # a classic integration samples every this many steps' observations and actions
+MAX_DRIFT_SAMPLES = 4096  # samples buffered between two hand-overs; more wait for the next
+
+
+class DriftSampler:
+    """Every ``every``-th step's observations (at most ``drift.MAX_DIMS`` dimensions, picked by
+    ``drift.columns``) and actions, copied as they are taken and handed to an exporter as drift
+    features in one call per flush (``observation`` ``obs[i]``; ``behaviour`` ``action``, a
+    category when ``discrete``, else ``action[i]``). ``every=0``: nothing is sampled.
+    ``batched``: each step's observation is a batch (a vector env's), not one observation."""
+
+    __slots__ = ("actions", "batched", "discrete", "every", "idx", "n", "obs")
+
+    def __init__(self, every: int, discrete: bool, batched: bool) -> None:
+        self.every, self.discrete, self.batched = every, discrete, batched
+        self.n = 0
+        self.idx: np.ndarray | None = None  # the watched dimensions
+        self.obs: list[np.ndarray] = []
+        self.actions: list[np.ndarray] = []
+
+    def step(self, obs: Any, actions: Any) -> None:
+        """One step: copied when it is an ``every``-th one (observations that are no array,
+        such as a dict space's, are left out)."""
+        self.n += 1
+        if not self.every or self.n % self.every or type(obs) is not np.ndarray:
+            return
+        if len(self.obs) >= MAX_DRIFT_SAMPLES:
+            return
+        rows = obs.reshape(obs.shape[0] if self.batched else 1, -1)
+        if self.idx is None:
+            self.idx = np.asarray(drift.columns(rows.shape[1]))
+        self.obs.append(rows[:, self.idx])  # fancy indexing: a copy of the watched columns
+        if actions is not None:
+            self.actions.append(np.array(actions, dtype=np.float64).reshape(rows.shape[0], -1))
+
+    def flush(self, exp: Exporter | None) -> None:
+        """Hand what was sampled to ``exp`` (nothing is kept either way)."""
+        obs, actions, self.obs, self.actions = self.obs, self.actions, [], []
+        if exp is None or not obs or self.idx is None:
+            return
+        rows = np.concatenate(obs)
+        exp.observe_features(
+            "observation", **{f"obs[{i}]": rows[:, j] for j, i in enumerate(self.idx.tolist())}
+        )
+        if not actions:
+            return
+        acts = np.concatenate(actions)
+        if self.discrete:
+            exp.observe_features(
+                "behaviour",
+                action=acts.astype(np.int64).reshape(-1).tolist(),
+                categorical=("action",),
+            )
+        else:
+            exp.observe_features(
+                "behaviour", **{f"action[{i}]": acts[:, i] for i in drift.columns(acts.shape[1])}
+            )

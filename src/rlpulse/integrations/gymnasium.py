@@ -5,7 +5,8 @@
 (any autoreset mode). Per finished episode: return and length (``observe_episodes``), success
 (``info["is_success"]`` or ``info["success"]`` at the episode's last step, when the env sets
 one) and its wall time (``rl_rollout_duration_seconds``). Per ``step()``: its latency
-(``rl_phase_duration_seconds{phase="env_step"}``) and ``rl_env_steps_total``.
+(``rl_phase_duration_seconds{phase="env_step"}``) and ``rl_env_steps_total``; every 4th
+step's observation and action (``drift_every``) is a drift sample (``rlpulse.detect.drift``).
 
 Each finished episode is also a rollout in the run's bounded store (docs/rollouts.md; the
 viewer shows it): its return as the reward, its length, success as the verdict, the reset seed
@@ -28,7 +29,13 @@ import numpy as np
 
 import rlpulse
 from rlpulse import catalog
-from rlpulse.integrations.common import final_info, missing, record_episodes
+from rlpulse.integrations.common import (
+    DRIFT_EVERY,
+    DriftSampler,
+    final_info,
+    missing,
+    record_episodes,
+)
 from rlpulse.runtime.exporter import Exporter
 
 try:
@@ -50,9 +57,14 @@ class StepBuffer:
     """Steps and episodes recorded since the last flush, and the hand-over to an exporter."""
 
     def __init__(
-        self, exporter: Exporter | None, flush_interval: float, rollouts: bool = True
+        self,
+        exporter: Exporter | None,
+        flush_interval: float,
+        rollouts: bool = True,
+        drift: DriftSampler | None = None,
     ) -> None:
         self.exporter = exporter
+        self.drift = drift or DriftSampler(0, False, False)
         self.flush_interval = flush_interval
         self.rollouts = rollouts
         self.total_steps = 0  # environment steps so far: the step episodes are recorded at
@@ -97,6 +109,7 @@ class StepBuffer:
         """Hand everything buffered to the exporter (the process-wide one if none was given)."""
         self._last = time.perf_counter() if now is None else now
         exp = self.exporter or rlpulse.get_exporter()
+        self.drift.flush(exp)
         if exp is None:
             self.latencies, self.steps = [], 0
             self.returns, self.lengths, self.durations, self.success = [], [], [], []
@@ -142,9 +155,12 @@ class RlpulseEpisodeStats(gym.Wrapper[Any, Any, Any, Any]):
         *,
         flush_interval: float = FLUSH_INTERVAL,
         rollouts: bool = True,
+        drift_every: int = DRIFT_EVERY,
     ) -> None:
         super().__init__(env)
-        self.buffer = StepBuffer(exporter, flush_interval, rollouts)
+        discrete = isinstance(env.action_space, gym.spaces.Discrete)
+        sampler = DriftSampler(drift_every, discrete, batched=False)
+        self.buffer = StepBuffer(exporter, flush_interval, rollouts, sampler)
         self._seed: int | None = None
         self._return = 0.0
         self._length = 0
@@ -162,6 +178,7 @@ class RlpulseEpisodeStats(gym.Wrapper[Any, Any, Any, Any]):
         t0 = time.perf_counter()
         obs, reward, terminated, truncated, info = self.env.step(action)
         now = time.perf_counter()
+        self.buffer.drift.step(obs, action)
         self._return += float(reward)
         self._length += 1
         if terminated or truncated:
@@ -195,9 +212,12 @@ class RlpulseVectorEpisodeStats(VectorWrapper):
         *,
         flush_interval: float = FLUSH_INTERVAL,
         rollouts: bool = True,
+        drift_every: int = DRIFT_EVERY,
     ) -> None:
         super().__init__(env)
-        self.buffer = StepBuffer(exporter, flush_interval, rollouts)
+        discrete = isinstance(env.single_action_space, gym.spaces.Discrete)
+        sampler = DriftSampler(drift_every, discrete, batched=True)
+        self.buffer = StepBuffer(exporter, flush_interval, rollouts, sampler)
         self._seeds: list[int | None] = [None] * self.num_envs  # of each env's current episode
         self.autoreset_mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         n = self.num_envs
@@ -224,6 +244,7 @@ class RlpulseVectorEpisodeStats(VectorWrapper):
         t0 = time.perf_counter()
         obs, rewards, terminations, truncations, infos = self.env.step(actions)
         now = time.perf_counter()
+        self.buffer.drift.step(obs, actions)
         active = ~self._resetting
         self._t0[self._resetting] = now
         self._returns[active] += np.asarray(rewards, dtype=float)[active]

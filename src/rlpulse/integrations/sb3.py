@@ -8,7 +8,9 @@
 * reports each finished episode (the ``Monitor`` wrapper's ``info["episode"]``) once per rollout
   with ``observe_episodes``: ``rl_episodes_total`` and the last-100 return and length;
 * times the ``rollout`` (``collect_rollouts``) and ``update`` (``train()``) phases into
-  ``rl_phase_duration_seconds``.
+  ``rl_phase_duration_seconds``;
+* samples every 4th step's observations and actions (``drift_every``) as drift features
+  (``rl_drift_score{kind="observation|behaviour"}``), copied at the step, scored off it.
 
 The exporter's step is SB3's ``train/n_updates`` (what ``rl_train_steps_total`` follows), not
 ``num_timesteps``, which is ``rl_env_steps_total``.
@@ -19,8 +21,9 @@ and on a stop ``_on_step`` returns False, so ``learn()`` returns; the run then e
 with the resume line printed. ``save_every`` also saves every that many updates: the resume
 points every page of the run names (with or without ``on_alert``).
 
-The per-step work is a scan of the step's ``infos`` for finished episodes and one attribute
-read; everything else happens once per rollout.
+The per-step work is a scan of the step's ``infos`` for finished episodes, one attribute read
+and, every 4th step, a copy of the observation's watched columns and the actions; everything
+else happens once per rollout.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ from typing import Any
 
 from rlpulse import catalog, control
 from rlpulse.integrations.common import (
+    DRIFT_EVERY,
+    DriftSampler,
     exporter_for,
     final_info,
     missing,
@@ -43,6 +48,7 @@ from rlpulse.runtime.exporter import Exporter
 
 try:
     import stable_baselines3
+    from gymnasium import spaces
     from stable_baselines3.common.callbacks import BaseCallback, CallbackList, EvalCallback
     from stable_baselines3.common.logger import KVWriter
 except ImportError as exc:
@@ -101,7 +107,8 @@ class RlpulseCallback(BaseCallback):
     """Exports an SB3 run. ``exporter``: report there; else to the process-wide exporter,
     started on first use (``start_kwargs`` go to ``rlpulse.start``) unless ``start=False``.
     ``checkpoints``: the folder saves go to (asked by an alert, or every ``save_every``
-    updates)."""
+    updates). ``drift_every``: every that many steps' observations and actions are drift
+    samples (``rlpulse.detect.drift``; 0: none)."""
 
     def __init__(
         self,
@@ -112,10 +119,13 @@ class RlpulseCallback(BaseCallback):
         checkpoints: str | os.PathLike[str] = "checkpoints",
         save_every: int = 0,
         rollouts: bool = True,
+        drift_every: int = DRIFT_EVERY,
         **start_kwargs: Any,
     ) -> None:
         super().__init__(verbose)
         self.rollouts = rollouts
+        self.drift_every = drift_every
+        self._drift = DriftSampler(0, False, True)
         self._successes: list[Any] = []
         self._infos: list[dict[str, Any]] = []
         self.checkpoints = os.fspath(checkpoints)
@@ -145,6 +155,8 @@ class RlpulseCallback(BaseCallback):
         if self.exporter is None:
             return
         self._control = control.of(self.exporter)
+        discrete = isinstance(model.action_space, spaces.Discrete)
+        self._drift = DriftSampler(self.drift_every, discrete, batched=True)
         set_hyperparameters(
             self.exporter, {name: getattr(model, name, None) for name in HYPERPARAMETERS}
         )
@@ -163,6 +175,7 @@ class RlpulseCallback(BaseCallback):
             self._save(updates)
 
     def _on_step(self) -> bool:
+        self._drift.step(self.locals.get("new_obs"), self.locals.get("actions"))
         for info in self.locals["infos"]:
             episode = info.get("episode")
             if episode is not None:
@@ -238,6 +251,7 @@ class RlpulseCallback(BaseCallback):
         self._update_t0 = None
 
     def _flush(self, exp: Exporter) -> None:
+        self._drift.flush(exp)
         if self._returns:
             exp.observe_episodes(self._returns, self._lengths)
             if self.rollouts:

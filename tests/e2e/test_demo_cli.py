@@ -15,6 +15,7 @@ from rlpulse import catalog, keys
 from rlpulse.cli import main
 from rlpulse.demo import scenarios
 from rlpulse.demo.run import DemoOptions, run_demo
+from rlpulse.offline.logs import read_log, resolve_format
 from tests.conftest import samples, scrape
 
 
@@ -119,6 +120,17 @@ def test_demo_command_runs_and_finishes(capsys, tmp_path) -> None:
     printed = capsys.readouterr().out
     assert re.search(r"metrics at http://127\.0\.0\.1:\d+/metrics", printed)
     assert "step    10  reward" in printed and "finished 12 steps" in printed
+
+
+def test_demo_log_is_a_log_replay_reads(tmp_path) -> None:
+    log = tmp_path / "run.jsonl"
+    argv = ["demo", "--steps", "20", "--port", "0", "--addr", "127.0.0.1", "--no-rollouts"]
+    assert main([*argv, "--progress-every", "0", "--log", str(log)]) == 0
+    rows = list(read_log(log))
+    assert resolve_format(log) == "jsonl" and [r.step for r in rows] == list(range(1, 21))
+    assert all(keys.resolve(k, "trl") for k in ("reward", "kl", "entropy", "eval_reward"))
+    assert {"reward", "kl", "entropy"} <= rows[0].values.keys()
+    assert any("eval_reward" in r.values for r in rows)
 
 
 @pytest.mark.parametrize(

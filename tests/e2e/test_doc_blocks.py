@@ -1,11 +1,11 @@
-"""Every python and bash block of README.md, docs/quickstart.md and docs/integrations/*.md runs
-as written, each in a fresh process in an empty folder, with no rlpulse setting, while the real
-local stack runs (``rlpulse stack up --fast``): a block that trains something prints where it is
-served, registered for Prometheus, and leaves its run in Prometheus. A block that names a hub
-model runs with a tiny local model in its place, as its doc says. A block
-marked ``<!-- rlpulse-doc-test: stack (…) -->`` runs against a real Prometheus in the test its
-marker names; one marked ``daemon (…)`` serves until stopped, so it passes once its /metrics
-answers and is then stopped; one marked ``skip (why)`` is skipped for the reason it gives."""
+"""Every python and bash block of README.md and docs/ runs as written, each in a fresh process in
+an empty folder, with no rlpulse setting, while the real local stack runs (``rlpulse stack up
+--fast``): a block that trains something prints where it is served, registered for Prometheus,
+and leaves its run in Prometheus. A block that names a hub model runs with a tiny local model in
+its place, as its doc says. A block marked ``<!-- rlpulse-doc-test: stack (…) -->`` runs against
+a real Prometheus in the test its marker names; one marked ``daemon (…)`` serves until stopped,
+so it passes once its /metrics answers and is then stopped; one marked ``skip (why)`` is skipped
+for the reason it gives."""
 
 from __future__ import annotations
 
@@ -23,9 +23,7 @@ from harness.runstack import StackUp, last, stack_up
 from harness.stackutil import free_port, ready, wait_for
 from tests.conftest import scrape
 
-DOCS = [REPO / "README.md", REPO / "docs" / "quickstart.md"] + sorted(
-    (REPO / "docs" / "integrations").glob("*.md")
-)
+DOCS = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
 BLOCKS = [b for doc in DOCS for b in blocks(doc)]
 HUB_MODELS = ("Qwen/Qwen2.5-0.5B-Instruct",)
 VENV_BIN = str(Path(sys.executable).parent)
@@ -103,6 +101,6 @@ def _serves_until_stopped(
 
 
 def test_every_doc_has_its_blocks_found() -> None:
-    assert {b.path for b in BLOCKS} >= {"README.md", "docs/quickstart.md"}
+    assert {b.path for b in BLOCKS} >= {"README.md", "docs/quickstart.md", "docs/rollouts.md"}
     assert all(b.kind in ("", "skip", "stack", "daemon") for b in BLOCKS)
     assert all(b.why for b in BLOCKS if b.kind), "every marked block says why"

@@ -58,6 +58,13 @@ def register(sub: Any) -> None:
         "(RLPULSE_ON_ALERT with RLPULSE_ALERTMANAGER_URL: docs/quickstart.md)",
     )
     p.add_argument("--save-every", type=int, default=0, help="save a checkpoint every N steps")
+    p.add_argument(
+        "--log",
+        default=None,
+        metavar="FILE",
+        help="also write each step's logged values to FILE as JSON lines (TRL's keys), which "
+        "`rlpulse replay` and `rlpulse band build` read",
+    )
     p.set_defaults(func=_run)
 
 
@@ -77,5 +84,6 @@ def _run(args: argparse.Namespace) -> int:
             data_dir=args.data_dir,
             checkpoints=args.checkpoints,
             save_every=args.save_every,
+            log=args.log,
         )
     )

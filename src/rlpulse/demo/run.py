@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import math
 import sys
 import threading
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TextIO
+from typing import IO, Any, TextIO
 
 import numpy as np
 
@@ -35,6 +37,7 @@ class DemoOptions:
     data_dir: str | None = None
     checkpoints: str | None = None  # folder of checkpoint-<step>.npy (policy weights)
     save_every: int = 0  # steps between checkpoints (0: only when an alert asks)
+    log: str | None = None  # a JSON-lines file of each step's logged values (replay reads it)
 
     def check(self) -> None:
         """A clear error naming the bad option."""
@@ -98,7 +101,8 @@ def run_demo(
         out.flush()
         trainer = scenario.trainer(opts.seed, opts.onset, phase=rlpulse.phase)
         threading.Thread(target=_release_on, args=(stop, trainer), daemon=True).start()
-        stopped = _train(opts, scenario, trainer, out, stop)
+        with open(opts.log, "w", encoding="utf-8") if opts.log else nullcontext() as log:
+            stopped = _train(opts, scenario, trainer, out, stop, log)
         if stopped:  # an alert of the run asked it to stop: ended, saying where to resume
             print(f"rlpulse demo: {stopped}", file=out, flush=True)
         elif not stop.is_set():  # every step trained: the run ends on purpose, nothing to page
@@ -126,6 +130,7 @@ def _train(
     trainer: Trainer,
     out: TextIO,
     stop: threading.Event,
+    log: IO[str] | None,
 ) -> str:
     """Train; the line ``rlpulse.stopped`` printed if an alert stopped the run, else ""."""
     published = None
@@ -136,6 +141,8 @@ def _train(
             published = trainer.config
             publish_config(published)
         publish_step(stats, record=opts.record)
+        if log:
+            log.write(log_line(stats))
         last = stats
         periodic = opts.save_every and stats.step % opts.save_every == 0
         if opts.checkpoints and (periodic or rlpulse.should_save()):
@@ -162,6 +169,15 @@ def _train(
             print(progress_line(last, trainer.last_eval, ms), file=out)
         print(f"rlpulse demo: finished {last.step} steps", file=out, flush=True)
     return ""
+
+
+def log_line(stats: StepStats) -> str:
+    """One step as the JSON line ``--log`` writes: what ``rlpulse.log`` got, under TRL's keys,
+    and the held-out score as ``eval_reward`` on the steps that evaluated."""
+    row: dict[str, Any] = {"step": stats.step, **stats.metrics}
+    if stats.eval_score is not None:
+        row["eval_reward"] = stats.eval_score
+    return json.dumps(row) + "\n"
 
 
 def _save(trainer: Trainer, folder: str, step: int) -> str:

@@ -136,7 +136,8 @@ def file_sd(
 
 
 def write(path: Path, groups: list[dict[str, object]]) -> None:
-    """Write atomically, so Prometheus never reads a half-written file."""
+    """Write atomically, so Prometheus never reads a half-written file (its folder made first)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.tmp{os.getpid()}")
     tmp.write_text(json.dumps(groups, indent=2) + "\n")
     tmp.replace(path)

@@ -112,10 +112,16 @@ third of the usual pace, has no gain to lose and no peak to fall from, so none o
 logged step:
 
 ```bash
-rlpulse band build seed20/progress.csv seed21/progress.csv seed22/progress.csv -o band.json
-rlpulse replay seed23/progress.csv --reference-band band.json   # or, live:
-#   rlpulse.start(reference_band="band.json")   (or RLPULSE_REFERENCE_BAND=band.json)
+for seed in 1 2 3 4; do   # four healthy demo runs, each also written as a log
+  rlpulse demo --steps 300 --seed $seed --port 0 --progress-every 0 --log seed$seed.jsonl
+done
+rlpulse band build seed1.jsonl seed2.jsonl seed3.jsonl -o band.json   # the band of three
+rlpulse replay seed4.jsonl --reference-band band.json                   # the fourth stays inside
 ```
+
+Your own runs' logs go the same way (`rlpulse band build seed20/progress.csv
+seed21/progress.csv seed22/progress.csv -o band.json`); live, a run takes the band with
+`rlpulse.start(reference_band="band.json")` or `RLPULSE_REFERENCE_BAND=band.json`.
 
 `rlpulse band build` reads two or more finished runs (any format `rlpulse replay` reads; a log
 that holds several runs gives one reference each) through the same exporter and detector as a

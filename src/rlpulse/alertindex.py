@@ -20,6 +20,7 @@ SEVERITIES: dict[str, tuple[str, ...]] = {
     "RLGradNormSpike": ("warning",),
     "RLGraderErrors": ("critical", "warning"),
     "RLImportanceRatioDrift": ("warning",),
+    "RLInputDrift": ("warning",),
     "RLKLReferenceHigh": ("critical", "warning"),
     "RLKLReferenceSpike": ("warning",),
     "RLNonFiniteLoss": ("critical",),

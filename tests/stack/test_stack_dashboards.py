@@ -204,6 +204,7 @@ def test_training_dashboard_rows() -> None:
     assert [r["title"] for r in rows][1:] == [
         "What the alerts test",
         "Reward",
+        "Drift",
         "Policy: entropy and divergence",
         "Optimisation",
         "Task: responses",

@@ -90,6 +90,8 @@ CAUSES: dict[str, tuple[str, ...]] = {
         rl.REWARD_COLLAPSE.name,
     ),
 }
-# a run that fails also leaves the band of its healthy references (a reference band is context):
-# that warning joins the incident of whatever cause pages
-CAUSES = {cause: (*effects, rl.REFERENCE_BAND.name) for cause, effects in CAUSES.items()}
+# a run that fails also leaves the band of its healthy references, and drift is context (a
+# failure's page names it): those warnings join the incident of whatever cause pages
+CAUSES = {
+    cause: (*effects, rl.REFERENCE_BAND.name, rl.INPUT_DRIFT) for cause, effects in CAUSES.items()
+}

@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 from rlpulse import catalog
+from rlpulse.detect import drift
 from rlpulse.stack import panels
 from rlpulse.stack.alerts import step
 from rlpulse.stack.alerts.inputs import HEALTHY_SAMPLES, TARGET, const, noisy, ramp, series
@@ -28,7 +29,7 @@ from rlpulse.stack.alerts.kit import (
 from rlpulse.stack.alerts.step import StepAlert
 from rlpulse.stack.knobs import AlertConfig, Duration, Threshold, _doc
 from rlpulse.stack.panels import TRAINING, see
-from rlpulse.stack.promql import regex_alternatives
+from rlpulse.stack.promql import regex_alternatives, sel, template_matchers, template_query
 from rlpulse.stack.query import Query
 
 M = catalog.get
@@ -44,6 +45,8 @@ EXPLAINED_VAR = M("rl_explained_variance")
 REWARD = M("rl_reward_mean")
 ZERO_STD_RATIO = M("rl_zero_std_groups_ratio")
 IMPORTANCE = M("rl_importance_ratio_mean")
+DRIFT = M("rl_drift_score")
+DRIFT_ONSET = M("rl_drift_onset_step")
 
 ENTROPY_COLLAPSE = StepAlert(
     name="RLEntropyCollapse",
@@ -606,6 +609,88 @@ def _importance_scenarios(k: ImportanceRatioDriftKnobs) -> Iterator[Scenario]:
     )
 
 
+# ---- input drift -------------------------------------------------------------------------------
+
+INPUT_DRIFT = "RLInputDrift"
+_DRIFTED = {**TARGET, "kind": "input", "feature": "source"}
+_DEAD = {**TARGET, "kind": "observation", "feature": "obs[2]"}
+
+
+@dataclass(frozen=True)
+class InputDriftKnobs(Threshold):
+    """What the run is fed moved from its reference."""
+
+    threshold: float = field(
+        default=drift.SHIFT,
+        metadata=_doc(
+            "Warn above this drift score of an input (a population stability index: 0.1 is a "
+            "small shift, 0.25 a large one)."
+        ),
+    )
+
+
+def _input_drift(q: Query, k: InputDriftKnobs) -> Iterator[Alert]:
+    extra = q.cfg.selectors.metrics
+    inputs = sel(DRIFT, 'kind="input"', extra=extra)
+    observations = sel(DRIFT, 'kind="observation"', extra=extra)
+    onset = template_query(
+        f"{DRIFT_ONSET.name}{{{template_matchers('job', 'instance', 'kind', 'feature')}}}",
+        "$labels.job",
+        "$labels.instance",
+        "$labels.kind",
+        "$labels.feature",
+    )
+    yield Alert.of(
+        k,
+        INPUT_DRIFT,
+        "warning",
+        f"{inputs} > {k.threshold:g} or {observations} >= {drift.EVENT:g}",
+        "What the run is fed moved away from its reference.",
+        f"{{{{ $labels.kind | title }}}} {{{{ $labels.feature }}}} of {ID} drifted from its "
+        f"reference: score {G3} (fires above {k.threshold:g}; {drift.EVENT:g}: it varied and "
+        f"now reads one value, or a new version){onset} since step "
+        '{{ . | first | value | printf "%.0f" }}{{ end }}.',
+    )
+
+
+def _input_drift_scenarios(k: InputDriftKnobs) -> Iterator[Scenario]:
+    def text(labels: dict[str, str], value: str) -> dict[str, str]:
+        return {
+            "description": f"{labels['kind'].title()} {labels['feature']} of run "
+            f"{labels['run_id']} (rank {labels['rank']}) drifted from its reference: score "
+            f"{value} (fires above {k.threshold:g}; {drift.EVENT:g}: it varied and now reads "
+            "one value, or a new version) since step 120."
+        }
+
+    yield Scenario(
+        "An input's mix shifts (score 0.05 -> 0.6 from 10m, drifted since step 120): a warning "
+        "after for; an observation's score of 3 (it moved as the policy learned) raises "
+        "nothing, its dead channel (100) does.",
+        (
+            (series(DRIFT, _DRIFTED), f"{const(0.05, 10)} {const(0.6, 30)}"),
+            (series(DRIFT_ONSET, _DRIFTED), f"_x10 {const(120, 30)}"),
+            (series(DRIFT, _DEAD), f"{const(3, 20)} {const(drift.EVENT, 20)}"),
+            (series(DRIFT_ONSET, _DEAD), f"_x20 {const(120, 20)}"),
+        ),
+        (
+            Check(INPUT_DRIFT, "15m"),
+            Check(
+                INPUT_DRIFT,
+                "25m",
+                (Expect("warning", _DRIFTED, 0.6, text(_DRIFTED, "0.6")),),
+            ),
+            Check(
+                INPUT_DRIFT,
+                "35m",
+                (
+                    Expect("warning", _DRIFTED, 0.6, text(_DRIFTED, "0.6")),
+                    Expect("warning", _DEAD, drift.EVENT, text(_DEAD, f"{drift.EVENT:g}")),
+                ),
+            ),
+        ),
+    )
+
+
 def healthy() -> Scenario:
     """A healthy run no RL alert fires on."""
     n = HEALTHY_SAMPLES
@@ -625,6 +710,11 @@ def healthy() -> Scenario:
             (series(ZERO_STD_RATIO), noisy(0.2, 0.2, 0.05, n, 10)),
             (series(IMPORTANCE), noisy(1.0, 1.0, 0.02, n, 11)),
             (series(NONFINITE, {**TARGET, "metric": "rl_loss"}), const(0, n)),
+            (
+                series(DRIFT, {**TARGET, "kind": "input", "feature": "prompt_length"}),
+                noisy(0.02, 0.05, 0.02, n, 12),
+            ),
+            (series(DRIFT, _DEAD), noisy(0.5, 4.0, 1.0, n, 13)),
             *step.healthy_inputs(STEP_ALERTS, TARGET, n),
         ),
     )
@@ -632,6 +722,34 @@ def healthy() -> Scenario:
 
 DEFS: tuple[AlertDef, ...] = (
     *(d.definition() for d in STEP_ALERTS),
+    AlertDef(
+        "input_drift",
+        "rl",
+        InputDriftKnobs,
+        _input_drift,
+        {
+            INPUT_DRIFT: Runbook(
+                "A feature of what the run is fed (rlpulse.detect.drift: prompt lengths, their "
+                "source or dataset tag, difficulty, an environment or grader version; for a "
+                "classic RL run, an observation channel that varied and now reads one value) "
+                "moved away from its reference, the run's first 1,000 samples of it or a "
+                "pinned reference: its population stability index is past the level, or it is "
+                "at 100 (a dead channel, a new version). The feature label says which. A "
+                "warning, not a page: drift is context, and any paging cause of the same run "
+                "holds it back; a later failure's page names the drift and its step.",
+                panels.see(panels.TRAINING, panels.DRIFT),
+                (
+                    "Compare the data loader, sampler weights or dataset version with the "
+                    "run's start: did the mix change (a new shard, a curriculum step)?",
+                    "A dead observation channel: check the sensor, the environment wrapper or "
+                    "the normalisation that feeds it (a zero variance, a NaN replaced by 0).",
+                    "A new version on purpose: expect the reward and KL to move; pin a new "
+                    "reference (rlpulse.detect.drift.save) from a healthy run of it.",
+                ),
+            )
+        },
+        _input_drift_scenarios,
+    ),
     AlertDef(
         "update_kl_high",
         "rl",

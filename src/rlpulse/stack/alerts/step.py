@@ -52,6 +52,17 @@ _BAND_NOW = template_query(
     "{{ range . }} Outside the band of its healthy reference runs: {{ .Labels.series }} "
     "({{ .Value | humanizePercentage }} of their range).{{ end }}{{ end }}"
 )
+DRIFT_ONSET = catalog.get("rl_drift_onset_step")
+# and the drift that preceded it: each feature of the run drifted from its reference, with the
+# step since which (rlpulse.detect.drift; an observation's or action's only when it went dead)
+_DRIFT_NOW = template_query(
+    f"{DRIFT_ONSET.name}{{{template_matchers('job', 'instance')}}}",
+    "$labels.job",
+    "$labels.instance",
+) + (
+    "{{ range . }} {{ .Labels.kind | title }} drift in {{ .Labels.feature }} since step "
+    '{{ .Value | printf "%.0f" }}.{{ end }}{{ end }}'
+)
 _BASELINE = 2.0  # the signal's baseline in the promtool scenarios
 
 
@@ -149,6 +160,7 @@ class StepAlert:
                 [self.scenario(k, TARGET, k.keep_firing_for)]
                 + ([self.escalation_scenario(k, TARGET)] if self.escalate else [])
                 + ([self.band_scenario(k, TARGET)] if self.signal != BAND_GAP else [])
+                + [self.drift_scenario(k, TARGET)]
             ),
         )
 
@@ -275,7 +287,7 @@ class StepAlert:
             f"{self.subject}{series} of {ID} is {_go_value(self.sig.unit)} {self.relation} "
             f"(baseline {base}) {since}; fires {'above' if self.above else 'below'} "
             f"{_fmt_value(self.sig.unit, level)}{self._escalation_text(k)}.{self.also}"
-            f"{'' if self.signal == BAND_GAP else _BAND_NOW}"
+            f"{'' if self.signal == BAND_GAP else _BAND_NOW}{_DRIFT_NOW}"
         )
 
     def expected_description(
@@ -410,6 +422,34 @@ class StepAlert:
         return Scenario(
             f"{self.name} on a run 0.3 of its references' range outside their band: the page "
             "names the series that left it.",
+            inputs,
+            (
+                Check(
+                    self.name,
+                    "5m",
+                    (dataclasses.replace(plain, annotations={"description": text}),),
+                ),
+            ),
+        )
+
+    def drift_scenario(self, k: Any, target: dict[str, str]) -> Scenario:
+        """A run whose input drifted before it failed: the page names the feature and the step
+        since which (drift is context for the failure, not a page of its own)."""
+        tiers = self.tiers(k)
+        sev, level = tiers[0]
+        past = level * 1.5 if self.above else level / 2
+        v = float(f"{(level + tiers[1][1]) / 2 if len(tiers) == 2 else past:g}")
+        labels = {**target, "signal": self.signal}
+        drifted = {**target, "kind": "input", "feature": "obs[2]"}
+        inputs = (
+            *self._inputs(labels, target, f"{v:g}x9", 10),
+            (series(DRIFT_ONSET, drifted), "80x9"),
+        )
+        plain = self._expect(k, sev, level, labels, v, 5)
+        assert plain.annotations is not None
+        text = plain.annotations["description"] + " Input drift in obs[2] since step 80."
+        return Scenario(
+            f"{self.name} on a run whose input obs[2] drifted from step 80: the page says so.",
             inputs,
             (
                 Check(

@@ -1,0 +1,181 @@
+"""Drift on real trainings: what rl_drift_score says on healthy seeds and on induced causes.
+
+    .venv/bin/python scripts/drift_quality.py [--steps 24000] [--jobs 2]
+
+Trains SB3 PPO and A2C on CartPole-v1 (``harness.trainings.SB3_ALGOS``) with the rlpulse SB3
+callback (every 4th step's observation and action are drift samples): healthy seeds 20-22 of
+each, the pole's angular velocity (obs[3]) reading 0 from env step 4,000 (an observation channel
+dies), and gravity x3 from env step 8,000 (the dynamics change). After each rollout it reads the
+exporter's drift features. Prints, per run: whether RLInputDrift's condition held (an input past
+0.25, an observation at 100) and from which env step, the features drifted (their onset step, the
+one a later failure's page names), and the highest observation and behaviour scores.
+
+Then an LLM prompt-mix shift, *synthetic* (no LLM trains here): 60 steps of 64 prompts through
+``observe_prompts`` (source tag and length; gsm8k 80% / math 20%, from step 30 40% / 60% in the
+shifted runs), 5 healthy seeds and 5 shifted ones.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+SEEDS = (20, 21, 22)
+CAUSES = {
+    "obs-dead": "obs[3] (pole angular velocity) reads 0 from env step 4,000",
+    "gravity": "gravity x3 from env step 8,000",
+}
+
+
+def train(algo: str, scenario: str, seed: int, steps: int) -> dict[str, Any]:
+    """One SB3 run with the rlpulse callback; what its drift features said after each rollout."""
+    import gymnasium as gym
+    import numpy as np
+    import stable_baselines3
+    import torch
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.monitor import Monitor
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    from harness.trainings import SB3_ALGOS
+    from rlpulse import Exporter
+    from rlpulse.detect import drift
+    from rlpulse.integrations.sb3 import RlpulseCallback
+
+    torch.set_num_threads(1)
+
+    class Cause(gym.Wrapper[Any, Any, Any, Any]):
+        def __init__(self, env: gym.Env[Any, Any]) -> None:
+            super().__init__(env)
+            self.steps = 0
+
+        def step(self, action: Any) -> Any:
+            self.steps += 1
+            if scenario == "gravity" and self.steps == 8000:
+                self.env.unwrapped.gravity *= 3.0  # type: ignore[attr-defined]
+            obs, reward, term, trunc, info = self.env.step(action)
+            if scenario == "obs-dead" and self.steps >= 4000:
+                obs = np.array(obs, copy=True)
+                obs[3] = 0.0
+            return obs, reward, term, trunc, info
+
+    exp = Exporter(port=0, run_id=f"{algo}-{scenario}-s{seed}", gpu=False, host=False,
+                   process=False, final_wait=0)  # fmt: skip
+    timeline: list[tuple[int, int, dict[tuple[str, str], tuple[float, float | None]]]] = []
+    returns: list[tuple[int, float]] = []
+
+    class Read(BaseCallback):
+        def _on_step(self) -> bool:
+            for info in self.locals["infos"]:
+                if "episode" in info:
+                    returns.append((self.num_timesteps, float(info["episode"]["r"])))
+            return True
+
+        def _on_rollout_end(self) -> None:
+            exp.flush()
+            now = {key: (f.score, f.onset) for key, f in exp.drift.features.items()}
+            timeline.append((self.num_timesteps, int(self.model._n_updates), now))
+
+    venv = DummyVecEnv([lambda: Monitor(Cause(gym.make("CartPole-v1")))])
+    venv.seed(seed)
+    model = getattr(stable_baselines3, algo.upper())(
+        "MlpPolicy", venv, seed=seed, device="cpu", **SB3_ALGOS[algo]
+    )
+    # RlpulseCallback first: its rollout end hands the samples over before Read reads them
+    model.learn(steps, callback=[RlpulseCallback(exp, rollouts=False), Read()])
+    exp.close()
+    warned_at = None
+    for env_steps, _, now in timeline:
+        if any(
+            (k == "input" and s > drift.SHIFT) or (k == "observation" and s >= drift.EVENT)
+            for (k, _), (s, _) in now.items()
+        ):
+            warned_at = env_steps
+            break
+    last = timeline[-1][2] if timeline else {}
+    peak: dict[str, float] = {}
+    for _, _, now in timeline:
+        for (kind, _), (score, _) in now.items():
+            if score == score and score < drift.EVENT:
+                peak[kind] = max(peak.get(kind, 0.0), score)
+    onsets = {f"{k}/{n}": o for (k, n), (_, o) in last.items() if o is not None}
+    first_onset = {}
+    for env_steps, updates, now in timeline:
+        for (k, n), (_, o) in now.items():
+            if o is not None and f"{k}/{n}" not in first_onset:
+                first_onset[f"{k}/{n}"] = (env_steps, updates)
+    late = [r for s, r in returns if s > steps - 4000]
+    return {
+        "algo": algo,
+        "scenario": scenario,
+        "seed": seed,
+        "warned_at": warned_at,
+        "onsets": onsets,
+        "first_onset": first_onset,
+        "peak": peak,
+        "final_return": float(np.mean(late)) if late else float("nan"),
+    }
+
+
+def prompts(shifted: bool, seed: int) -> dict[str, Any]:
+    """A synthetic prompt stream through observe_prompts; when its source drifted and from which
+    step."""
+    import numpy as np
+
+    from rlpulse import Exporter
+
+    rng = np.random.default_rng(seed)
+    exp = Exporter(port=0, run_id=f"prompts-{seed}", gpu=False, host=False, process=False,
+                   final_wait=0)  # fmt: skip
+    first: dict[str, float] = {}
+    for step in range(60):
+        exp.log({"loss": 1.0}, step=step)
+        math_share = 0.6 if shifted and step >= 30 else 0.2
+        source = rng.choice(["gsm8k", "math"], 64, p=[1 - math_share, math_share])
+        lengths = np.where(source == "math", rng.normal(180, 40, 64), rng.normal(90, 25, 64))
+        exp.observe_prompts(lengths=lengths.round(), sources=source.tolist())
+        exp.flush()
+        for (_, name), f in exp.drift.features.items():
+            if f.onset is not None and name not in first:
+                first[name] = f.onset
+    exp.close()
+    return {"shifted": shifted, "seed": seed, "onsets": first}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--steps", type=int, default=24000)
+    ap.add_argument("--jobs", type=int, default=2)
+    args = ap.parse_args()
+    runs = [(a, "healthy", s) for a in ("ppo", "a2c") for s in SEEDS]
+    runs += [(a, c, SEEDS[0]) for a in ("ppo", "a2c") for c in CAUSES]
+    with ProcessPoolExecutor(args.jobs) as pool:
+        results = list(pool.map(train, *zip(*runs, strict=True), [args.steps] * len(runs)))
+    print(
+        "run                     warns at   drifted features (onset: env step, update)"
+        "                 peak obs / behaviour  return (last 4k)"
+    )
+    for r in results:
+        name = f"{r['algo']}-{r['scenario']}-s{r['seed']}"
+        warned = "-" if r["warned_at"] is None else str(r["warned_at"])
+        onsets = ", ".join(f"{k} ({e}, {u})" for k, (e, u) in r["first_onset"].items()) or "-"
+        peak = f"{r['peak'].get('observation', 0):.2f} / {r['peak'].get('behaviour', 0):.2f}"
+        print(f"{name:23s} {warned:>9s}   {onsets:55s} {peak:>21s}  {r['final_return']:7.1f}")
+    healthy = [r for r in results if r["scenario"] == "healthy"]
+    fp = sum(r["warned_at"] is not None for r in healthy)
+    print(f"healthy runs warned: {fp} of {len(healthy)}")
+    print("\nLLM prompt mix (synthetic, observe_prompts): source gsm8k 80% -> 40% at step 30")
+    llm = [prompts(shifted, seed) for shifted in (False, True) for seed in range(5)]
+    for r in llm:
+        kind = "shifted" if r["shifted"] else "healthy"
+        print(f"  {kind} seed {r['seed']}: drifted {r['onsets'] or '-'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -27,14 +27,13 @@ from rlpulse.stack.alerts.kit import (
     HUMANIZE,
     PERCENT,
     Alert,
-    AlertDef,
     Area,
     Check,
     Expect,
     Scenario,
     Severity,
 )
-from rlpulse.stack.alerts.step import StepKnobs
+from rlpulse.stack.alerts.step import StepAlert
 from rlpulse.stack.config import Config
 from rlpulse.stack.output import dump, header
 from rlpulse.stack.query import Query
@@ -197,13 +196,13 @@ def _unchanged(group: rules.Group, default: rules.Group) -> frozenset[str]:
     return frozenset(n for n in ours if ours[n] == theirs.get(n))
 
 
-def _leveled(area: Area, cfg: Config) -> list[AlertDef]:
+def _leveled(area: Area, cfg: Config) -> list[StepAlert]:
     """The step alerts of ``area`` whose rules ``cfg`` changes through their levels alone: their
     scenario, built from those levels, holds for ``cfg``."""
     base = Config()
     out = []
     for d in alert_defs.DEFS[area]:
-        if not issubclass(d.knobs, StepKnobs):
+        if not isinstance(d, StepAlert):
             continue
         mine, theirs = getattr(cfg.alerts, d.key), getattr(base.alerts, d.key)
         changed = {

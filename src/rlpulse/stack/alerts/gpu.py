@@ -2,9 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-
 from rlpulse import catalog
 from rlpulse.runtime.collectors.gpu import THROTTLE_REASONS
 from rlpulse.stack import panels
@@ -12,19 +9,19 @@ from rlpulse.stack.alerts.inputs import GPU, const, counter, every, noisy, serie
 from rlpulse.stack.alerts.kit import (
     HUMANIZE,
     PERCENT,
-    Alert,
     AlertDef,
     Check,
     Expect,
+    Knob,
     RecordingRule,
     Runbook,
     Scenario,
+    ThresholdAlert,
+    hold,
     pct,
 )
-from rlpulse.stack.knobs import AlertConfig, Duration, Threshold, Tiered, _doc
 from rlpulse.stack.panels import SYSTEM, see
 from rlpulse.stack.promql import record_name, regex_alternatives
-from rlpulse.stack.query import Query
 
 M = catalog.get
 UTIL = M("rl_gpu_utilization_ratio")
@@ -47,181 +44,6 @@ _UNCORRECTED = {**GPU, "error_type": "uncorrected"}
 _CORRECTED = {**GPU, "error_type": "corrected"}
 
 
-@dataclass(frozen=True)
-class GPUIdleKnobs(Threshold):
-    """GPUs idle while the run's exporter is alive."""
-
-    threshold: float = field(default=0.05, metadata=_doc("Fire below this mean GPU utilization."))
-
-
-def _idle(q: Query, k: GPUIdleKnobs) -> Iterator[Alert]:
-    yield Alert.of(
-        k,
-        IDLE,
-        "warning",
-        f"{q.recent(UTIL)} < {k.threshold:g}",
-        "GPUs are idle while the run's exporter is alive.",
-        f"{ID} averaged {PERCENT} utilization over {q.w.recent} (threshold {pct(k.threshold)}).",
-    )
-
-
-def _idle_scenarios(k: GPUIdleKnobs) -> Iterator[Scenario]:
-    yield Scenario(
-        "GPU idle: utilization 0.9, then 0 from 20m; the 10m mean is under 0.05 from 30m.",
-        ((series(UTIL, GPU), f"{const(0.9, 20)} {const(0, 40)}"),),
-        (Check(IDLE, "50m", (Expect("warning", GPU, 0),)),),
-    )
-
-
-@dataclass(frozen=True)
-class GPUMemoryFullKnobs(Tiered):
-    """GPU framebuffer nearly full."""
-
-    for_: Duration = field(
-        default=Duration("5m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    warning: float = field(default=0.97, metadata=_doc("Warning above this used/total fraction."))
-    critical: float = field(default=0.99, metadata=_doc("Critical above this."))
-
-
-def _memory_ratio(q: Query, k: GPUMemoryFullKnobs) -> list[RecordingRule]:
-    return [RecordingRule(MEMORY_RATIO, f"{q.s(MEM_USED)} / {q.s(MEM_TOTAL)}")]
-
-
-def _memory(q: Query, k: GPUMemoryFullKnobs) -> Iterator[Alert]:
-    yield from Alert.tiered(
-        k,
-        MEMORY_FULL,
-        lambda lvl: f"{MEMORY_RATIO} > {lvl:g}",
-        "GPU memory is nearly full.",
-        f"{ID} uses {PERCENT} of its memory (threshold $LEVEL).",
-        pct,
-    )
-
-
-def _memory_scenarios(k: GPUMemoryFullKnobs) -> Iterator[Scenario]:
-    yield Scenario(
-        "GPU memory: 80 GB card at 40 GB, 78 GB from 10m (0.975, warning), 79.6 GB from 30m "
-        "(0.995, critical).",
-        (
-            (series(MEM_TOTAL, GPU), const(80e9, 50)),
-            (series(MEM_USED, GPU), f"{const(40e9, 10)} {const(78e9, 20)} {const(79.6e9, 20)}"),
-        ),
-        (
-            Check(MEMORY_FULL, "25m", (Expect("warning", GPU, 0.975),)),
-            Check(
-                MEMORY_FULL, "45m", (Expect("warning", GPU, 0.995), Expect("critical", GPU, 0.995))
-            ),
-        ),
-    )
-
-
-@dataclass(frozen=True)
-class GPUTemperatureHighKnobs(Tiered):
-    """GPU running hot."""
-
-    for_: Duration = field(
-        default=Duration("5m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    warning: float = field(default=85.0, metadata=_doc("Warning above this temperature, Celsius."))
-    critical: float = field(default=92.0, metadata=_doc("Critical above this."))
-
-
-def _temperature(q: Query, k: GPUTemperatureHighKnobs) -> Iterator[Alert]:
-    yield from Alert.tiered(
-        k,
-        TEMPERATURE,
-        lambda lvl: f"{q.s(TEMP)} > {lvl:g}",
-        "A GPU is running hot.",
-        f"{ID} is at {HUMANIZE} °C (threshold $LEVEL °C).",
-    )
-
-
-def _temperature_scenarios(k: GPUTemperatureHighKnobs) -> Iterator[Scenario]:
-    yield Scenario(
-        "GPU temperature: 60 C, 88 C from 10m (warning over 85), 95 C from 30m (critical over 92).",
-        ((series(TEMP, GPU), f"{const(60, 10)} {const(88, 20)} {const(95, 20)}"),),
-        (
-            Check(TEMPERATURE, "25m", (Expect("warning", GPU, 88),)),
-            Check(TEMPERATURE, "45m", (Expect("warning", GPU, 95), Expect("critical", GPU, 95))),
-        ),
-    )
-
-
-@dataclass(frozen=True)
-class GPUThrottlingKnobs(AlertConfig):
-    """GPU clocks held down by a slowdown."""
-
-    reasons: tuple[str, ...] = field(
-        default=("thermal", "hw_slowdown"),
-        metadata=_doc(
-            "rl_gpu_throttled reasons that count (power capping is normal).",
-            frozenset(THROTTLE_REASONS),
-        ),
-    )
-    min_fraction: float = field(
-        default=0.5, metadata=_doc("Fire when throttled this fraction of the recent window.")
-    )
-
-
-def _throttling(q: Query, k: GPUThrottlingKnobs) -> Iterator[Alert]:
-    reasons = f'reason=~"{regex_alternatives(k.reasons)}"'
-    yield Alert.of(
-        k,
-        THROTTLING,
-        "warning",
-        f"{q.recent(THROTTLED, reasons)} > {k.min_fraction:g}",
-        "GPU clocks are held down by a slowdown.",
-        f"{ID} was throttled ({{{{ $labels.reason }}}}) {PERCENT} of the last {q.w.recent}.",
-    )
-
-
-def _throttling_scenarios(k: GPUThrottlingKnobs) -> Iterator[Scenario]:
-    yield Scenario(
-        "GPU throttling: thermal slowdown from 10m on; power capping all along is normal and "
-        "is not counted.",
-        (
-            (series(THROTTLED, _THERMAL), f"{const(0, 10)} {const(1, 40)}"),
-            (series(THROTTLED, _POWER), const(1, 50)),
-        ),
-        (Check(THROTTLING, "40m", (Expect("warning", _THERMAL, 1),)),),
-    )
-
-
-@dataclass(frozen=True)
-class GPUECCErrorsKnobs(AlertConfig):
-    """Uncorrected GPU memory errors."""
-
-    for_: Duration = field(
-        default=Duration("0s"), metadata=_doc("How long the condition must hold before firing.")
-    )
-
-
-def _ecc(q: Query, k: GPUECCErrorsKnobs) -> Iterator[Alert]:
-    yield Alert.of(
-        k,
-        ECC_ERRORS,
-        "critical",
-        f"increase({q.s(ECC, UNCORRECTED)}[{q.w.recent}]) > 0",
-        "A GPU reported uncorrected memory errors.",
-        f"{ID} reported {HUMANIZE} uncorrected ECC errors in the last {q.w.recent}.",
-    )
-
-
-def _ecc_scenarios(k: GPUECCErrorsKnobs) -> Iterator[Scenario]:
-    yield Scenario(
-        "GPU ECC: 2 uncorrected errors at 20m page at once; corrected errors do not.",
-        (
-            (series(ECC, _UNCORRECTED), f"{const(0, 20)} {const(2, 20)}"),
-            (series(ECC, _CORRECTED), counter((1, 40))),
-        ),
-        (
-            Check(ECC_ERRORS, "19m"),
-            Check(ECC_ERRORS, "25m", (Expect("critical", _UNCORRECTED, 2),)),
-        ),
-    )
-
-
 def healthy_inputs(n: int) -> tuple[tuple[str, str], ...]:
     """A GPU busy at 85% and 70 C with power capping and corrected ECC errors only."""
     return (
@@ -237,98 +59,197 @@ def healthy_inputs(n: int) -> tuple[tuple[str, str], ...]:
 
 
 DEFS: tuple[AlertDef, ...] = (
-    AlertDef(
-        "gpu_idle",
-        "system",
-        GPUIdleKnobs,
-        _idle,
-        {
-            IDLE: Runbook(
-                "A GPU of a live run averaged near-zero utilization: the run waits on something "
-                "(rollouts, grader, data, a stalled rank) or the GPU is not used at all.",
-                see(SYSTEM, panels.GPU_BOARDS, panels.PHASE_BREAKDOWN),
-                (
-                    "Check which phase dominates; overlap generation and training, or add "
-                    "rollout workers.",
-                    "Check the device assignment (CUDA_VISIBLE_DEVICES) of each rank.",
-                ),
-            )
-        },
-        _idle_scenarios,
+    ThresholdAlert(
+        name=IDLE,
+        key="gpu_idle",
+        area="system",
+        doc="GPUs idle while the run's exporter is alive.",
+        settings={"threshold": Knob(0.05, "Fire below this mean GPU utilization.")},
+        severity="warning",
+        expr=lambda q, k: f"{q.recent(UTIL)} < {k.threshold:g}",
+        summary="GPUs are idle while the run's exporter is alive.",
+        description=lambda q, k: (
+            f"{ID} averaged {PERCENT} utilization over {q.w.recent} (threshold {pct(k.threshold)})."
+        ),
+        runbook=Runbook(
+            "A GPU of a live run averaged near-zero utilization: the run waits on something "
+            "(rollouts, grader, data, a stalled rank) or the GPU is not used at all.",
+            see(SYSTEM, panels.GPU_BOARDS, panels.PHASE_BREAKDOWN),
+            (
+                "Check which phase dominates; overlap generation and training, or add "
+                "rollout workers.",
+                "Check the device assignment (CUDA_VISIBLE_DEVICES) of each rank.",
+            ),
+        ),
+        tests=(
+            Scenario(
+                "GPU idle: utilization 0.9, then 0 from 20m; the 10m mean is under 0.05 from 30m.",
+                ((series(UTIL, GPU), f"{const(0.9, 20)} {const(0, 40)}"),),
+                (Check(IDLE, "50m", (Expect("warning", GPU, 0),)),),
+            ),
+        ),
     ),
-    AlertDef(
-        "gpu_memory_full",
-        "system",
-        GPUMemoryFullKnobs,
-        _memory,
-        {
-            MEMORY_FULL: Runbook(
-                "GPU framebuffer memory is nearly full; the next long batch can run out of memory.",
-                see(SYSTEM, panels.GPU_MEMORY_BOARDS, panels.GPU_MEMORY),
+    ThresholdAlert(
+        name=MEMORY_FULL,
+        key="gpu_memory_full",
+        area="system",
+        doc="GPU framebuffer nearly full.",
+        settings={
+            "for_": hold("5m"),
+            "warning": Knob(0.97, "Warning above this used/total fraction."),
+            "critical": Knob(0.99, "Critical above this."),
+        },
+        severity="tiered",
+        records=lambda q, k: [RecordingRule(MEMORY_RATIO, f"{q.s(MEM_USED)} / {q.s(MEM_TOTAL)}")],
+        expr=f"{MEMORY_RATIO} > $LEVEL",
+        summary="GPU memory is nearly full.",
+        description=f"{ID} uses {PERCENT} of its memory (threshold $LEVEL).",
+        level_text=pct,
+        runbook=Runbook(
+            "GPU framebuffer memory is nearly full; the next long batch can run out of memory.",
+            see(SYSTEM, panels.GPU_MEMORY_BOARDS, panels.GPU_MEMORY),
+            (
+                "Lower the micro-batch size or max length, enable activation checkpointing, "
+                "lower the inference engine's memory fraction.",
+            ),
+        ),
+        tests=(
+            Scenario(
+                "GPU memory: 80 GB card at 40 GB, 78 GB from 10m (0.975, warning), 79.6 GB from "
+                "30m (0.995, critical).",
                 (
-                    "Lower the micro-batch size or max length, enable activation checkpointing, "
-                    "lower the inference engine's memory fraction.",
+                    (series(MEM_TOTAL, GPU), const(80e9, 50)),
+                    (
+                        series(MEM_USED, GPU),
+                        f"{const(40e9, 10)} {const(78e9, 20)} {const(79.6e9, 20)}",
+                    ),
                 ),
-            )
-        },
-        _memory_scenarios,
-        _memory_ratio,
-    ),
-    AlertDef(
-        "gpu_temperature_high",
-        "system",
-        GPUTemperatureHighKnobs,
-        _temperature,
-        {
-            TEMPERATURE: Runbook(
-                "A GPU runs hot; it will throttle and may fail.",
-                see(SYSTEM, panels.GPU_TEMPERATURE, panels.GPU_POWER),
                 (
-                    "Check the node's cooling and fans; move the job off the node if it keeps "
-                    "rising.",
+                    Check(MEMORY_FULL, "25m", (Expect("warning", GPU, 0.975),)),
+                    Check(
+                        MEMORY_FULL,
+                        "45m",
+                        (Expect("warning", GPU, 0.995), Expect("critical", GPU, 0.995)),
+                    ),
                 ),
-            )
-        },
-        _temperature_scenarios,
+            ),
+        ),
     ),
-    AlertDef(
-        "gpu_throttling",
-        "system",
-        GPUThrottlingKnobs,
-        _throttling,
-        {
-            THROTTLING: Runbook(
-                "A GPU's clocks are held down by a thermal or hardware slowdown (power capping "
-                "is not counted): training runs slower than it should on that GPU and the whole "
-                "job waits.",
-                see(
-                    SYSTEM,
-                    panels.GPU_THROTTLING,
-                    panels.GPU_CLOCK,
-                    panels.GPU_TEMPERATURE,
-                    panels.GPU_POWER,
-                ),
-                ("Check cooling and power delivery of the node; report hardware slowdowns.",),
-            )
+    ThresholdAlert(
+        name=TEMPERATURE,
+        key="gpu_temperature_high",
+        area="system",
+        doc="GPU running hot.",
+        settings={
+            "for_": hold("5m"),
+            "warning": Knob(85.0, "Warning above this temperature, Celsius."),
+            "critical": Knob(92.0, "Critical above this."),
         },
-        _throttling_scenarios,
-    ),
-    AlertDef(
-        "gpu_ecc_errors",
-        "system",
-        GPUECCErrorsKnobs,
-        _ecc,
-        {
-            ECC_ERRORS: Runbook(
-                "A GPU reported uncorrected ECC memory errors: results on that GPU may be wrong "
-                "and the process usually crashes.",
-                see(SYSTEM, panels.GPU_THROTTLING, panels.GPU_BOARDS),
+        severity="tiered",
+        expr=lambda q, k: f"{q.s(TEMP)} > $LEVEL",
+        summary="A GPU is running hot.",
+        description=f"{ID} is at {HUMANIZE} °C (threshold $LEVEL °C).",
+        runbook=Runbook(
+            "A GPU runs hot; it will throttle and may fail.",
+            see(SYSTEM, panels.GPU_TEMPERATURE, panels.GPU_POWER),
+            ("Check the node's cooling and fans; move the job off the node if it keeps rising.",),
+        ),
+        tests=(
+            Scenario(
+                "GPU temperature: 60 C, 88 C from 10m (warning over 85), 95 C from 30m (critical "
+                "over 92).",
+                ((series(TEMP, GPU), f"{const(60, 10)} {const(88, 20)} {const(95, 20)}"),),
                 (
-                    "Drain the node, reset the GPU or replace it; resume the run from a "
-                    "checkpoint on healthy hardware.",
+                    Check(TEMPERATURE, "25m", (Expect("warning", GPU, 88),)),
+                    Check(
+                        TEMPERATURE,
+                        "45m",
+                        (Expect("warning", GPU, 95), Expect("critical", GPU, 95)),
+                    ),
                 ),
-            )
+            ),
+        ),
+    ),
+    ThresholdAlert(
+        name=THROTTLING,
+        key="gpu_throttling",
+        area="system",
+        doc="GPU clocks held down by a slowdown.",
+        settings={
+            "reasons": Knob(
+                ("thermal", "hw_slowdown"),
+                "rl_gpu_throttled reasons that count (power capping is normal).",
+                frozenset(THROTTLE_REASONS),
+            ),
+            "min_fraction": Knob(0.5, "Fire when throttled this fraction of the recent window."),
         },
-        _ecc_scenarios,
+        severity="warning",
+        expr=lambda q, k: (
+            q.recent(THROTTLED, f'reason=~"{regex_alternatives(k.reasons)}"')
+            + f" > {k.min_fraction:g}"
+        ),
+        summary="GPU clocks are held down by a slowdown.",
+        description=lambda q, k: (
+            f"{ID} was throttled ({{{{ $labels.reason }}}}) {PERCENT} of the last {q.w.recent}."
+        ),
+        runbook=Runbook(
+            "A GPU's clocks are held down by a thermal or hardware slowdown (power capping "
+            "is not counted): training runs slower than it should on that GPU and the whole "
+            "job waits.",
+            see(
+                SYSTEM,
+                panels.GPU_THROTTLING,
+                panels.GPU_CLOCK,
+                panels.GPU_TEMPERATURE,
+                panels.GPU_POWER,
+            ),
+            ("Check cooling and power delivery of the node; report hardware slowdowns.",),
+        ),
+        tests=(
+            Scenario(
+                "GPU throttling: thermal slowdown from 10m on; power capping all along is normal "
+                "and is not counted.",
+                (
+                    (series(THROTTLED, _THERMAL), f"{const(0, 10)} {const(1, 40)}"),
+                    (series(THROTTLED, _POWER), const(1, 50)),
+                ),
+                (Check(THROTTLING, "40m", (Expect("warning", _THERMAL, 1),)),),
+            ),
+        ),
+    ),
+    ThresholdAlert(
+        name=ECC_ERRORS,
+        key="gpu_ecc_errors",
+        area="system",
+        doc="Uncorrected GPU memory errors.",
+        settings={"for_": hold("0s")},
+        severity="critical",
+        expr=lambda q, k: f"increase({q.s(ECC, UNCORRECTED)}[{q.w.recent}]) > 0",
+        summary="A GPU reported uncorrected memory errors.",
+        description=lambda q, k: (
+            f"{ID} reported {HUMANIZE} uncorrected ECC errors in the last {q.w.recent}."
+        ),
+        runbook=Runbook(
+            "A GPU reported uncorrected ECC memory errors: results on that GPU may be wrong "
+            "and the process usually crashes.",
+            see(SYSTEM, panels.GPU_THROTTLING, panels.GPU_BOARDS),
+            (
+                "Drain the node, reset the GPU or replace it; resume the run from a "
+                "checkpoint on healthy hardware.",
+            ),
+        ),
+        tests=(
+            Scenario(
+                "GPU ECC: 2 uncorrected errors at 20m page at once; corrected errors do not.",
+                (
+                    (series(ECC, _UNCORRECTED), f"{const(0, 20)} {const(2, 20)}"),
+                    (series(ECC, _CORRECTED), counter((1, 40))),
+                ),
+                (
+                    Check(ECC_ERRORS, "19m"),
+                    Check(ECC_ERRORS, "25m", (Expect("critical", _UNCORRECTED, 2),)),
+                ),
+            ),
+        ),
     ),
 )

@@ -1,12 +1,21 @@
-"""The parts every alert definition is made of: the rule, its runbook, its promtool scenarios."""
+"""The one shape of an alert (``AlertDef``: knobs, rules, runbook, scenarios, declared in one
+place) and the parts it is made of: the rule, its runbook, its promtool scenarios.
+
+An alert on a PromQL condition is a ``ThresholdAlert``; one on a step signal a
+``step.StepAlert``; both are ``AlertDef``s, which is all the generators read.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+import abc
+import dataclasses
+import functools
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlpulse.stack.knobs import AlertConfig, Tiered, seconds
+from rlpulse.stack.knobs import AlertConfig, Duration, Tiered, _doc, seconds
+from rlpulse.stack.query import Query
 
 Severity = Literal["critical", "warning", "info"]
 Area = Literal["rl", "task", "system"]
@@ -150,13 +159,137 @@ class Scenario:
 
 
 @dataclass(frozen=True)
-class AlertDef:
-    """One alert declared in one place: its knobs (a config section), the rules it generates
-    (and the recording rules they read), its runbook sections and its promtool scenarios.
+class Knob:
+    """One setting of an alert: its default, the sentence docs/configuration.md shows and the
+    strings a user may set. Its type is the default's (a string is a ``Duration``)."""
 
-    ``rules`` and ``recordings`` take a ``stack.query.Query`` and the knobs; ``scenarios`` the
-    default knobs; ``problems`` the knobs a user set, and says what is wrong with them together
-    (each value alone is checked when the config is read)."""
+    default: Any
+    doc: str
+    choices: frozenset[str] | None = None
+
+    @property
+    def type(self) -> Any:
+        d = self.default
+        return (
+            tuple[str, ...] if isinstance(d, tuple) else Duration if isinstance(d, str) else type(d)
+        )
+
+
+FOR = "How long the condition must hold before firing."
+
+
+def hold(default: str, doc: str = FOR) -> Knob:
+    """The ``for`` knob: how long the condition must hold."""
+    return Knob(Duration(default), doc)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AlertDef(abc.ABC):
+    """One alert declared in one place: its name, the config section of its knobs, its rules
+    (and the recording rules they read), its runbook and its promtool scenarios.
+
+    ``stack.config`` makes a config section of ``knobs``; ``rules`` and ``recordings`` take a
+    ``stack.query.Query`` and the knobs, ``scenarios`` the knobs (the shipped ones for every
+    scenario but a step alert's), ``problems`` the knobs a user set and says what is wrong with
+    them together (each value alone is checked when the config is read)."""
+
+    name: str
+    key: str
+    area: Area
+    summary: str
+    runbook: Runbook
+
+    @property
+    def runbooks(self) -> dict[str, Runbook]:
+        return {self.name: self.runbook}
+
+    @property
+    @abc.abstractmethod
+    def knobs(self) -> type[AlertConfig]:
+        """The config section of this alert."""
+
+    @abc.abstractmethod
+    def rules(self, q: Query, k: Any) -> Iterator[Alert]:
+        """Its alerting rules for knobs ``k``."""
+
+    @abc.abstractmethod
+    def scenarios(self, k: Any) -> Iterator[Scenario]:
+        """Its promtool scenarios."""
+
+    def recordings(self, q: Query, k: Any) -> list[RecordingRule]:
+        return []
+
+    def problems(self, k: Any) -> Iterator[str]:
+        return iter(())
+
+
+Text = str | Callable[[Query, Any], str]
+
+
+@dataclass(frozen=True, kw_only=True)
+class ThresholdAlert(AlertDef):
+    """An alert on a PromQL condition. ``expr`` and ``description`` are text or a function of
+    the ``Query`` and the knobs; a ``tiered`` alert is a warning and a critical rule at the
+    knobs' ``warning`` and ``critical`` levels, each put for ``$LEVEL`` (``level_text`` prints
+    it in the description). ``settings`` are its knobs beyond ``enabled`` and ``for_`` (or
+    replacing their defaults), ``doc`` the sentence of its config section, ``tests`` its
+    scenarios (written for the shipped knobs), ``records`` the recording rules it reads and
+    ``check`` its ``problems``."""
+
+    doc: str
+    severity: Severity | Literal["tiered"]
+    expr: Text
+    description: Text
+    settings: Mapping[str, Knob] = field(default_factory=dict)
+    tests: tuple[Scenario, ...] = ()
+    scope: Scope = "target"
+    level_text: Callable[[float], str] = "{:g}".format
+    records: Callable[[Query, Any], list[RecordingRule]] | None = None
+    check: Callable[[Any], Iterator[str]] | None = None
+
+    @functools.cached_property
+    def knobs(self) -> type[AlertConfig]:
+        fields = [
+            (n, k.type, field(default=k.default, metadata=_doc(k.doc, k.choices)))
+            for n, k in self.settings.items()
+        ]
+        cls = dataclasses.make_dataclass(
+            f"{self.name.removeprefix('RL')}Knobs", fields, bases=(AlertConfig,), frozen=True
+        )
+        cls.__doc__ = self.doc
+        return cls
+
+    def rules(self, q: Query, k: Any) -> Iterator[Alert]:
+        expr = self.expr if isinstance(self.expr, str) else self.expr(q, k)
+        text = self.description if isinstance(self.description, str) else self.description(q, k)
+        tiers: Iterable[tuple[Severity, float | None]] = (
+            (("warning", k.warning), ("critical", k.critical))
+            if self.severity == "tiered"
+            else ((self.severity, None),)
+        )
+        keep = getattr(k, "keep_firing_for", "")
+        for sev, level in tiers:
+            e, t = expr, text
+            if level is not None:
+                e, t = (
+                    e.replace("$LEVEL", f"{level:g}"),
+                    t.replace("$LEVEL", self.level_text(level)),
+                )
+            yield Alert(self.name, sev, e, k.for_, self.summary, t, self.scope, k.enabled, {}, keep)
+
+    def scenarios(self, k: Any) -> Iterator[Scenario]:
+        return iter(self.tests)
+
+    def recordings(self, q: Query, k: Any) -> list[RecordingRule]:
+        return self.records(q, k) if self.records else []
+
+    def problems(self, k: Any) -> Iterator[str]:
+        return self.check(k) if self.check else iter(())
+
+
+@dataclass(frozen=True)
+class Parts:
+    """An alert in parts (until every area declares its alerts as ``AlertDef``s)."""
 
     key: str
     area: Area

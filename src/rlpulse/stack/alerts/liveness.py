@@ -14,9 +14,9 @@ from rlpulse.stack.alerts.kit import (
     AGO,
     ID,
     Alert,
-    AlertDef,
     Check,
     Expect,
+    Parts,
     RecordingRule,
     Runbook,
     Scenario,
@@ -516,8 +516,8 @@ def _slow_rank_scenarios(k: SlowRankKnobs) -> Iterator[Scenario]:
     )
 
 
-DEFS: tuple[AlertDef, ...] = (
-    AlertDef(
+DEFS: tuple[Parts, ...] = (
+    Parts(
         "target_down",
         "system",
         TargetDownKnobs,
@@ -560,7 +560,7 @@ DEFS: tuple[AlertDef, ...] = (
         _target_down_scenarios,
         _served,
     ),
-    AlertDef(
+    Parts(
         "run_crashed",
         "system",
         RunCrashedKnobs,
@@ -584,7 +584,7 @@ DEFS: tuple[AlertDef, ...] = (
         _run_crashed_scenarios,
         _ended_firing,
     ),
-    AlertDef(
+    Parts(
         "training_stalled",
         "system",
         TrainingStalledKnobs,
@@ -610,7 +610,7 @@ DEFS: tuple[AlertDef, ...] = (
         },
         _stall_scenarios,
     ),
-    AlertDef(
+    Parts(
         "startup_hang",
         "system",
         StartupHangKnobs,
@@ -632,7 +632,7 @@ DEFS: tuple[AlertDef, ...] = (
         },
         _startup_scenarios,
     ),
-    AlertDef(
+    Parts(
         "slow_rank",
         "system",
         SlowRankKnobs,

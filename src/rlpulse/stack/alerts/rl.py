@@ -22,6 +22,7 @@ from rlpulse.stack.alerts.kit import (
     AlertDef,
     Check,
     Expect,
+    Parts,
     Runbook,
     Scenario,
     pct,
@@ -720,9 +721,9 @@ def healthy() -> Scenario:
     )
 
 
-DEFS: tuple[AlertDef, ...] = (
-    *(d.definition() for d in STEP_ALERTS),
-    AlertDef(
+DEFS: tuple[AlertDef | Parts, ...] = (
+    *STEP_ALERTS,
+    Parts(
         "input_drift",
         "rl",
         InputDriftKnobs,
@@ -750,7 +751,7 @@ DEFS: tuple[AlertDef, ...] = (
         },
         _input_drift_scenarios,
     ),
-    AlertDef(
+    Parts(
         "update_kl_high",
         "rl",
         UpdateKLHighKnobs,
@@ -770,7 +771,7 @@ DEFS: tuple[AlertDef, ...] = (
         },
         _update_kl_scenarios,
     ),
-    AlertDef(
+    Parts(
         "clip_fraction_high",
         "rl",
         ClipFractionHighKnobs,
@@ -791,7 +792,7 @@ DEFS: tuple[AlertDef, ...] = (
         },
         _clip_scenarios,
     ),
-    AlertDef(
+    Parts(
         "nonfinite_loss",
         "rl",
         NonFiniteLossKnobs,
@@ -813,7 +814,7 @@ DEFS: tuple[AlertDef, ...] = (
         _nonfinite_scenarios,
         problems=_nonfinite_problems,
     ),
-    AlertDef(
+    Parts(
         "explained_variance_negative",
         "rl",
         ExplainedVarianceNegativeKnobs,
@@ -831,7 +832,7 @@ DEFS: tuple[AlertDef, ...] = (
         },
         _explained_variance_scenarios,
     ),
-    AlertDef(
+    Parts(
         "importance_ratio_drift",
         "rl",
         ImportanceRatioDriftKnobs,

@@ -11,6 +11,7 @@ a firing alert clears only once the signal is back past ``hysteresis`` of the le
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -22,15 +23,14 @@ from rlpulse.stack.alerts.kit import (
     ID,
     Alert,
     AlertDef,
-    Area,
     Check,
     Expect,
-    Runbook,
     Scenario,
     Severity,
 )
 from rlpulse.stack.knobs import AlertConfig, Duration, _doc, seconds
 from rlpulse.stack.promql import sel, template_matchers, template_query
+from rlpulse.stack.query import Query
 
 SIGNAL = catalog.get("rl_step_signal")
 BASELINE = catalog.get("rl_step_signal_baseline")
@@ -109,18 +109,13 @@ def _go_query(selector: str, args: str, fmt: str) -> str:
     )
 
 
-@dataclass(frozen=True)
-class StepAlert:
+@dataclass(frozen=True, kw_only=True)
+class StepAlert(AlertDef):
     """One alert on one step-indexed signal."""
 
-    name: str
-    key: str
-    area: Area
     signal: str
-    summary: str
     subject: str
     relation: str
-    runbook: Runbook
     healthy: float
     warning: float | None = None
     critical: float | None = None
@@ -148,23 +143,19 @@ class StepAlert:
     def above(self) -> bool:
         return self.sig.worse == "above"
 
-    def definition(self) -> AlertDef:
-        """This alert as the generators read every alert."""
-        return AlertDef(
-            self.key,
-            self.area,
-            self.knobs(),
-            lambda q, k: self.alerts(k, q.cfg.selectors.metrics),
-            {self.name: self.runbook},
-            lambda k: iter(
-                [self.scenario(k, TARGET, k.keep_firing_for)]
-                + ([self.escalation_scenario(k, TARGET)] if self.escalate else [])
-                + ([self.band_scenario(k, TARGET)] if self.signal != BAND_GAP else [])
-                + [self.drift_scenario(k, TARGET)]
-            ),
-        )
+    def rules(self, q: Query, k: Any) -> Iterator[Alert]:
+        return self.alerts(k, q.cfg.selectors.metrics)
+
+    def scenarios(self, k: Any) -> Iterator[Scenario]:
+        yield self.scenario(k, TARGET, k.keep_firing_for)
+        if self.escalate:
+            yield self.escalation_scenario(k, TARGET)
+        if self.signal != BAND_GAP:
+            yield self.band_scenario(k, TARGET)
+        yield self.drift_scenario(k, TARGET)
 
     # ---- knobs
+    @functools.cached_property
     def knobs(self) -> type[StepKnobs]:
         """The config section of this alert (its levels as fields)."""
         tiers = [("warning", self.warning), ("critical", self.critical)]

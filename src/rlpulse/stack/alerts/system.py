@@ -3,8 +3,7 @@ the exporter itself, with the healthy run no system alert fires on."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from typing import Any
 
 from rlpulse import catalog
 from rlpulse.stack import panels
@@ -15,16 +14,17 @@ from rlpulse.stack.alerts.kit import (
     ID,
     PERCENT,
     RUN_TEXT,
-    Alert,
     AlertDef,
     Check,
     Expect,
+    Knob,
     RecordingRule,
     Runbook,
     Scenario,
+    ThresholdAlert,
+    hold,
     pct,
 )
-from rlpulse.stack.knobs import AlertConfig, Duration, Tiered, _doc
 from rlpulse.stack.panels import SYSTEM, TRAINING, see
 from rlpulse.stack.promql import record_name
 from rlpulse.stack.query import Query
@@ -56,22 +56,7 @@ def rate_ratio_name(metric: catalog.Metric) -> str:
     return record_name("run", metric, "rate_ratio_to_earlier")
 
 
-# ---- throughput --------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ThroughputDropKnobs(AlertConfig):
-    """Training throughput fell against the run's earlier window."""
-
-    for_: Duration = field(
-        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    ratio: float = field(
-        default=0.5, metadata=_doc("Fire below this fraction of the earlier rate.")
-    )
-
-
-def _rate_ratios(q: Query, k: ThroughputDropKnobs) -> list[RecordingRule]:
+def _rate_ratios(q: Query, k: Any) -> list[RecordingRule]:
     return [
         RecordingRule(
             rate_ratio_name(m),
@@ -81,193 +66,26 @@ def _rate_ratios(q: Query, k: ThroughputDropKnobs) -> list[RecordingRule]:
     ]
 
 
-def _throughput(q: Query, k: ThroughputDropKnobs) -> Iterator[Alert]:
-    yield Alert.of(
-        k,
-        THROUGHPUT_DROP,
-        "warning",
-        " or ".join(
-            f'label_replace({rate_ratio_name(m)} < {k.ratio:g}, "throughput", "{m.family}", "", "")'
-            for m in (TRAIN_STEPS, SAMPLES)
-        ),
-        "Training throughput fell against the run's earlier rate.",
-        f"{{{{ $labels.throughput }}}} rate of {RUN_TEXT} is at {PERCENT} of its rate over the "
-        f"earlier {q.w.zscore} (threshold {pct(k.ratio)}).",
-        scope="run",
-    )
-
-
-def _throughput_scenarios(k: ThroughputDropKnobs) -> Iterator[Scenario]:
-    yield Scenario(
-        "Throughput drop: 10 steps a minute, 2 a minute from 90m. At 115m the last 10m rate "
-        "(20 steps) against the hour before ([45m, 105m]: 450 + 30 steps) is 0.25.",
-        ((series(TRAIN_STEPS), counter((10, 91), (2, 40))),),
-        (
-            Check(THROUGHPUT_DROP, "100m"),
-            Check(
-                THROUGHPUT_DROP,
-                "115m",
-                (Expect("warning", {**RUN, "throughput": TRAIN_STEPS.family}, 0.25),),
-            ),
-        ),
-    )
-
-
-# ---- rollout latency ---------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class RolloutLatencyTailKnobs(AlertConfig):
-    """Rollout-latency long tail: p99 far above p50."""
-
-    for_: Duration = field(
-        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    ratio: float = field(default=10.0, metadata=_doc("Fire when p99 / p50 is above this."))
-
-
-def _rollout_quantiles(q: Query, k: RolloutLatencyTailKnobs) -> list[RecordingRule]:
+def _rollout_quantiles(q: Query, k: Any) -> list[RecordingRule]:
     return [
         RecordingRule(name, q.run_quantile(p, ROLLOUT))
         for (_, p), name in zip(QUANTILES, ROLLOUT_QUANTILES.values(), strict=True)
     ]
 
 
-def _latency(q: Query, k: RolloutLatencyTailKnobs) -> Iterator[Alert]:
-    yield Alert.of(
-        k,
-        LATENCY_TAIL,
-        "warning",
-        f"{ROLLOUT_QUANTILES['p99']} / {ROLLOUT_QUANTILES['p50']} > {k.ratio:g}",
-        "Rollout latency has a long tail: p99 is far above p50.",
-        f"p99 rollout latency of {RUN_TEXT} is {HUMANIZE} times its p50 (threshold {k.ratio:g}).",
-        scope="run",
-    )
-
-
-def _latency_scenarios(k: RolloutLatencyTailKnobs) -> Iterator[Scenario]:
-    lat = {
-        "0.5": const(0, 40),
-        "1": counter((97, 40)),
-        "60": counter((97, 40)),
-        "120": counter((100, 40)),
-        "+Inf": counter((100, 40)),
-    }
-    yield Scenario(
-        "Rollout-latency tail: of 100 rollouts a minute 97 take up to 1 s and 3 take 1-2 min. "
-        "p50 = 0.5 + 0.5 * 50/97 = 0.758 s, p99 = 60 + 60 * 2/3 = 100 s: 132 times p50.",
-        tuple((series(ROLLOUT, {**TARGET, "le": le}, "_bucket"), v) for le, v in lat.items()),
-        (Check(LATENCY_TAIL, "30m", (Expect("warning", RUN, 100 / (0.5 + 0.25 * 100 / 97)),)),),
-    )
-
-
-# ---- grader ------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class GraderErrorsKnobs(Tiered):
-    """Grader / reward-model calls failing."""
-
-    for_: Duration = field(
-        default=Duration("5m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    warning: float = field(default=0.05, metadata=_doc("Warning above this error fraction."))
-    critical: float = field(default=0.5, metadata=_doc("Critical above this."))
-
-
-def _grader_ratio(q: Query, k: GraderErrorsKnobs) -> list[RecordingRule]:
+def _grader_ratio(q: Query, k: Any) -> list[RecordingRule]:
     # no calls in the window: no ratio (not 0/0 = NaN)
     ratio = f"{q.run_sum_rate(GRADER_ERRORS)} / ({q.run_sum_rate(GRADER_CALLS)} > 0)"
     return [RecordingRule(GRADER_ERROR_RATIO, ratio)]
 
 
-def _grader(q: Query, k: GraderErrorsKnobs) -> Iterator[Alert]:
-    yield from Alert.tiered(
-        k,
-        GRADER,
-        lambda lvl: f"{GRADER_ERROR_RATIO} > {lvl:g}",
-        "Grader / reward-model calls are failing.",
-        f"{PERCENT} of the grader calls of {RUN_TEXT} failed over {q.w.rate} (threshold $LEVEL).",
-        pct,
-        scope="run",
-    )
-
-
-def _grader_scenarios(k: GraderErrorsKnobs) -> Iterator[Scenario]:
-    yield Scenario(
-        "Grader errors: 100 calls a minute; 10 fail from 10m (0.1, warning), 60 from 40m (0.6, "
-        "critical).",
-        (
-            (series(GRADER_CALLS), counter((100, 70))),
-            (series(GRADER_ERRORS), counter((0, 11), (10, 30), (60, 29))),
-        ),
-        (
-            Check(GRADER, "30m", (Expect("warning", RUN, 0.1),)),
-            Check(GRADER, "60m", (Expect("warning", RUN, 0.6), Expect("critical", RUN, 0.6))),
-        ),
-    )
-
-
-# ---- the exporter ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class ExporterCollectorErrorsKnobs(AlertConfig):
-    """A GPU/host collector of the exporter failing."""
-
-
-def _collector(q: Query, k: ExporterCollectorErrorsKnobs) -> Iterator[Alert]:
-    yield Alert.of(
-        k,
-        COLLECTOR,
-        "warning",
-        f"increase({q.s(COLLECTOR_ERRORS)}[{q.w.recent}]) > 0 or {q.s(COLLECTOR_UP)} == 0",
-        "An rlpulse collector keeps failing.",
-        f"The {{{{ $labels.collector }}}} collector of {ID} on {{{{ $labels.instance }}}} "
-        f"failed (errors in {q.w.recent}, or 0 if down: {HUMANIZE}).",
-    )
-
-
-def _collector_scenarios(k: ExporterCollectorErrorsKnobs) -> Iterator[Scenario]:
-    yield Scenario(
-        "Collector failing: the GPU collector goes down at 10m and its error count grows 1 a "
-        "minute: 10 errors in the 10m before 30m.",
-        (
-            (series(COLLECTOR_UP, _GPU_COLLECTOR), f"{const(1, 10)} {const(0, 30)}"),
-            (series(COLLECTOR_ERRORS, _GPU_COLLECTOR), counter((0, 11), (1, 29))),
-        ),
-        (Check(COLLECTOR, "30m", (Expect("warning", _GPU_COLLECTOR, 10),)),),
-    )
-
-
-@dataclass(frozen=True)
-class ExporterDroppedValuesKnobs(AlertConfig):
-    """The exporter drops logged values or folds labels into __overflow__."""
-
-    for_: Duration = field(
-        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-
-
-def _dropped(q: Query, k: ExporterDroppedValuesKnobs) -> Iterator[Alert]:
-    w = q.w.recent
-    yield Alert.of(
-        k,
-        DROPPED_VALUES,
-        "info",
-        f"increase({q.s(DROPPED)}[{w}]) > 0 or increase({q.s(OVERFLOW)}[{w}]) > 0",
-        "The exporter drops logged values or folds labels into __overflow__.",
-        f"The exporter of {ID} dropped {HUMANIZE} values in {w} "
-        "(reason {{ $labels.reason }}{{ $labels.label }}).",
-    )
-
-
-def _dropped_scenarios(k: ExporterDroppedValuesKnobs) -> Iterator[Scenario]:
-    yield Scenario(
-        "Dropped values: the trainer logs a string every minute; 10 dropped in 10m.",
-        ((series(DROPPED, _NON_NUMERIC), counter((1, 40))),),
-        (Check(DROPPED_VALUES, "30m", (Expect("info", _NON_NUMERIC, 10),)),),
-    )
+_LATENCY = {
+    "0.5": const(0, 40),
+    "1": counter((97, 40)),
+    "60": counter((97, 40)),
+    "120": counter((100, 40)),
+    "+Inf": counter((100, 40)),
+}
 
 
 def healthy() -> Scenario:
@@ -299,101 +117,213 @@ def healthy() -> Scenario:
 
 
 DEFS: tuple[AlertDef, ...] = (
-    AlertDef(
-        "throughput_drop",
-        "system",
-        ThroughputDropKnobs,
-        _throughput,
-        {
-            THROUGHPUT_DROP: Runbook(
-                "Training steps or samples per second fell well below the run's rate over the "
-                "earlier window.",
-                see(TRAINING, panels.SAMPLES_RATE, panels.STEPS_RATE, panels.PHASE_SHARE)
-                + panels.SEPARATOR
-                + see(SYSTEM, panels.PHASE_BREAKDOWN),
-                (
-                    "Find the phase whose share grew; check GPU throttling, a slow grader, "
-                    "longer responses (RLResponseLengthDrift), a straggler rank.",
-                ),
-            )
+    ThresholdAlert(
+        name=THROUGHPUT_DROP,
+        key="throughput_drop",
+        area="system",
+        doc="Training throughput fell against the run's earlier window.",
+        settings={
+            "for_": hold("15m"),
+            "ratio": Knob(0.5, "Fire below this fraction of the earlier rate."),
         },
-        _throughput_scenarios,
-        _rate_ratios,
+        severity="warning",
+        records=_rate_ratios,
+        expr=lambda q, k: " or ".join(
+            f'label_replace({rate_ratio_name(m)} < {k.ratio:g}, "throughput", "{m.family}", "", "")'
+            for m in (TRAIN_STEPS, SAMPLES)
+        ),
+        summary="Training throughput fell against the run's earlier rate.",
+        description=lambda q, k: (
+            f"{{{{ $labels.throughput }}}} rate of {RUN_TEXT} is at {PERCENT} of its rate over "
+            f"the earlier {q.w.zscore} (threshold {pct(k.ratio)})."
+        ),
+        scope="run",
+        runbook=Runbook(
+            "Training steps or samples per second fell well below the run's rate over the "
+            "earlier window.",
+            see(TRAINING, panels.SAMPLES_RATE, panels.STEPS_RATE, panels.PHASE_SHARE)
+            + panels.SEPARATOR
+            + see(SYSTEM, panels.PHASE_BREAKDOWN),
+            (
+                "Find the phase whose share grew; check GPU throttling, a slow grader, "
+                "longer responses (RLResponseLengthDrift), a straggler rank.",
+            ),
+        ),
+        tests=(
+            Scenario(
+                "Throughput drop: 10 steps a minute, 2 a minute from 90m. At 115m the last 10m "
+                "rate (20 steps) against the hour before ([45m, 105m]: 450 + 30 steps) is 0.25.",
+                ((series(TRAIN_STEPS), counter((10, 91), (2, 40))),),
+                (
+                    Check(THROUGHPUT_DROP, "100m"),
+                    Check(
+                        THROUGHPUT_DROP,
+                        "115m",
+                        (Expect("warning", {**RUN, "throughput": TRAIN_STEPS.family}, 0.25),),
+                    ),
+                ),
+            ),
+        ),
     ),
-    AlertDef(
-        "rollout_latency_tail",
-        "system",
-        RolloutLatencyTailKnobs,
-        _latency,
-        {
-            LATENCY_TAIL: Runbook(
-                "The p99 rollout latency is far above p50: a few very slow generations or "
-                "episodes hold up every batch (synchronous RL waits for the slowest).",
-                see(SYSTEM, panels.ROLLOUT_HEATMAP, panels.ROLLOUT_QUANTILES),
-                (
-                    "Cap generation length or time; use partial rollouts / asynchronous "
-                    "generation.",
-                    "Open an exemplar to find the slow rollout and its prompt.",
-                ),
-            )
+    ThresholdAlert(
+        name=LATENCY_TAIL,
+        key="rollout_latency_tail",
+        area="system",
+        doc="Rollout-latency long tail: p99 far above p50.",
+        settings={
+            "for_": hold("15m"),
+            "ratio": Knob(10.0, "Fire when p99 / p50 is above this."),
         },
-        _latency_scenarios,
-        _rollout_quantiles,
+        severity="warning",
+        records=_rollout_quantiles,
+        expr=lambda q, k: f"{ROLLOUT_QUANTILES['p99']} / {ROLLOUT_QUANTILES['p50']} > {k.ratio:g}",
+        summary="Rollout latency has a long tail: p99 is far above p50.",
+        description=lambda q, k: (
+            f"p99 rollout latency of {RUN_TEXT} is {HUMANIZE} times its p50 "
+            f"(threshold {k.ratio:g})."
+        ),
+        scope="run",
+        runbook=Runbook(
+            "The p99 rollout latency is far above p50: a few very slow generations or "
+            "episodes hold up every batch (synchronous RL waits for the slowest).",
+            see(SYSTEM, panels.ROLLOUT_HEATMAP, panels.ROLLOUT_QUANTILES),
+            (
+                "Cap generation length or time; use partial rollouts / asynchronous generation.",
+                "Open an exemplar to find the slow rollout and its prompt.",
+            ),
+        ),
+        tests=(
+            Scenario(
+                "Rollout-latency tail: of 100 rollouts a minute 97 take up to 1 s and 3 take "
+                "1-2 min. p50 = 0.5 + 0.5 * 50/97 = 0.758 s, p99 = 60 + 60 * 2/3 = 100 s: 132 "
+                "times p50.",
+                tuple(
+                    (series(ROLLOUT, {**TARGET, "le": le}, "_bucket"), v)
+                    for le, v in _LATENCY.items()
+                ),
+                (
+                    Check(
+                        LATENCY_TAIL,
+                        "30m",
+                        (Expect("warning", RUN, 100 / (0.5 + 0.25 * 100 / 97)),),
+                    ),
+                ),
+            ),
+        ),
     ),
-    AlertDef(
-        "grader_errors",
-        "system",
-        GraderErrorsKnobs,
-        _grader,
-        {
-            GRADER: Runbook(
-                "A large fraction of grader / reward-model calls fail; failed calls usually "
-                "score 0 and corrupt the reward signal.",
-                see(SYSTEM, panels.GRADER_CALLS, panels.GRADER_LATENCY),
-                (
-                    "Check the grader service (rate limits, timeouts, crashes) and its version.",
-                    "Pause training when critical: the reward is no longer meaningful.",
-                ),
-            )
+    ThresholdAlert(
+        name=GRADER,
+        key="grader_errors",
+        area="system",
+        doc="Grader / reward-model calls failing.",
+        settings={
+            "for_": hold("5m"),
+            "warning": Knob(0.05, "Warning above this error fraction."),
+            "critical": Knob(0.5, "Critical above this."),
         },
-        _grader_scenarios,
-        _grader_ratio,
+        severity="tiered",
+        records=_grader_ratio,
+        expr=f"{GRADER_ERROR_RATIO} > $LEVEL",
+        summary="Grader / reward-model calls are failing.",
+        description=lambda q, k: (
+            f"{PERCENT} of the grader calls of {RUN_TEXT} failed over {q.w.rate} "
+            "(threshold $LEVEL)."
+        ),
+        level_text=pct,
+        scope="run",
+        runbook=Runbook(
+            "A large fraction of grader / reward-model calls fail; failed calls usually "
+            "score 0 and corrupt the reward signal.",
+            see(SYSTEM, panels.GRADER_CALLS, panels.GRADER_LATENCY),
+            (
+                "Check the grader service (rate limits, timeouts, crashes) and its version.",
+                "Pause training when critical: the reward is no longer meaningful.",
+            ),
+        ),
+        tests=(
+            Scenario(
+                "Grader errors: 100 calls a minute; 10 fail from 10m (0.1, warning), 60 from 40m "
+                "(0.6, critical).",
+                (
+                    (series(GRADER_CALLS), counter((100, 70))),
+                    (series(GRADER_ERRORS), counter((0, 11), (10, 30), (60, 29))),
+                ),
+                (
+                    Check(GRADER, "30m", (Expect("warning", RUN, 0.1),)),
+                    Check(
+                        GRADER, "60m", (Expect("warning", RUN, 0.6), Expect("critical", RUN, 0.6))
+                    ),
+                ),
+            ),
+        ),
     ),
-    AlertDef(
-        "exporter_collector_errors",
-        "system",
-        ExporterCollectorErrorsKnobs,
-        _collector,
-        {
-            COLLECTOR: Runbook(
-                "One of the exporter's collectors (GPU via NVML, host via psutil) keeps failing "
-                "or timing out; its panels and alerts go blind.",
-                see(SYSTEM, panels.COLLECTORS, panels.EXPORTER_ERRORS),
+    ThresholdAlert(
+        name=COLLECTOR,
+        key="exporter_collector_errors",
+        area="system",
+        doc="A GPU/host collector of the exporter failing.",
+        severity="warning",
+        expr=lambda q, k: (
+            f"increase({q.s(COLLECTOR_ERRORS)}[{q.w.recent}]) > 0 or {q.s(COLLECTOR_UP)} == 0"
+        ),
+        summary="An rlpulse collector keeps failing.",
+        description=lambda q, k: (
+            f"The {{{{ $labels.collector }}}} collector of {ID} on {{{{ $labels.instance }}}} "
+            f"failed (errors in {q.w.recent}, or 0 if down: {HUMANIZE})."
+        ),
+        runbook=Runbook(
+            "One of the exporter's collectors (GPU via NVML, host via psutil) keeps failing "
+            "or timing out; its panels and alerts go blind.",
+            see(SYSTEM, panels.COLLECTORS, panels.EXPORTER_ERRORS),
+            (
+                "Check the trainer log for the rlpulse collector message; check the NVIDIA "
+                "driver (nvidia-smi) on that node.",
+            ),
+        ),
+        tests=(
+            Scenario(
+                "Collector failing: the GPU collector goes down at 10m and its error count grows "
+                "1 a minute: 10 errors in the 10m before 30m.",
                 (
-                    "Check the trainer log for the rlpulse collector message; check the NVIDIA "
-                    "driver (nvidia-smi) on that node.",
+                    (series(COLLECTOR_UP, _GPU_COLLECTOR), f"{const(1, 10)} {const(0, 30)}"),
+                    (series(COLLECTOR_ERRORS, _GPU_COLLECTOR), counter((0, 11), (1, 29))),
                 ),
-            )
-        },
-        _collector_scenarios,
+                (Check(COLLECTOR, "30m", (Expect("warning", _GPU_COLLECTOR, 10),)),),
+            ),
+        ),
     ),
-    AlertDef(
-        "exporter_dropped_values",
-        "system",
-        ExporterDroppedValuesKnobs,
-        _dropped,
-        {
-            DROPPED_VALUES: Runbook(
-                "The exporter dropped logged values (non-numeric, None, …) or folded label "
-                "values into __overflow__ at the cardinality cap. Informational: some series "
-                "are incomplete.",
-                see(SYSTEM, panels.EXPORTER_ERRORS),
-                (
-                    "Look at the reason/label; log numbers only, or raise label_cap if the "
-                    "values are legitimately many.",
-                ),
-            )
-        },
-        _dropped_scenarios,
+    ThresholdAlert(
+        name=DROPPED_VALUES,
+        key="exporter_dropped_values",
+        area="system",
+        doc="The exporter drops logged values or folds labels into __overflow__.",
+        settings={"for_": hold("15m")},
+        severity="info",
+        expr=lambda q, k: (
+            f"increase({q.s(DROPPED)}[{q.w.recent}]) > 0 "
+            f"or increase({q.s(OVERFLOW)}[{q.w.recent}]) > 0"
+        ),
+        summary="The exporter drops logged values or folds labels into __overflow__.",
+        description=lambda q, k: (
+            f"The exporter of {ID} dropped {HUMANIZE} values in {q.w.recent} "
+            "(reason {{ $labels.reason }}{{ $labels.label }})."
+        ),
+        runbook=Runbook(
+            "The exporter dropped logged values (non-numeric, None, …) or folded label "
+            "values into __overflow__ at the cardinality cap. Informational: some series "
+            "are incomplete.",
+            see(SYSTEM, panels.EXPORTER_ERRORS),
+            (
+                "Look at the reason/label; log numbers only, or raise label_cap if the "
+                "values are legitimately many.",
+            ),
+        ),
+        tests=(
+            Scenario(
+                "Dropped values: the trainer logs a string every minute; 10 dropped in 10m.",
+                ((series(DROPPED, _NON_NUMERIC), counter((1, 40))),),
+                (Check(DROPPED_VALUES, "30m", (Expect("info", _NON_NUMERIC, 10),)),),
+            ),
+        ),
     ),
 )

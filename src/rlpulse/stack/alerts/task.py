@@ -26,6 +26,7 @@ from rlpulse.stack.alerts.kit import (
     AlertDef,
     Check,
     Expect,
+    Parts,
     RecordingRule,
     Runbook,
     Scenario,
@@ -320,9 +321,9 @@ def healthy() -> Scenario:
     )
 
 
-DEFS: tuple[AlertDef, ...] = (
-    *(d.definition() for d in STEP_ALERTS),
-    AlertDef(
+DEFS: tuple[AlertDef | Parts, ...] = (
+    *STEP_ALERTS,
+    Parts(
         "response_length_drift",
         "task",
         ResponseLengthDriftKnobs,

@@ -5,8 +5,9 @@
 A training step logs 32 mapped keys (7 of them watched by the step-indexed detector). Every 100
 steps the trainer waits for its accelerator (``--gap`` ms asleep, the GIL released: the time the
 apply thread works in). Regimes: scraped every 15, 150 or 1,500 steps (the scrape applies what
-is left first, as the endpoint does; here on the training thread between steps, outside its
-clock) or never scraped (no Prometheus yet, or it is down). Per regime and logger:
+is left first and reads what it adds to the store, the detector's signals included, as the
+endpoint does before it formats the exposition; here on the training thread between steps,
+outside its clock) or never scraped (no Prometheus yet, or it is down). Per regime and logger:
 
 - *training thread*: CPU of the recording calls alone (``time.thread_time`` around them), µs a
   step; rlpulse against a dict write of the same 32 values (target ≤ 2.5x in every regime);
@@ -83,7 +84,12 @@ def _logger(name: str, tmp: str) -> tuple[Callable[[dict[str, float], int], None
         def rl_step(m: dict[str, float], i: int) -> None:
             exp.log(m, step=i)
 
-        return rl_step, exp.flush, exp.flush
+        def rl_scrape() -> None:
+            exp.flush()
+            for _ in exp.scrape_samples():  # what a scrape reads (the detector's signals ...)
+                pass
+
+        return rl_step, rl_scrape, rl_scrape
     if name == "tensorboardX":
         from tensorboardX import SummaryWriter
 

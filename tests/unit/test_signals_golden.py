@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 from rlpulse import Exporter
-from rlpulse.detect import band, lastgood
+from rlpulse.detect import band, lastgood, signals
 from rlpulse.offline.logs import read_log
 
 GOLDEN = Path(__file__).parent / "data" / "signals_golden.json.gz"
@@ -152,7 +152,7 @@ def _read(exp: Exporter) -> dict[str, float]:
     # excursion begin, so what it holds depends on when it was read
     for metric, labels, value in lastgood.Onsets().samples(det, exp.levels, exp.checkpoints):
         out[f"{metric.name}{labels}"] = value
-    for signal in sorted({name for name, _ in det.held} | {name for name, _ in det._trail}):
+    for signal in sorted(signals.SIGNAL_NAMES):
         for series in det.series_of(signal):
             latest = det.latest(signal, series)
             if latest is not None:

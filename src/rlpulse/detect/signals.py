@@ -30,20 +30,22 @@ of a trainer that logs many steps between two scrapes.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import itertools
 import math
 import statistics
+import sys
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, cast
 
 import numpy as np
 
 from rlpulse import catalog, keys
-from rlpulse.detect import band
+from rlpulse.detect import band, windows
+from rlpulse.detect.windows import TRAIL, Held, Trail
 
 SIGNAL = catalog.get("rl_step_signal")
 BASELINE = catalog.get("rl_step_signal_baseline")
@@ -52,6 +54,7 @@ BAND = catalog.get("rl_reference_band")
 BAND_GAP = "reference_band_gap"  # the signal against earlier healthy runs (``_band_gap``)
 
 Worse = Literal["above", "below"]
+Pair = tuple[np.ndarray, np.ndarray]  # a signal's values and baselines at the values of a read
 # how a value reads: a share (shown as %), a multiple (x), nats, or robust standard deviations
 Unit = Literal["fraction", "multiple", "nats", "sigma"]
 
@@ -80,19 +83,23 @@ class StepWindows:
 
 
 class Track:
-    """The running statistics of one watched series (one metric with one label set)."""
+    """The running statistics of one watched series (one metric with one label set).
+
+    Its finite values are appended in batches (``extend``: every value logged since the last
+    read), and the statistics of every value of a batch are worked out at once with numpy
+    sliding windows: per *row* (row 0 the state before the batch, row r the state after its
+    r-th value) the smoothed and sustained medians, the peak, floor and start. ``at(r)`` puts a
+    row's statistics in the attributes the per-value signals read (``last``, ``smoothed`` ...).
+    It keeps the last ``NOISE_SPAN * history + 1`` values (1.6 kB at the default windows)."""
 
     def __init__(self, w: StepWindows) -> None:
         self.w = w
-        self.n = 0
-        self.recent: deque[float] = deque(maxlen=w.smooth)
-        self.long: deque[float] = deque(maxlen=2 * w.smooth)
-        self.history: deque[float] = deque(maxlen=w.history)
-        self.span: deque[float] = deque(maxlen=NOISE_SPAN * w.history)  # for ``noise``
-        # the history's step-to-step differences; the history kept sorted too (median and
-        # quantiles in O(1) on every step instead of sorting the window each time)
-        self.diffs: deque[float] = deque(maxlen=w.history - 1)
-        self._sorted: list[float] = []
+        self.keep = NOISE_SPAN * w.history + 1  # values kept: the noise's span before the last
+        self.x = np.empty(0)  # the kept values, then those of the batch being read
+        self.base = 0  # the index in ``x`` of the batch's first value
+        self.n = 0  # values seen at the current row
+        self.n0 = 0  # ... before the batch
+        self.pos = -1  # the index in ``x`` of the current row's latest value
         self.last = math.nan
         self.smoothed = math.nan
         self.peak = math.nan
@@ -102,7 +109,12 @@ class Track:
         self.level = math.nan
         self.level_peak = math.nan
         self.level_start = math.nan
-        self.gain_noise = math.nan  # the noise a gain is judged by (``gain``)
+        self.rows: dict[str, np.ndarray] = {}  # per statistic, its value at each row
+        self._lists: dict[str, list[float]] = {}  # the same as lists (``at``)
+        # the noise a gain is judged by (``gain``): the (n, pos) it is measured at until
+        # worked out, then its value
+        self._gain_noise: tuple[int, int] | float = math.nan
+        self.gain_measured = False
         self._noise: tuple[int, int, float] = (-1, 0, math.nan)  # (n, longest, noise) last asked
         self.best3 = math.nan  # the best median of three readings (``_drop_from_best``)
         self.settled = False  # the reward held its best before entropy halved (``_entropy...``)
@@ -110,87 +122,148 @@ class Track:
         self.drops: Drops | None = None  # a discrete reward's drop (``_gain_lost``)
         self.back: int | None = None  # the lag of the value a signal just computed, if not
         # its own (``lag``): set by the signal, taken by the detector
+        self.id = -1  # the detector's number for the series
+        self.born = sys.maxsize  # the detector's sequence number of the series' first value
+        self.looped = False  # some of its signals are read one value at a time
+        self.batch = 0  # the detector's read that read it last, its values' sequence numbers
+        self.seqs = np.empty(0, np.int64)  # and the row after each (``Detector.reward_rows``)
+        self.ev_rows = np.empty(0, np.int64)
+        self.extend(np.empty(0))
 
     @property
     def warm(self) -> bool:
         return self.n >= self.w.warmup
 
     def add(self, value: float) -> None:
-        if not math.isfinite(value):
-            return
-        if not math.isnan(self.last):
-            self._keep(self.last)
-        if self.stretches is not None:
-            self.stretches.add(value)
-        self.n += 1
-        self.last = value
-        self.recent.append(value)
-        self.long.append(value)
-        self.smoothed = _median(sorted(self.recent))
-        if self.warm:
-            if math.isnan(self.start):
-                self.start = self.peak = self.floor = self.smoothed
-            self.peak = max(self.peak, self.smoothed)
-            self.floor = min(self.floor, self.smoothed)
-        self.level = self.sustained()
-        if not math.isnan(self.level):
-            if math.isnan(self.level_start):
-                self.level_start = self.level_peak = self.level
-            self.level_peak = max(self.level_peak, self.level)
-        if self.drops is not None and self.discrete():
-            self.drops.add(value)
+        """One value (non-finite ones count for nothing), its statistics at once."""
+        if math.isfinite(value):
+            self.extend(np.array([value]))
+            self.at(1)
+
+    def extend(self, values: np.ndarray) -> None:
+        """A batch of finite values: the statistics of every row (the current row stays 0)."""
+        self.gain_noise()  # (measured on values about to go)
+        w, prev = self.w, self.x[-self.keep :]
+        self.n0, m = self.n, len(values)
+        self.x = np.concatenate((prev, values))
+        self.base = len(prev)
+        n = np.arange(self.n0, self.n0 + m + 1)
+        ends = np.arange(self.base - 1, self.base + m)
+        smoothed = windows.last_medians(self.x, ends, np.minimum(n, w.smooth), w.smooth)
+        level = windows.last_medians(self.x, ends, np.minimum(n, 2 * w.smooth), 2 * w.smooth)
+        level[n < 2 * w.smooth] = math.nan
+        warm = n >= w.warmup
+        start = self.start if self.start == self.start else _first(smoothed, warm)
+        peaked = np.where(warm, smoothed, math.nan)
+        peaked[0] = self.peak
+        low = peaked.copy()
+        low[0] = self.floor
+        level_start = self.level_start
+        if level_start != level_start:
+            level_start = _first(level, level == level)
+        topped = level.copy()
+        topped[0] = self.level_peak
+        self.rows = {
+            "n": n,
+            "last": np.concatenate(([self.last], values)),
+            "smoothed": smoothed,
+            "peak": np.fmax.accumulate(peaked),
+            "floor": np.fmin.accumulate(low),
+            "start": np.where(warm, start, math.nan),
+            "level": level,
+            "level_peak": np.fmax.accumulate(topped),
+            "level_start": np.where(level == level, level_start, math.nan),
+        }
+        self._lists = {}
+        self.at(0)
+
+    def at(self, row: int) -> None:
+        """Read the statistics of ``row`` (the state after the batch's ``row``-th value)."""
+        lists = self._lists or self._listed()
+        self.n = self.n0 + row
+        self.pos = self.base - 1 + row
+        self.last = lists["last"][row]
+        self.smoothed = lists["smoothed"][row]
+        self.peak = lists["peak"][row]
+        self.floor = lists["floor"][row]
+        self.start = lists["start"][row]
+        self.level = lists["level"][row]
+        self.level_peak = lists["level_peak"][row]
+        self.level_start = lists["level_start"][row]
+
+    def _listed(self) -> dict[str, list[float]]:
+        self._lists = {k: v.tolist() for k, v in self.rows.items() if k != "n"}
+        return self._lists
+
+    def finish(self) -> None:
+        """The batch is read: its last row is the current state, and only what the next batch
+        reads is kept (the last row, the last values)."""
+        self.gain_noise()  # (measured on values about to go)
+        self.rows = {k: v[-1:] for k, v in self.rows.items()}
+        self.x = self.x[-self.keep :]
+        self.n0 = int(self.rows["n"][0])
+        self.base = len(self.x)
+        self._lists = {}
+        self.at(0)
+
+    def recent(self, k: int) -> list[float]:
+        """The last ``k`` values at the current row (fewer before ``k`` were seen)."""
+        return self.x[max(self.pos - min(k, self.n) + 1, 0) : self.pos + 1].tolist()
 
     def discrete(self) -> bool:
         """A reward that took few values (``DISCRETE_VALUES``): a 0/1 success, score levels."""
         s = self.stretches
         return self.drops is not None and s is not None and s.distinct() <= DISCRETE_VALUES
 
-    def _keep(self, value: float) -> None:
-        """``value`` joins the history (and the oldest leaves it), sorted copies kept."""
-        h = self.history
-        if len(h) == h.maxlen:
-            del self._sorted[bisect.bisect_left(self._sorted, h[0])]
-        if h:
-            self.diffs.append(value - h[-1])
-        h.append(value)
-        self.span.append(value)
-        bisect.insort(self._sorted, value)
-
-    def median(self) -> float:
-        return _median(self._sorted) if self._sorted else math.nan
-
-    def sustained(self) -> float:
-        """The median of the last ``2 * smooth`` values, once that many were seen."""
-        return _median(sorted(self.long)) if len(self.long) == self.long.maxlen else math.nan
-
-    def quantile(self, q: float) -> float:
-        h = self._sorted
-        return h[min(int(q * len(h)), len(h) - 1)] if h else math.nan
-
     def noise(self, longest: int = NOISE_LAGS[-1]) -> float:
-        """The history's noise: step-to-step, or over up to ``longest`` steps where larger (a
-        smoothed series is quiet from one value to the next, not over many); see the module
-        doc. Worked out once per value (several signals ask for it)."""
+        """The history's noise (the last ``history`` values before the current one):
+        step-to-step, or over up to ``longest`` steps where larger (a smoothed series is quiet
+        from one value to the next, not over many); see the module doc. Worked out once per
+        value (several signals ask for it)."""
         if self._noise[:2] == (self.n, longest):
             return self._noise[2]
-        if len(self.diffs) < 2:
-            return math.nan
-        d = sorted(self.diffs)
-        mad = _mad(d)
-        noise = (1.4826 * mad if mad > 0 else _pstdev(d)) / math.sqrt(2)
-        size = len(self.span)
-        lags = [lag for lag in NOISE_LAGS if lag <= longest and size >= NOISE_MIN_SPAN * lag]
-        if lags:
-            mad = float(_lag_mads(np.fromiter(self.span, float, size), tuple(lags)).max())
-            noise = max(noise, 1.4826 * mad / math.sqrt(6))
+        noise = self._noise_at(self.n, self.pos, longest)
         self._noise = (self.n, longest, noise)
         return noise
 
-    def mad(self) -> float:
-        if not self.history:
+    def measure_gain_noise(self) -> None:
+        """The gain's noise is the noise at the current row (``gain``)."""
+        self._gain_noise, self.gain_measured = (self.n, self.pos), True
+
+    def gain_noise(self) -> float:
+        """The noise a gain is judged by (NaN before it was measured)."""
+        if isinstance(self._gain_noise, tuple):
+            n, pos = self._gain_noise
+            self._gain_noise = self._noise_at(n, pos, NOISE_LAGS[-1])
+        return self._gain_noise
+
+    def _noise_at(self, n: int, pos: int, longest: int) -> float:
+        before = max(n - 1, 0)
+        history = self.x[pos - min(before, self.w.history) : pos]
+        if len(history) < 3:
             return math.nan
-        med = self.median()
-        return _median(sorted([abs(x - med) for x in self.history]))
+        d = sorted(np.diff(history).tolist())
+        mad = _mad(d)
+        noise = (1.4826 * mad if mad > 0 else _pstdev(d)) / math.sqrt(2)
+        size = min(before, NOISE_SPAN * self.w.history)
+        lags = [lag for lag in NOISE_LAGS if lag <= longest and size >= NOISE_MIN_SPAN * lag]
+        if lags:
+            mad = float(_lag_mads(self.x[pos - size : pos], tuple(lags)).max())
+            noise = max(noise, 1.4826 * mad / math.sqrt(6))
+        return noise
+
+    def history(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Per row of ``rows``, its history (the last ``history`` values before its latest, NaN
+        where fewer were seen) sorted, and how many values it holds."""
+        ends = np.maximum(self.base - 2 + rows, -1)
+        size = np.clip(self.rows["n"][rows] - 1, 0, self.w.history)
+        return np.sort(windows.windows(self.x, ends, self.w.history), axis=1), size
+
+
+def _first(values: np.ndarray, where: np.ndarray) -> float:
+    """The first of ``values`` where ``where`` holds (NaN if nowhere)."""
+    at = np.flatnonzero(where)
+    return float(values[at[0]]) if len(at) else math.nan
 
 
 def _median(ordered: list[float]) -> float:
@@ -257,10 +330,20 @@ def _ratio(num: float, den: float) -> float:
     return num / den if den > 0 and math.isfinite(num) else math.nan
 
 
+def _ratios(num: np.ndarray, den: np.ndarray) -> np.ndarray:
+    """``_ratio`` of each pair."""
+    with np.errstate(all="ignore"):
+        return np.where((den > 0) & np.isfinite(num), num / den, math.nan)
+
+
 # ---- signal definitions --------------------------------------------------------------------------
 
-# A signal's value and baseline from the detector's tracks (NaN: not defined yet).
+# A signal's value and baseline from the detector's tracks (NaN: not defined yet), one value
+# at a time (the track's row set, ``Track.at``)...
 Compute = Callable[["Detector", Track, str], tuple[float, float]]  # (detector, track, metric)
+# ...or at every value of a batch at once: (detector, track, the track's row and the detector's
+# sequence number at each value) -> (values, baselines)
+Batched = Callable[["Detector", Track, np.ndarray, np.ndarray], tuple[np.ndarray, np.ndarray]]
 
 
 @dataclass(frozen=True)
@@ -270,61 +353,70 @@ class Signal:
     name: str
     metric: str
     worse: Worse
-    compute: Compute
+    compute: Compute | Batched
     doc: str
     unit: Unit
 
 
-def _ratio_to_peak(d: Detector, t: Track, key: str) -> tuple[float, float]:
-    return (_ratio(t.smoothed, t.peak), t.peak) if t.warm else (math.nan, math.nan)
+def _ratio_to_peak(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
+    peak = t.rows["peak"][rows]  # NaN until warm
+    return _ratios(t.rows["smoothed"][rows], peak), peak
 
 
-def _ratio_to_start(d: Detector, t: Track, key: str) -> tuple[float, float]:
-    return (_ratio(t.smoothed, t.start), t.start) if t.warm else (math.nan, math.nan)
+def _ratio_to_start(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
+    start = t.rows["start"][rows]  # NaN until warm
+    return _ratios(t.rows["smoothed"][rows], start), start
 
 
-def _level(d: Detector, t: Track, key: str) -> tuple[float, float]:
+def _level(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
     """The smoothed level itself (no peak to wait for), once ``smooth`` values were seen: the
     alert says "median of the last 5 logged steps", so a 3-step run has no such median."""
-    return (t.smoothed, t.median()) if t.n >= d.w.smooth else (math.nan, math.nan)
+    seen = t.rows["n"][rows] >= d.w.smooth
+    median = windows.medians(*t.history(rows))
+    return np.where(seen, t.rows["smoothed"][rows], math.nan), np.where(seen, median, math.nan)
 
 
-def _sustained(d: Detector, t: Track, key: str) -> tuple[float, float]:
+def _sustained(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
     """A level that half of the last ``2 * smooth`` values must reach (not a spike)."""
-    return t.sustained(), t.median()
+    return t.rows["level"][rows], windows.medians(*t.history(rows))
 
 
 KL_FLOOR = 0.02  # nats: KL jumps are measured in at least this unit (a KL of ~0 has no spread)
 KL_MIN = 0.1  # nats: below this a KL "jump" is harmless whatever its z-score
 
 
-def _kl_jump(d: Detector, t: Track, key: str) -> tuple[float, float]:
+def _kl_jump(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
     """The robust z-score of the latest KL against its history (0 while KL is small)."""
-    if len(t.history) < d.w.warmup:
-        return math.nan, math.nan
-    med = t.median()
-    if t.last < KL_MIN:
-        return 0.0, med
-    scale = max(1.4826 * t.mad(), 0.1 * abs(med), KL_FLOOR)
-    return (t.last - med) / scale, med
+    history, size = t.history(rows)
+    median = windows.medians(history, size)
+    mad = windows.medians(np.sort(np.abs(history - median[:, None]), axis=1), size)
+    scale = np.maximum(np.maximum(1.4826 * mad, 0.1 * np.abs(median)), KL_FLOOR)
+    last = t.rows["last"][rows]
+    z = np.where(last < KL_MIN, 0.0, (last - median) / scale)
+    seen = size >= d.w.warmup
+    return np.where(seen, z, math.nan), np.where(seen, median, math.nan)
 
 
-def _spike_ratio(d: Detector, t: Track, key: str) -> tuple[float, float]:
+def _spike_ratio(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
     """The latest value against the history's 90th percentile (steps with no learning signal
     and a near-zero norm do not make every normal step a spike)."""
-    if len(t.history) < d.w.warmup:
-        return math.nan, math.nan
-    q90 = t.quantile(0.9)
-    return _ratio(t.last, q90), q90
+    history, size = t.history(rows)
+    at = np.maximum(np.minimum((0.9 * size).astype(np.int64), size - 1), 0)
+    q90 = history[np.arange(len(rows)), at]
+    seen = size >= d.w.warmup
+    return np.where(seen, _ratios(t.rows["last"][rows], q90), math.nan), np.where(
+        seen, q90, math.nan
+    )
 
 
-def _ratio_to_typical(d: Detector, t: Track, key: str) -> tuple[float, float]:
+def _ratio_to_typical(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
     """The smoothed level against the history's median magnitude: never a division by zero
     (a sparse-reward value loss of 0 gives no ratio) nor by a negative loss."""
-    if len(t.history) < d.w.warmup:
-        return math.nan, math.nan
-    typical = _median(sorted([abs(x) for x in t.history]))
-    return _ratio(t.smoothed, typical), typical
+    history, size = t.history(rows)
+    typical = windows.medians(np.sort(np.abs(history), axis=1), size)
+    seen = size >= d.w.warmup
+    ratio = _ratios(t.rows["smoothed"][rows], typical)
+    return np.where(seen, ratio, math.nan), np.where(seen, typical, math.nan)
 
 
 GAIN_NOISE = 6.0  # a gain counts beyond this many times the series' noise
@@ -342,12 +434,12 @@ def gain(t: Track) -> float:
     # the noise is measured while the level is in its upper half, and kept through a fall (a
     # fall's own step would read as noise and clear a persisting collapse)
     upper = t.level_start + g / 2
-    if (t.smoothed >= upper and t.last >= upper) or math.isnan(t.gain_noise):
-        t.gain_noise = t.noise()
+    if (t.smoothed >= upper and t.last >= upper) or not t.gain_measured:
+        t.measure_gain_noise()
     big = max(abs(t.level_start), abs(t.level_peak))
-    if t.n < GAIN_MIN_READINGS or math.isnan(t.gain_noise):
-        return 0.0
-    return g if g > max(GAIN_NOISE * t.gain_noise, 0.01 * big, 1e-12) else 0.0
+    if t.n < GAIN_MIN_READINGS or not g > max(0.01 * big, 1e-12):
+        return 0.0  # (whatever the noise: it is worked out only where it decides)
+    return g if g > GAIN_NOISE * t.gain_noise() else 0.0
 
 
 DISCRETE_VALUES = 8  # a reward that took at most this many values is discrete (0/1 success)
@@ -476,7 +568,8 @@ def _entropy_collapse(d: Detector, t: Track, key: str) -> tuple[float, float]:
     before entropy had halved, and still holds it (a policy converging: the return stopped
     improving first). Entropy gone before the return's gain was in, or a return falling with
     it, is a collapse."""
-    ratio, peak = _ratio_to_peak(d, t, key)
+    peak = t.peak  # NaN until warm
+    ratio = _ratio(t.smoothed, peak)
     reward = d.reward_track()
     if reward is None or math.isnan(ratio):
         return ratio, peak
@@ -566,7 +659,7 @@ def _drop_from_best(d: Detector, t: Track, key: str) -> tuple[float, float]:
     readings' noise. The best never decays: a failure that persists keeps its drop."""
     if t.n < EVAL_SMOOTH:
         return math.nan, math.nan
-    now = statistics.median(list(t.recent)[-EVAL_SMOOTH:])
+    now = statistics.median(t.recent(EVAL_SMOOTH))
     t.best3 = now if math.isnan(t.best3) else max(t.best3, now)
     best = t.best3
     if not best > 0:
@@ -603,17 +696,26 @@ def _hacking_rise(d: Detector, t: Track, key: str) -> tuple[float, float]:
     return min(rises)
 
 
-def _zero_std(d: Detector, t: Track, key: str) -> tuple[float, float]:
+def _zero_std(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
     """The zero-std share of groups over the last ``2 * smooth`` batches, 0 while the reward
     is at its best (a solved task has one reward per group and nothing to learn)."""
-    if len(t.long) < 2 * d.w.smooth:  # the alert says "of the last 10 batches"
-        return math.nan, math.nan
-    reward = d.reward_track()
-    if reward is not None and reward.warm and reward.peak > reward.start:
-        span = reward.peak - min(reward.floor, reward.start)
-        if reward.smoothed >= reward.peak - 0.05 * span:
-            return 0.0, reward.peak
-    return statistics.fmean(t.long), reward.peak if reward is not None else math.nan
+    span = 2 * d.w.smooth
+    seen = t.rows["n"][rows] >= span  # the alert says "of the last 10 batches"
+    share = np.full(len(rows), math.nan)
+    last = windows.windows(t.x, t.base - 1 + rows[seen], span).tolist()
+    share[seen] = [math.fsum(v) / span for v in last]  # statistics.fmean
+    peak = np.full(len(rows), math.nan)
+    best = np.zeros(len(rows), bool)
+    for reward, at in d.reward_rows(seqs):
+        r = reward.rows
+        top, start = r["peak"][at], r["start"][at]
+        low = np.minimum(r["floor"][at], start)
+        with np.errstate(invalid="ignore"):
+            best[at >= 0] = ((top > start) & (r["smoothed"][at] >= top - 0.05 * (top - low)))[
+                at >= 0
+            ]
+        peak[at >= 0] = top[at >= 0]
+    return np.where(seen, np.where(best, 0.0, share), math.nan), np.where(seen, peak, math.nan)
 
 
 def _band_gap(d: Detector, t: Track, key: str) -> tuple[float, float]:
@@ -621,12 +723,12 @@ def _band_gap(d: Detector, t: Track, key: str) -> tuple[float, float]:
     (``Detector.band``; ``_add`` says which series' curve), and the band's edge on the worse
     side (its low for "both")."""
     curve = d.curve
-    if curve is None or d._last_step is None or not t.warm:
+    if curve is None or d.step_now is None or not t.warm:
         return math.nan, math.nan
-    found = curve.gap(t.smoothed, d._last_step)
+    found = curve.gap(t.smoothed, d.step_now)
     if found is None:  # past the steps the references reached: no band, nothing exported
         d.band_now.pop(d.banded, None)
-        d.held.pop((BAND_GAP, d.banded), None)
+        d.band_ended = True
         return math.nan, math.nan
     gap, low, high = found
     d.band_now[d.banded] = (low, high)
@@ -853,6 +955,19 @@ def lag(signal: str, w: StepWindows) -> int:
 
 
 _COMPUTE = {s.name: s.compute for s in SIGNALS}
+# the signals worked out one value at a time: they depend on their own path (a gain's noise, a
+# CUSUM, a best so far) or on another series at that value (the reward, the objectives, a band)
+_PER_VALUE = frozenset(
+    (
+        _gain_lost,
+        _entropy_collapse,
+        _frozen,
+        _drop_from_best,
+        _hacking_rise,
+        _band_gap,
+        _discrete_lost,
+    )
+)
 # every watched metric is a catalog entry (a misspelt name raises KeyError at import)
 for _s in SIGNALS:
     catalog.get(_s.metric)
@@ -879,84 +994,85 @@ class _Objective:
     proxy_at_best: dict[str, float] = field(default_factory=dict)
 
 
-# ---- one exported value ----------------------------------------------------------------------
-
-
-HELD_MAX = 4096  # candidates an exported signal keeps at most (a trainer logging faster
-# than HELD_MAX values per hold_seconds holds its values for less than hold_seconds)
-
-
-class _Held:
-    """An exported signal: the worst of its last ``hold`` values and of every value logged in
-    the last ``hold_seconds`` of the run's clock before the newest (the window is a suffix of
-    the values, so its worst is kept as a sliding extreme: O(1) per value and per read)."""
-
-    def __init__(self, worse: Worse, hold: int, hold_seconds: float) -> None:
-        self.above = worse == "above"
-        self.hold = hold
-        self.hold_seconds = hold_seconds
-        self.n = 0
-        # (index, stamp, value) of the values that can still be the window's worst, worst first
-        self.cand: deque[tuple[int, float, float]] = deque()
-        self.baseline = math.nan
-        self.worst = math.nan  # what a scrape reads: one attribute, written once per value
-
-    def put(self, value: float, baseline: float, stamp: float) -> None:
-        """A value of the signal, logged at ``stamp`` (NaN: not known, held by count only)."""
-        if math.isnan(value):
-            return
-        self.baseline = baseline
-        self.n += 1
-        cand, above = self.cand, self.above
-        known = stamp == stamp  # no step logged yet (or none at all): held by count alone
-        stamp = stamp if known else -math.inf
-        while cand and (cand[-1][2] <= value if above else cand[-1][2] >= value):
-            cand.pop()
-        cand.append((self.n, stamp, value))
-        oldest_kept = self.n - self.hold
-        since = stamp - self.hold_seconds if known else math.inf
-        while len(cand) > HELD_MAX or (cand[0][0] <= oldest_kept and not cand[0][1] >= since):
-            cand.popleft()
-        self.worst = cand[0][2]
-
-    def read(self) -> float:
-        return self.worst
-
-
 # ---- the detector ----------------------------------------------------------------------------
 
 
 SeriesKey = tuple[str, tuple[str, ...]]
-TRAIL = 1024  # signal values kept per exported series with their step, for ``onset``
+SETTLE_AT = 16384  # values and steps waiting for a read past which the applier reads them
+STEP = -1  # the series id of a logged step among the values waiting
+
+
+class _Out:
+    """A signal's values at the values of one read, before they are exported."""
+
+    __slots__ = ("back", "baselines", "ended", "values", "where")
+
+    def __init__(self) -> None:
+        self.values: list[float] | np.ndarray = []
+        self.baselines: list[float] | np.ndarray = []
+        self.where: list[int] | np.ndarray = []  # each value's place in the read
+        self.back: int | None = None  # the newest value's own lag (``Track.back``)
+        self.ended = -1  # the last value at which the band ended (``_band_gap``)
 
 
 class Detector:
     """Watches the series the signals read and keeps their exported values.
 
-    ``observe`` is called with every value written to a watched metric; it is cheap for the
-    rest (one dict lookup per write, done when the exporter applies a ``log()`` snapshot).
+    ``observe`` is called with every value written to a watched metric (when the exporter
+    applies a ``log()`` snapshot): it appends the value to those waiting (and ``step`` the
+    step), nothing more. A read (``samples``, ``onset`` ...) works out every signal at every
+    value waiting: each series' statistics at once with numpy (``Track``), most signals too; the
+    few that depend on their own path (a reward's gain and CUSUMs, entropy's convergence, the
+    objectives' bests) one value at a time in the order they were logged. So what a read finds
+    does not depend on when it reads. Past ``SETTLE_AT`` waiting values the applier reads them
+    itself (a run nobody scrapes keeps no more).
     """
 
     def __init__(self, windows: StepWindows | None = None) -> None:
         self.w = windows or StepWindows()
-        self.tracks: dict[SeriesKey, Track] = {}
-        self.held: dict[tuple[str, str], _Held] = {}
+        self._tracks: dict[SeriesKey, Track] = {}
+        self._series: list[tuple[Track, SeriesKey, tuple[Signal, ...], str]] = []  # by id
+        self._held: dict[tuple[str, str], Held] = {}
+        self._trails: dict[tuple[str, str], Trail] = {}
         self.objectives: dict[tuple[str, ...], _Objective] = {}  # per objective series
+        self._outcomes: dict[tuple[str, ...], float] = {}  # group outcome -> latest share
         self._stamps: deque[float] = deque(maxlen=self.w.history)
         self._last_step: float | None = None
         self._zero_std_direct = False
         self._truncation_direct = False
-        # (step() call it belongs to, value) per exported signal; a value is added before the
-        # step() of its log() call, so it belongs to the next call
-        self._trail: dict[tuple[str, str], deque[tuple[int, float]]] = {}
         self._calls = 0
         self._steps: deque[tuple[int, float]] = deque(maxlen=TRAIL)  # (call, step)
+        # waiting: a series id (or STEP) and its value (or the step) each; the steps' times
+        self._ids: list[int] = []
+        self._values: list[float] = []
+        self._times: list[float] = []
+        self._lock = threading.Lock()  # one reader at a time
+        self._seq = 0  # values and steps read so far
+        self._read_calls = 0  # steps among them
+        self._read_step = math.nan  # the newest of them, and its time
+        self._read_stamp = math.nan
+        self._batch = 0  # reads so far
+        self.seq_now = 0  # the sequence number of the value being read (``reward_track``)
+        self.step_now: float | None = None  # the run's latest step at that value
         # the log() call a signal's latest value says its failure began at, where it says so
         self._began: dict[tuple[str, str], int] = {}
         self.band: band.Band | None = None  # earlier healthy runs' band (``_band_gap``)
-        self.curve: band.Curve | None = None  # the band of the series ``_add`` computes
+        self.curve: band.Curve | None = None  # the band of the series being read
         self.banded = ""  # that series' name (``band.series_name``)
         self.band_now: dict[str, tuple[float, float]] = {}  # series -> (low, high) at the step
+        self.band_ended = False  # the band ended at the value just read (``_band_gap``)
+
+    @property
+    def tracks(self) -> dict[SeriesKey, Track]:
+        """The watched series, read up to the latest logged value."""
+        self.settle()
+        return self._tracks
+
+    @property
+    def held(self) -> dict[tuple[str, str], Held]:
+        """The exported signals by (signal, series), read up to the latest logged value."""
+        self.settle()
+        return self._held
 
     # -- input
     def observe(self, metric: str, labels: tuple[str, ...], value: float) -> None:
@@ -982,11 +1098,9 @@ class Detector:
             self._add(metric, labels, value)
 
     def _outcome(self, labels: tuple[str, ...], value: float) -> None:
-        key = (_OUTCOME, labels)
-        self.tracks.setdefault(key, Track(self.w)).last = value
+        self._outcomes[labels] = value
         if labels == ("all_bad",) and not self._zero_std_direct:
-            good = self.tracks.get((_OUTCOME, ("all_good",)))
-            share = value + (good.last if good is not None else 0.0)
+            share = value + self._outcomes.get(("all_good",), 0.0)
             if math.isfinite(share):
                 self._add(ZERO_STD, (), share)
 
@@ -998,6 +1112,11 @@ class Detector:
         self._stamps.append(stamp)
         self._steps.append((self._calls, step))
         self._calls += 1
+        self._times.append(stamp)  # before its entry: a reader that sees the entry finds it
+        self._ids.append(STEP)
+        self._values.append(step)
+        if len(self._values) >= SETTLE_AT:
+            self.settle()
 
     def episodes(self, returns: list[float]) -> None:
         """Finished episodes' own returns (``observe_episodes``), series ``episodes``: a reward
@@ -1014,77 +1133,246 @@ class Detector:
         signals: tuple[Signal, ...] | None = None,
         series: str | None = None,
     ) -> None:
-        key = (metric, labels)
-        track = self.tracks.get(key)
+        track = self._tracks.get((metric, labels))
         if track is None:
-            track = self.tracks[key] = Track(self.w)
-            if metric in REWARDS:
-                track.stretches, track.drops = Stretches(), Drops()
-        track.add(value)
+            track = self._track((metric, labels), signals, series)
+        self._ids.append(track.id)
+        self._values.append(value)
+
+    def _track(
+        self, key: SeriesKey, signals: tuple[Signal, ...] | None, series: str | None
+    ) -> Track:
+        metric, labels = key
+        track = Track(self.w)
+        if metric in REWARDS:
+            track.stretches, track.drops = Stretches(), Drops()
+        sigs = _BY_METRIC[metric] if signals is None else signals
         # the two reward metrics feed the same signals: the series label tells them apart
         if series is None:
             series = metric.removeprefix("rl_") if metric in REWARDS else ",".join(labels)
-        if metric == OBJECTIVE:
-            self._objective(labels, track.last)
-        banded = None
-        if self.band is not None and signals is None and metric in band.BANDED:
-            banded = self.banded = band.series_name(metric, labels)
-            self.curve = self.band.curves.get(banded)
-        for sig in _BY_METRIC[metric] if signals is None else signals:
-            name = series
-            if sig.compute is _band_gap:  # one signal over several metrics: its own series
-                if banded is None or self.curve is None:
-                    continue
-                name = banded
-            value_, baseline = sig.compute(self, track, metric)
-            held = self.held.get((sig.name, name))
-            if held is None:
-                if math.isnan(value_):
-                    continue
-                held = self.held[(sig.name, name)] = _Held(
-                    sig.worse, self.w.hold, self.w.hold_seconds
-                )
-            held.put(value_, baseline, self._stamps[-1] if self._stamps else math.nan)
-            trail = self._trail.get((sig.name, name))
-            if trail is None:
-                trail = self._trail[(sig.name, name)] = deque(maxlen=TRAIL)
-            if not math.isnan(value_):
-                trail.append((self._calls, value_))
-            if track.back is not None:  # the value says where its failure began
-                self._began[(sig.name, name)] = trail[max(len(trail) - 1 - track.back, 0)][0]
-                track.back = None
-            elif self._began:
-                self._began.pop((sig.name, name), None)
+        track.id = len(self._series)
+        track.looped = (
+            metric in REWARDS or metric == OBJECTIVE or any(s.compute in _PER_VALUE for s in sigs)
+        )
+        self._series.append((track, key, sigs, series))
+        self._tracks[key] = track
+        return track
 
-    def _objective(self, labels: tuple[str, ...], value: float) -> None:
+    # -- reading the values waiting
+    def settle(self) -> None:
+        """Work out every signal at every value logged since the last read (the class doc).
+        Safe to call from any thread."""
+        with self._lock:
+            n = len(self._values)  # appended last: their ids and times are there too
+            if not n:
+                return
+            ids = np.array(self._ids[:n], np.int64)
+            values = np.array(self._values[:n], float)
+            steps = ids == STEP
+            k = int(np.count_nonzero(steps))
+            times = np.array(self._times[:k], float)
+            del self._ids[:n], self._values[:n], self._times[:k]
+            self._read(ids, values, steps, times)
+
+    def _read(
+        self, ids: np.ndarray, values: np.ndarray, steps: np.ndarray, times: np.ndarray
+    ) -> None:
+        self._batch += 1
+        seqs = np.arange(self._seq, self._seq + len(ids))
+        self._seq += len(ids)
+        # per entry: its log() call, and the time and step of the latest step before it
+        before = np.cumsum(steps) - steps
+        calls = self._read_calls + before
+        stamps = np.concatenate(([self._read_stamp], times))[before]
+        at_step = np.concatenate(([self._read_step], values[steps]))[before]
+        self._read_calls += len(times)
+        if len(times):
+            self._read_stamp, self._read_step = float(times[-1]), float(values[steps][-1])
+        # each series' values: their statistics at once
+        order = np.argsort(ids, kind="stable")
+        order = order[ids[order] != STEP]
+        read: list[tuple[Track, np.ndarray]] = []
+        for where in np.split(order, np.flatnonzero(np.diff(ids[order])) + 1) if len(order) else ():
+            track = self._series[int(ids[where[0]])][0]
+            v = values[where]
+            finite = np.isfinite(v)
+            track.born = min(track.born, int(seqs[where[0]]))
+            track.extend(v[finite])
+            track.batch, track.seqs, track.ev_rows = self._batch, seqs[where], np.cumsum(finite)
+            read.append((track, where))
+        out: dict[tuple[str, str], _Out] = {}
+        looped = [(t, w) for t, w in read if t.looped]
+        if looped:
+            self._loop(looped, seqs, values, at_step, out)
+        for track, where in read:
+            _, _, sigs, series = self._series[track.id]
+            for sig in sigs:
+                if sig.compute not in _PER_VALUE:
+                    o = out[(sig.name, series)] = _Out()
+                    batched = cast(Batched, sig.compute)
+                    o.values, o.baselines = batched(self, track, track.ev_rows, track.seqs)
+                    o.where = where
+        for track, _ in read:
+            track.finish()
+        worse = {s.name: s.worse for s in (*SIGNALS, *EPISODE_SIGNALS)}
+        for key, o in out.items():
+            self._export(key, o, worse[key[0]] == "above", calls, stamps)
+
+    def _loop(
+        self,
+        read: list[tuple[Track, np.ndarray]],
+        seqs: np.ndarray,
+        values: np.ndarray,
+        at_step: np.ndarray,
+        out: dict[tuple[str, str], _Out],
+    ) -> None:
+        """The signals that depend on their own path (``_PER_VALUE``) and the state they read
+        (a reward's runs and drops, the objectives' bests): every value of their series, in
+        the order they were logged."""
+        plans = []
+        for t, _ in read:
+            _, (metric, labels), sigs, series = self._series[t.id]
+            banded = ""
+            if self.band is not None and sigs is _BY_METRIC[metric] and metric in band.BANDED:
+                banded = band.series_name(metric, labels)
+            mine = tuple(s for s in sigs if s.compute in _PER_VALUE)
+            plans.append((t, metric, labels, mine, series, banded))
+        where = np.concatenate([w for _, w in read])
+        owner = np.concatenate([np.full(len(w), i) for i, (_, w) in enumerate(read)])
+        row = np.concatenate([t.ev_rows for t, _ in read])
+        order = np.argsort(where, kind="stable")
+        for i, p, r in zip(
+            where[order].tolist(), owner[order].tolist(), row[order].tolist(), strict=True
+        ):
+            t, metric, labels, sigs, series, banded = plans[p]
+            value = float(values[i])
+            finite = math.isfinite(value)
+            if finite and t.stretches is not None:
+                t.stretches.add(value)
+            t.at(r)
+            if finite and t.drops is not None and t.discrete():
+                t.drops.add(value)
+            step = float(at_step[i])
+            self.seq_now, self.step_now = int(seqs[i]), None if step != step else step
+            if metric == OBJECTIVE:
+                self._objective(labels, t)
+            if banded and self.band is not None:
+                self.banded, self.curve = banded, self.band.curves.get(banded)
+            for sig in sigs:
+                name = series
+                if sig.compute is _band_gap:  # one signal over several metrics: its own series
+                    if not banded or self.curve is None:
+                        continue
+                    name = banded
+                value_, baseline = cast(Compute, sig.compute)(self, t, metric)
+                o = out.get((sig.name, name))
+                if o is None:
+                    o = out[(sig.name, name)] = _Out()
+                values_, baselines, at = (
+                    cast(list[float], o.values),
+                    cast(list[float], o.baselines),
+                    cast(list[int], o.where),
+                )
+                values_.append(value_)
+                baselines.append(baseline)
+                at.append(i)
+                o.back, t.back = t.back, None
+                if self.band_ended:
+                    o.ended, self.band_ended = len(at) - 1, False
+
+    def _export(
+        self, key: tuple[str, str], o: _Out, above: bool, calls: np.ndarray, stamps: np.ndarray
+    ) -> None:
+        """Hold a signal's values of one read, keep them in its trail."""
+        values = np.asarray(o.values, float)
+        baselines = np.asarray(o.baselines, float)
+        where = np.asarray(o.where, np.int64)
+        kept = values == values
+        if key not in self._held and not kept.any():
+            return  # never exported yet: nothing to hold
+        cut = o.ended + 1  # the band ended at value ``o.ended``: what came before is let go
+        if cut:
+            self._hold(key, above, values[:cut], baselines[:cut], stamps[where[:cut]])
+            self._held.pop(key, None)
+        self._hold(key, above, values[cut:], baselines[cut:], stamps[where[cut:]])
+        trail = self._trails.get(key)
+        if trail is None:
+            trail = self._trails[key] = Trail()
+        trail.extend(calls[where[kept]], values[kept])
+        if key not in self._held:
+            return
+        if o.back is not None:  # the newest value says where its failure began
+            self._began[key] = int(trail.calls[max(len(trail) - 1 - o.back, 0)])
+        else:
+            self._began.pop(key, None)
+
+    def _hold(
+        self,
+        key: tuple[str, str],
+        above: bool,
+        values: np.ndarray,
+        baselines: np.ndarray,
+        stamps: np.ndarray,
+    ) -> None:
+        kept = values == values
+        if not kept.any():
+            return
+        held = self._held.get(key)
+        if held is None:
+            held = self._held[key] = Held(above, self.w.hold, self.w.hold_seconds)
+        held.extend(values[kept], baselines[kept], stamps[kept])
+
+    def _objective(self, labels: tuple[str, ...], track: Track) -> None:
         """A true-objective reading: at a new best of its level, remember each reward's level
         then."""
         # its level is the median of its last three readings: one lucky reading (0.010 on an
         # objective that reads 0.000-0.010) is no improvement the proxy's rise could go with,
         # while an objective that rises through its noise keeps setting new bests; before its
         # third reading it has no level, and hacking is not judged against it
-        track = self.tracks[(OBJECTIVE, labels)]
         if track.n < EVAL_SMOOTH:
             return
         obj = self.objectives.setdefault(labels, _Objective())
-        level = statistics.median(list(track.recent)[-EVAL_SMOOTH:])
+        level = statistics.median(track.recent(EVAL_SMOOTH))
         if obj.best is not None and not level > obj.best:
             obj.since_best += 1
             return
-        value = level
-        obj.best, obj.since_best = value, 0
+        obj.best, obj.since_best = level, 0
         for metric in REWARDS:
-            reward = self.tracks.get((metric, ()))
+            reward = self._reward(metric)
             if reward is not None and reward.warm:
                 obj.proxy_at_best[metric] = reward.smoothed
 
+    def _reward(self, metric: str) -> Track | None:
+        """The series of a reward metric, if it was logged before the value being read."""
+        t = self._tracks.get((metric, ()))
+        return t if t is not None and t.born < self.seq_now else None
+
     def reward_track(self) -> Track | None:
+        """The run's reward series at the value being read (``_loop``)."""
         for metric in REWARDS:
-            t = self.tracks.get((metric, ()))
+            t = self._reward(metric)
             if t is not None:
                 return t
         return None
 
+    def reward_rows(self, seqs: np.ndarray) -> Iterator[tuple[Track, np.ndarray]]:
+        """Per reward series, its row at each value ``seqs`` of a read where it is the run's
+        reward (``reward_track``), -1 where it is not."""
+        taken = np.zeros(len(seqs), bool)
+        for metric in REWARDS:
+            t = self._tracks.get((metric, ()))
+            if t is None:
+                continue
+            mine = (seqs > t.born) & ~taken
+            taken |= mine
+            if t.batch == self._batch:  # read now: its row after its latest value before
+                j = np.searchsorted(t.seqs, seqs) - 1
+                rows = np.where(j >= 0, t.ev_rows[np.maximum(j, 0)], 0)
+            else:
+                rows = np.full(len(seqs), len(t.rows["n"]) - 1)
+            yield t, np.where(mine, rows, -1)
+
+    # -- output
     def interval(self) -> float:
         """The median seconds between the run's last logged steps (NaN before two steps)."""
         s = list(self._stamps)
@@ -1101,7 +1389,9 @@ class Detector:
         is that step, the last good step the one before it (NaN when the kept trail does not
         reach back that far). None when no kept value is bad or the trainer logs no steps. Safe
         to call from another thread."""
-        trail, steps = tuple(self._trail.get((signal, series), ())), dict(tuple(self._steps))
+        self.settle()
+        kept = self._trails.get((signal, series))
+        trail, steps = kept.pairs() if kept is not None else [], dict(tuple(self._steps))
         last = next((i for i in range(len(trail) - 1, -1, -1) if bad(trail[i][1])), None)
         if last is None or not steps:
             return None
@@ -1125,17 +1415,19 @@ class Detector:
 
     def latest(self, signal: str, series: str) -> tuple[int, float] | None:
         """The signal's newest kept value and the log() call it belongs to."""
-        trail = self._trail.get((signal, series))
-        return trail[-1] if trail else None
+        self.settle()
+        trail = self._trails.get((signal, series))
+        return (int(trail.calls[-1]), float(trail.values[-1])) if trail else None
 
     def series_of(self, signal: str) -> list[str]:
         """The series values ``signal`` has been exported for."""
-        return [series for name, series in list(self._trail) if name == signal]
+        self.settle()
+        return [series for name, series in list(self._trails) if name == signal]
 
-    # -- output
     def samples(self) -> Iterator[tuple[catalog.Metric, tuple[str, ...], float]]:
         """The exported gauges (read at scrape time)."""
-        for (name, series), held in list(self.held.items()):
+        self.settle()
+        for (name, series), held in list(self._held.items()):
             value = held.read()
             if math.isnan(value):
                 continue

@@ -23,12 +23,12 @@ def reference(
 ) -> band.Reference:
     """What one run's detector saw of each banded series: (step, raw, smoothed) per value."""
     replayer = Replayer("band", framework, "band", key_map)
-    tracks = replayer.exporter.detector.tracks
+    detector = replayer.exporter.detector
     seen: dict[tuple[str, tuple[str, ...]], int] = {}
     out: dict[str, tuple[str, list[tuple[float, float, float]]]] = {}
     for i, rec in enumerate(records):
         replayer.apply(rec, float(i))
-        for (metric, labels), t in list(tracks.items()):
+        for (metric, labels), t in list(detector.tracks.items()):  # (read up to the record)
             if metric not in band.BANDED or not t.warm or seen.get((metric, labels)) == t.n:
                 continue
             seen[(metric, labels)] = t.n

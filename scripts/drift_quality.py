@@ -69,6 +69,7 @@ def train(algo: str, scenario: str, seed: int, steps: int) -> dict[str, Any]:
                    process=False, final_wait=0)  # fmt: skip
     timeline: list[tuple[int, int, dict[tuple[str, str], tuple[float, float | None]]]] = []
     returns: list[tuple[int, float]] = []
+    paged: dict[str, tuple[int, list[str]]] = {}  # step alert -> (env step, drift it would name)
 
     class Read(BaseCallback):
         def _on_step(self) -> bool:
@@ -81,6 +82,12 @@ def train(algo: str, scenario: str, seed: int, steps: int) -> dict[str, Any]:
             exp.flush()
             now = {key: (f.score, f.onset) for key, f in exp.drift.features.items()}
             timeline.append((self.num_timesteps, int(self.model._n_updates), now))
+            # a step alert's condition holds where the run exports its failure onset; its page
+            # would name every drift onset exported then (the description's last sentences)
+            drifted = [f"{k}/{n}" for (k, n), (_, o) in now.items() if o is not None]
+            for metric, labels, _ in exp.scrape_samples():
+                if metric.name == "rl_failure_onset_step" and labels[0] not in paged:
+                    paged[labels[0]] = (self.num_timesteps, drifted)
 
     venv = DummyVecEnv([lambda: Monitor(Cause(gym.make("CartPole-v1")))])
     venv.seed(seed)
@@ -111,6 +118,16 @@ def train(algo: str, scenario: str, seed: int, steps: int) -> dict[str, Any]:
             if o is not None and f"{k}/{n}" not in first_onset:
                 first_onset[f"{k}/{n}"] = (env_steps, updates)
     late = [r for s, r in returns if s > steps - 4000]
+    inject = {"obs-dead": 4000, "gravity": 8000}.get(scenario)
+    damage = None  # the first env step after the cause where 5 episodes average half of before
+    if inject is not None:
+        before = [r for s, r in returns if s <= inject][-20:]
+        after = [(s, r) for s, r in returns if s > inject]
+        level = 0.5 * float(np.mean(before)) if before else 0.0
+        for i in range(4, len(after)):
+            if np.mean([r for _, r in after[i - 4 : i + 1]]) < level:
+                damage = after[i][0]
+                break
     return {
         "algo": algo,
         "scenario": scenario,
@@ -120,6 +137,8 @@ def train(algo: str, scenario: str, seed: int, steps: int) -> dict[str, Any]:
         "first_onset": first_onset,
         "peak": peak,
         "final_return": float(np.mean(late)) if late else float("nan"),
+        "damage": damage,
+        "paged": paged,
     }
 
 
@@ -167,6 +186,13 @@ def main() -> None:
         onsets = ", ".join(f"{k} ({e}, {u})" for k, (e, u) in r["first_onset"].items()) or "-"
         peak = f"{r['peak'].get('observation', 0):.2f} / {r['peak'].get('behaviour', 0):.2f}"
         print(f"{name:23s} {warned:>9s}   {onsets:55s} {peak:>21s}  {r['final_return']:7.1f}")
+        if r["damage"] is not None:
+            print(
+                f"{'':23s} damage (5-episode return under half of before) at env step {r['damage']}"
+            )
+        for alert, (at, drifted) in r["paged"].items():
+            names = ", ".join(drifted) or "no drift"
+            print(f"{'':23s} {alert} from env step {at}: its page names {names}")
     healthy = [r for r in results if r["scenario"] == "healthy"]
     fp = sum(r["warned_at"] is not None for r in healthy)
     print(f"healthy runs warned: {fp} of {len(healthy)}")

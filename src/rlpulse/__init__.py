@@ -40,6 +40,7 @@ __all__ = [
     "phase",
     "progress",
     "record_rollouts",
+    "save_drift_reference",
     "set",
     "should_save",
     "should_stop",
@@ -243,6 +244,16 @@ def observe_versions(**versions: Any) -> None:
     exp = _current
     if exp is not None:
         exp.observe_versions(**versions)
+
+
+def save_drift_reference(path: str | os.PathLike[str]) -> None:
+    """Write the run's drift references to pin in a later run; see
+    ``Exporter.save_drift_reference``."""
+    exp = _current
+    if exp is not None:
+        exp.save_drift_reference(path)
+    else:
+        _not_running("save_drift_reference")
 
 
 def count(name: str, amount: float = 1.0, /, **labels: Any) -> None:

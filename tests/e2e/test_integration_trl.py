@@ -207,6 +207,11 @@ def test_grpo_trainer_exports_rewards_kl_and_lengths(
         assert key in last and keys.resolve(key, "trl") is not None, key
     assert check_logged(text, last, "trl") >= 6
     assert value(text, STEP) == 3
+    # each generation batch is drift samples: the prompts' lengths, the responses and rewards
+    feats = exporter.drift.features
+    assert feats[("input", "prompt_length")].samples == 3 * 4 // 4  # a prompt per group
+    assert feats[("behaviour", "reward[vowels]")].samples == 3 * 4
+    assert ("behaviour", "response_length") in feats
     reward = keys.resolve("reward", "trl")
     assert reward is not None
     assert value(text, catalog.get(reward.metric).name) == pytest.approx(last["reward"])

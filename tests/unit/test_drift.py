@@ -218,3 +218,31 @@ def test_sb3_and_gymnasium_sample_observations_and_actions_as_drift_features() -
         assert feats[("behaviour", "action[0]")].numeric  # a continuous action: its statistics
     finally:
         exp.close()
+
+
+def test_a_run_saves_its_references_and_a_later_run_is_scored_against_them(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    rng = np.random.default_rng(7)
+    first = _exp()
+    path = tmp_path / "drift.json"
+    try:
+        first.observe_prompts(sources=list(rng.choice(["gsm8k", "math"], 1000, p=[0.8, 0.2])))
+        first.save_drift_reference(path)
+    finally:
+        first.close()
+    later = _exp(drift_reference=path)
+    try:
+        shifted = list(rng.choice(["gsm8k", "math"], 1000, p=[0.4, 0.6]))
+        later.observe_prompts(sources=shifted)  # from its first samples: no own reference
+        later.flush()
+        source = later.drift.features[("input", "source")]
+        assert source.score > drift.SHIFT and source.onset is not None
+    finally:
+        later.close()
+    path.write_text("{")
+    bad = _exp(drift_reference=path)
+    assert bad.drift.pinned == {} and "drift reference" in caplog.text
+    bad.close()
+    with pytest.raises(ValueError, match="drift reference"):
+        _exp(drift_reference=path, strict=True)

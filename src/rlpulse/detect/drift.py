@@ -7,19 +7,20 @@ component ...) the run keeps a *reference* and a *window*:
   score's null spread is a few hundredths, few enough that a run fills it in its first minutes),
   or a pinned reference from an earlier run (``save`` / ``load``: per feature its bin edges or
   categories and their proportions);
-- window: its latest ``WINDOW`` samples; the score is worked out every ``EVERY`` new samples,
-  so it does not depend on when it is read.
+- window: its latest ``WINDOW`` samples after the reference; the score is worked out every
+  ``EVERY`` new samples (from the first ``EVERY``: a dead channel shows a quarter of a window
+  after the reference is made), so it does not depend on when it is read.
 
 The score is the population stability index over the reference's deciles (numbers) or its
 categories (text, discrete actions): ``sum((c - r) ln(c / r))`` over bins with reference share
 ``r`` and window share ``c`` (empty bins count as ``EPS``), less its expectation when nothing
 changed, ``(k - 1)(1/n_ref + 1/n_now)`` for ``k`` bins (the small-sample bias), at least 0.
 By convention 0.1 is a small shift and 0.25 (``SHIFT``) a large one. Two changes no sample size
-explains score ``EVENT``: a feature that varied in its reference and now (nearly: ``DEAD_SHARE``
-of the window) reads one value (a dead sensor, a stuck tag), and a new environment or grader
-version (``version``). ``onset`` is the step since which a feature is drifted (its score at
-``SHIFT`` or above; an input's only, or any kind's ``EVENT``), cleared once it is back under
-``CLEAR``.
+explains score ``EVENT``: a feature that varied in its reference and now reads one value (in
+``DEAD_SHARE`` of its latest ``EVERY`` samples: a dead sensor, a stuck tag), and a new
+environment or grader version (``version``). ``onset`` is the step since which a feature is
+drifted (its score at ``SHIFT`` or above; an input's only, or any kind's ``EVENT``), cleared
+once it is back under ``CLEAR``.
 
 Bounded: at most ``MAX_DIMS`` dimensions of a vector feature (evenly spaced over its dimensions
 when it has more; the feature keeps its own index, ``obs[17]``), ``MAX_FEATURES`` features per
@@ -56,7 +57,7 @@ SHIFT = 0.25  # a large shift: a feature at or above it is drifted
 CLEAR = 0.1  # and stays drifted until back under this
 EVENT = 100.0  # the score of a change no sample size explains (dead channel, new version)
 CAP = 50.0  # scores of a shift stop here (below EVENT)
-DEAD_SHARE = 0.9  # a window this much one value, from a reference that varied: dead
+DEAD_SHARE = 0.9  # the latest EVERY samples this much one value, from a reference that varied
 VARIED_SHARE = 0.5  # a reference varied when no value holds this share of it
 MAX_DIMS = 16  # dimensions of a vector feature that are watched
 MAX_FEATURES = 64  # features per kind
@@ -96,9 +97,10 @@ class Reference:
 
     def score(self, values: np.ndarray | list[str]) -> float:
         """The debiased PSI of ``values`` against this reference (``EVENT`` for a dead
-        feature)."""
+        feature: its latest ``EVERY`` values nearly all one, so a dead channel shows within a
+        quarter of a window)."""
         n = len(values)
-        if self.varied and _top_share(values) >= DEAD_SHARE:
+        if self.varied and _top_share(values[-EVERY:]) >= DEAD_SHARE:
             return EVENT
         if self.edges is not None:
             arr = np.asarray(values, dtype=np.float64)
@@ -213,7 +215,7 @@ class Feature:
             assert isinstance(self.window, list)
             self.window = (self.window + values)[-WINDOW:]
         self.since += len(values)
-        if self.since >= EVERY and len(self.window) >= WINDOW and self.ref is not None:
+        if self.since >= EVERY and self.ref is not None:
             self.since = 0
             self._scored(self.ref.score(self.window), step)
 

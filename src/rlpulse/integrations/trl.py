@@ -18,8 +18,10 @@ process zero offers the newest generation batch GRPOTrainer keeps for its comple
 (``trainer._logs``: prompts, completions, each reward function's value, advantages) to the run's
 bounded rollout store, with the weighted total as the reward, a group id per prompt
 (``num_generations`` consecutive completions), lengths in characters and the completion's tool
-calls, so ``rlpulse rollouts serve`` shows them. The trainer is found on the call stack of
-``on_train_begin`` (transformers hands callbacks no trainer) and held by a weak reference.
+calls, so ``rlpulse rollouts serve`` shows them; the same batch gives drift samples (each
+prompt's length as an input; response lengths, the reward and each component as behaviour).
+The trainer is found on the call stack of ``on_train_begin`` (transformers hands callbacks no
+trainer) and held by a weak reference.
 
 With ``rlpulse.start(on_alert=...)`` (``rlpulse.control``) the run acts on its alerts at the
 next optimizer step: ``control.should_save`` (the Trainer saves ``checkpoint-<global_step>``) and,
@@ -202,10 +204,19 @@ class RlpulseCallback(TrainerCallback):
         ] or None
         group = max(int(getattr(trainer, "num_generations", 1) or 1), 1)
         texts = [_text(c) for c in completions]
-        self.exporter.record_rollouts(  # type: ignore[union-attr]
+        prompt_texts = [_text(p) for p in prompts]
+        exp = self.exporter
+        assert exp is not None
+        # drift: each prompt once (a group repeats it), lengths in characters
+        exp.observe_features("input", prompt_length=[len(p) for p in prompt_texts[::group]])
+        behaviour: dict[str, Any] = {f"reward[{k}]": v for k, v in components.items()}
+        exp.observe_features(
+            "behaviour", response_length=[len(t) for t in texts], reward=totals, **behaviour
+        )
+        exp.record_rollouts(
             step=step,
             group_ids=[f"{step}-{i // group}" for i in range(n)],
-            prompts=[_text(p) for p in prompts],
+            prompts=prompt_texts,
             responses=texts,
             rewards=totals,
             components=components or None,

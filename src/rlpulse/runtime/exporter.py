@@ -81,7 +81,9 @@ class Exporter:
         self.progress_at = 0.0  # time.time() of the latest progress() heartbeat
         self.writes = Writes(self.store, self.detector, self.drops)
         self.run_info = runinfo.run_info(opts.metadata, self.drops)
-        self.drift = drift.Drift()  # features against their reference (observe_features)
+        # features against their reference (observe_features): their own first samples, or
+        # the pinned one of an earlier run
+        self.drift = drift.Drift(self._pinned(opts.drift_reference))
         for part, version in runinfo.versions(self.run_info):
             self.drift.version(part, version, 0.0)
         self.ingest = Ingest(
@@ -163,6 +165,28 @@ class Exporter:
                 raise
             notices.warn("reference_band", "rlpulse: %s; the run is not compared with it", exc)
             return None
+
+    def _pinned(self, path: str | os.PathLike[str] | None) -> dict[str, drift.Reference]:
+        """The pinned drift references at ``path`` (``drift_reference=`` or
+        RLPULSE_DRIFT_REFERENCE); a file that cannot be read is said on stderr and each feature
+        takes its own first samples (strict: raised)."""
+        if not path:
+            return {}
+        try:
+            return drift.load(path)
+        except ValueError as exc:
+            if self.strict:
+                raise
+            notices.warn(
+                "drift_reference", "rlpulse: %s; drift is scored against the run's start", exc
+            )
+            return {}
+
+    def save_drift_reference(self, path: str | os.PathLike[str]) -> None:
+        """Write every drift feature's reference so far (its first 1,000 samples) to ``path``:
+        a later run started with ``drift_reference=path`` is scored against this one."""
+        self.flush()
+        drift.save(self.drift.references(), path, run=self.run_id)
 
     def start(self) -> Exporter:
         """Serve ``/metrics`` (on a free port when this one is taken, unless strict), register

@@ -3,7 +3,8 @@
 ``Options.resolve`` is the one place the exporter reads the environment: ``RANK``,
 ``LOCAL_RANK``, ``RLPULSE_PORT``, ``RLPULSE_ADDR``, ``RLPULSE_RUN_ID``, ``RLPULSE_NODE``,
 ``RLPULSE_CERTFILE``, ``RLPULSE_KEYFILE``, ``RLPULSE_WEB_CONFIG``, ``RLPULSE_FINAL_WAIT``,
-``RLPULSE_EXPECT_SCRAPE``, ``RLPULSE_PUSHGATEWAY``, ``RLPULSE_REFERENCE_BAND`` and
+``RLPULSE_EXPECT_SCRAPE``, ``RLPULSE_PUSHGATEWAY``, ``RLPULSE_REFERENCE_BAND``,
+``RLPULSE_DRIFT_REFERENCE`` and
 ``RLPULSE_TARGETS_DIR`` (read by ``rlpulse.runtime.discovery`` when the exporter starts). A
 misspelt option or a port that is no port is a one-line ``TypeError``/``ValueError`` in the
 caller's terms.
@@ -29,6 +30,7 @@ FINAL_WAIT_ENV = "RLPULSE_FINAL_WAIT"
 EXPECT_SCRAPE_ENV = "RLPULSE_EXPECT_SCRAPE"
 PUSHGATEWAY_ENV = "RLPULSE_PUSHGATEWAY"
 BAND_ENV = "RLPULSE_REFERENCE_BAND"
+DRIFT_ENV = "RLPULSE_DRIFT_REFERENCE"
 
 
 def _env_int(name: str) -> int | None:
@@ -86,6 +88,7 @@ class Options:
     rollouts: Mapping[str, Any] = field(default_factory=dict)
     key_map: Mapping[str, Any] | str | os.PathLike[str] | None = None
     reference_band: str | os.PathLike[str] | None = None
+    drift_reference: str | os.PathLike[str] | None = None
 
     @property
     def tls(self) -> bool:
@@ -125,6 +128,7 @@ class Options:
         push_gateway: str | None = None,
         targets_dir: str | os.PathLike[str] | None = None,
         reference_band: str | os.PathLike[str] | None = None,
+        drift_reference: str | os.PathLike[str] | None = None,
     ) -> Options:
         """The options from arguments, the environment and defaults; ``ValueError`` for a bad
         environment value, an over-long run id or a certificate given twice.
@@ -189,6 +193,7 @@ class Options:
             rollouts=dict(rollouts or {}),
             key_map=key_map,
             reference_band=reference_band or os.environ.get(BAND_ENV) or None,
+            drift_reference=drift_reference or os.environ.get(DRIFT_ENV) or None,
         )
 
 

@@ -178,8 +178,8 @@ stability index over the reference's deciles (numbers) or categories (texts, dis
 less its expectation when nothing changed, `(k - 1)(1/n_ref + 1/n_now)` for `k` bins (0.018 at
 1,000 samples each; measured on 100 null draws its mean is under a quarter of that and its 99th
 percentile under 0.1, under 0.25 at 200 samples). 0.1 is a small shift, 0.25 a large one. A
-feature that varied in its reference and now reads one value for 90 % of its window (a dead
-sensor), and a new environment or grader version (`observe_versions`, or metadata
+feature that varied in its reference and now reads one value in 90 % of its latest 250 samples
+(a dead sensor), and a new environment or grader version (`observe_versions`, or metadata
 `grader_version` / `<part>_version` at start), score 100. Bounded: at most 16 dimensions of a
 vector (evenly spaced over larger ones, each keeping its own index), 64 features a kind, 32
 categories a feature; a score every 250 new samples, so it does not depend on when it is read.

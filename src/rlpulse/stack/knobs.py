@@ -66,18 +66,3 @@ class AlertConfig:
     for_: Duration = field(
         default=Duration("10m"), metadata=_doc("How long the condition must hold before firing.")
     )
-
-
-@dataclass(frozen=True)
-class Threshold(AlertConfig):
-    """An alert on one level."""
-
-    threshold: float = field(default=0.0, metadata=_doc("The level."))
-
-
-@dataclass(frozen=True)
-class Tiered(AlertConfig):
-    """An alert with a warning and a critical level (same alert name)."""
-
-    warning: float = field(default=0.0, metadata=_doc("Warning level."))
-    critical: float = field(default=0.0, metadata=_doc("Critical level."))

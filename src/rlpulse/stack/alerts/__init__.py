@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from rlpulse.stack.alerts import gpu, liveness, rl, system, task
-from rlpulse.stack.alerts.kit import AlertDef, Area, Parts, Scenario
+from rlpulse.stack.alerts.kit import AlertDef, Area, Scenario
 from rlpulse.stack.alerts.step import StepAlert
 
 STEP_ALERTS: dict[Area, tuple[StepAlert, ...]] = {
@@ -18,12 +18,12 @@ STEP_ALERTS: dict[Area, tuple[StepAlert, ...]] = {
     "task": task.STEP_ALERTS,
     "system": (),
 }
-DEFS: dict[Area, tuple[AlertDef | Parts, ...]] = {
+DEFS: dict[Area, tuple[AlertDef, ...]] = {
     "rl": rl.DEFS,
     "task": task.DEFS,
     "system": (*liveness.DEFS, *gpu.DEFS, *system.DEFS),
 }
-ALL: tuple[AlertDef | Parts, ...] = tuple(d for defs in DEFS.values() for d in defs)
+ALL: tuple[AlertDef, ...] = tuple(d for defs in DEFS.values() for d in defs)
 # the modules an area's alerts are declared in (what its generated files name as their source)
 SOURCES: dict[Area, str] = {
     "rl": "alerts/rl.py",

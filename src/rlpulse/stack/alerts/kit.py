@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlpulse.stack.knobs import AlertConfig, Duration, Tiered, _doc, seconds
+from rlpulse.stack.knobs import AlertConfig, Duration, _doc, seconds
 from rlpulse.stack.query import Query
 
 Severity = Literal["critical", "warning", "info"]
@@ -64,43 +64,6 @@ class Alert:
     annotations: dict[str, str] = field(default_factory=dict)
     keep_firing_for: str = ""
     labels: dict[str, str] = field(default_factory=dict)  # beyond severity and layer (owner)
-
-    @classmethod
-    def of(
-        cls,
-        c: AlertConfig,
-        name: str,
-        severity: Severity,
-        expr: str,
-        summary: str,
-        description: str,
-        scope: Scope = "target",
-    ) -> Alert:
-        """An alert whose ``for``, ``enabled`` and (where it has one) ``keep_firing_for`` come
-        from its config entry ``c``."""
-        keep = getattr(c, "keep_firing_for", "")
-        return cls(name, severity, expr, c.for_, summary, description, scope, c.enabled, {}, keep)
-
-    @classmethod
-    def tiered(
-        cls,
-        t: Tiered,
-        name: str,
-        expr: Callable[[float], str],
-        summary: str,
-        description: str,
-        level_text: Callable[[float], str] = "{:g}".format,
-        scope: Scope = "target",
-    ) -> Iterator[Alert]:
-        """A warning and a critical rule of one alert; ``$LEVEL`` in the description is the
-        tier's level as ``level_text`` prints it."""
-        tiers: tuple[tuple[Severity, float], ...] = (
-            ("warning", t.warning),
-            ("critical", t.critical),
-        )
-        for sev, level in tiers:
-            text = description.replace("$LEVEL", level_text(level))
-            yield cls.of(t, name, sev, expr(level), summary, text, scope)
 
     def rule(self, area: Area) -> dict[str, Any]:
         """The rule as it appears in a Prometheus rule file."""
@@ -232,14 +195,15 @@ class ThresholdAlert(AlertDef):
     the ``Query`` and the knobs; a ``tiered`` alert is a warning and a critical rule at the
     knobs' ``warning`` and ``critical`` levels, each put for ``$LEVEL`` (``level_text`` prints
     it in the description). ``settings`` are its knobs beyond ``enabled`` and ``for_`` (or
-    replacing their defaults), ``doc`` the sentence of its config section, ``tests`` its
+    replacing their defaults), ``doc`` the sentence of its config section (none for the
+    pipeline's own alerts, ``meta``, which have no config section), ``tests`` its
     scenarios (written for the shipped knobs), ``records`` the recording rules it reads and
     ``check`` its ``problems``."""
 
-    doc: str
     severity: Severity | Literal["tiered"]
     expr: Text
     description: Text
+    doc: str = ""
     settings: Mapping[str, Knob] = field(default_factory=dict)
     tests: tuple[Scenario, ...] = ()
     scope: Scope = "target"
@@ -285,17 +249,3 @@ class ThresholdAlert(AlertDef):
 
     def problems(self, k: Any) -> Iterator[str]:
         return self.check(k) if self.check else iter(())
-
-
-@dataclass(frozen=True)
-class Parts:
-    """An alert in parts (until every area declares its alerts as ``AlertDef``s)."""
-
-    key: str
-    area: Area
-    knobs: type[AlertConfig]
-    rules: Callable[[Any, Any], Iterator[Alert]]
-    runbooks: Mapping[str, Runbook]
-    scenarios: Callable[[Any], Iterator[Scenario]]
-    recordings: Callable[[Any, Any], list[RecordingRule]] = lambda q, k: []
-    problems: Callable[[Any], Iterator[str]] = lambda k: iter(())

@@ -5,7 +5,7 @@ others."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from typing import Any
 
 from rlpulse import catalog
 from rlpulse.stack import panels
@@ -13,15 +13,17 @@ from rlpulse.stack.alerts.inputs import TARGET, const, ramp, raw, series
 from rlpulse.stack.alerts.kit import (
     AGO,
     ID,
-    Alert,
+    AlertDef,
     Check,
     Expect,
-    Parts,
+    Knob,
     RecordingRule,
     Runbook,
     Scenario,
+    ThresholdAlert,
+    hold,
 )
-from rlpulse.stack.knobs import AlertConfig, Duration, _doc, seconds
+from rlpulse.stack.knobs import seconds
 from rlpulse.stack.promql import record_name
 from rlpulse.stack.query import RUN_BY, Query
 
@@ -52,15 +54,6 @@ STALLED = "RLTrainingStalled"
 # ---- target down -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TargetDownKnobs(AlertConfig):
-    """A trainer exporter that served a run within the baseline window is down."""
-
-    for_: Duration = field(
-        default=Duration("1m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-
-
 # Each run (rank) a target served, kept while the run has not said it ended: the last time it
 # was served (its rl_run_info scraped), with its target and metadata. A latch: the rule reads its
 # own previous value, so a run that died unannounced stays here however long ago it died, until
@@ -81,7 +74,7 @@ def _ended(q: Query) -> str:
     return f"last_over_time({q.s(FINISHED)}[{q.w.recent}])"
 
 
-def _served(q: Query, k: TargetDownKnobs) -> list[RecordingRule]:
+def _served(q: Query, k: Any) -> list[RecordingRule]:
     live = (
         f"max by ({TARGET_BY}, {', '.join(RUN_META)}) (timestamp({q.s(RUN_INFO)}))"
         f" unless on({TARGET_BY}) {q.s(FINISHED)}"
@@ -99,22 +92,6 @@ def dead(q: Query) -> str:
     return f"max by ({TARGET_BY}) ({SERVED} unless on({RUN_BY_RANK}) {q.s(RUN_INFO)})"
 
 
-def _target_down(q: Query, k: TargetDownKnobs) -> Iterator[Alert]:
-    yield Alert.of(
-        k,
-        TARGET_DOWN,
-        "critical",
-        f"time() - {dead(q)}",
-        "A trainer exporter that was serving a run no longer serves it, and the run never said "
-        "it ended.",
-        f"{ID} was last scraped on {{{{ $labels.instance }}}} (job {{{{ $labels.job }}}}) {AGO} "
-        "ago and never said it ended: the trainer died, hung hard or lost its network (the "
-        "target no longer answers, or answers for another run that took its port). This pages "
-        "until the run is marked ended or served again, its target is removed or it is "
-        "silenced.",
-    )
-
-
 def _paging_on(minute: int) -> tuple[Check, ...]:
     """r1, last scraped at 29m: quiet at 30m, paging at ``minute`` and still a day later."""
     return (Check(TARGET_DOWN, "30m"),) + tuple(
@@ -123,7 +100,7 @@ def _paging_on(minute: int) -> tuple[Check, ...]:
     )
 
 
-def _target_down_scenarios(k: TargetDownKnobs) -> Iterator[Scenario]:
+def _target_down_scenarios() -> Iterator[Scenario]:
     up = raw("up", UP)
     yield Scenario(
         "Target down: the exporter serves run r1 for 30 minutes, then every scrape fails "
@@ -194,28 +171,6 @@ def _target_down_scenarios(k: TargetDownKnobs) -> Iterator[Scenario]:
 # ---- run crashed -------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class RunCrashedKnobs(AlertConfig):
-    """The run ended in an uncaught exception or a non-zero sys.exit (rl_run_outcome)."""
-
-    for_: Duration = field(
-        default=Duration("0s"), metadata=_doc("How long the condition must hold before firing.")
-    )
-
-
-def _run_crashed(q: Query, k: RunCrashedKnobs) -> Iterator[Alert]:
-    w = q.w
-    yield Alert.of(
-        k,
-        RUN_CRASHED,
-        "critical",
-        f"max_over_time({q.s(OUTCOME, CRASHED)}[{w.baseline}]) * on({TARGET_BY}) "
-        f"group_left() (time() - max_over_time({q.s(FINISHED)}[{w.baseline}]))",
-        "A run ended in an uncaught exception or a non-zero exit status.",
-        f"{ID} on {{{{ $labels.instance }}}} crashed {AGO} ago: {{{{ $labels.reason }}}}.",
-    )
-
-
 # The alerts that were firing when each run ended, valued at its end time: a run that ended
 # does not cure its failure, and once its alerts resolve (the run's series are gone) this is
 # where the dashboards still show them. A latch like SERVED, cleared when the same run_id
@@ -224,7 +179,7 @@ ENDED_FIRING = record_name("run", OUTCOME, "firing_at_end")
 END_KEEP = 7 * 86400
 
 
-def _ended_firing(q: Query, k: RunCrashedKnobs) -> list[RecordingRule]:
+def _ended_firing(q: Query, k: Any) -> list[RecordingRule]:
     ended = f"max by (job, run_id) ({_ended(q)})"
     firing = 'ALERTS{alertstate="firing", run_id!=""}'
     new = (
@@ -236,7 +191,7 @@ def _ended_firing(q: Query, k: RunCrashedKnobs) -> list[RecordingRule]:
     return [RecordingRule(ENDED_FIRING, f"({new}) or ({kept})")]
 
 
-def _run_crashed_scenarios(k: RunCrashedKnobs) -> Iterator[Scenario]:
+def _run_crashed_scenarios() -> Iterator[Scenario]:
     crashed = {**TARGET, "outcome": "crashed", "reason": "ValueError"}
     end = 29 * 60 - 10
     meta = {"model": "qwen2.5-0.5b", "git_sha": "1a2b3c4", "framework": "trl", "owner": "alice"}
@@ -265,24 +220,6 @@ def _run_crashed_scenarios(k: RunCrashedKnobs) -> Iterator[Scenario]:
 # ---- stall -------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class TrainingStalledKnobs(AlertConfig):
-    """No logged step for many of the run's own step intervals while the exporter is up."""
-
-    for_: Duration = field(default=Duration("1m"), metadata=_doc("How long before firing."))
-    factor: float = field(
-        default=5.0,
-        metadata=_doc("Fire after this many of the run's own median step intervals."),
-    )
-    min_wait: Duration = field(
-        default=Duration("5m"), metadata=_doc("...and never before this long without a step.")
-    )
-    first_steps_wait: Duration = field(
-        default=Duration("30m"),
-        metadata=_doc("Wait for a run that has logged one step (no interval known yet)."),
-    )
-
-
 def _still(name: str) -> str:
     """Alert ``name`` firing now, with the labels of the series it fired on (not those the
     rule and Prometheus add)."""
@@ -290,7 +227,7 @@ def _still(name: str) -> str:
     return f'max without ({added}) (ALERTS{{alertname="{name}",alertstate="firing"}})'
 
 
-def _stall_rules(q: Query, k: TrainingStalledKnobs) -> Iterator[Alert]:
+def _stall(q: Query, k: Any) -> str:
     # progress of any kind: a logged step or a heartbeat (an evaluation batch, a checkpoint
     # save); exporters older than the heartbeat export only the step's time
     since = f"(time() - ({q.s(PROGRESS)} or {q.s(LAST_LOG)}))"
@@ -298,23 +235,16 @@ def _stall_rules(q: Query, k: TrainingStalledKnobs) -> Iterator[Alert]:
         f"clamp_min({q.s(INTERVAL)} * {k.factor:g}, {seconds(k.min_wait):g})"
         f" or ({q.s(LAST_LOG)} * 0 + {seconds(k.first_steps_wait):g})"
     )
-    yield Alert.of(
-        k,
-        STALLED,
-        "critical",
+    return (
         f"({since} > ({wait})) and on(job, instance) ({q.s(LOGGED)} > 0)"
         f" unless on(job, run_id, rank) {q.s(FINISHED)}"  # a finished run kept by a Pushgateway
         # a stalled run whose target then died stays stalled (held back by RLTargetDown): its
         # series ending is no recovery, and must not send a resolve
-        f" or ({_still(STALLED)} * 0 + on({TARGET_BY}) group_left() (time() - {dead(q)}))",
-        "The trainer logged no step for many of its own step intervals while its exporter is up.",
-        f"{ID} logged nothing for {{{{ $value | humanizeDuration }}}} "
-        f"(more than {k.factor:g} times its own median step interval, and at least "
-        f"{k.min_wait}) while its exporter still answers.",
+        f" or ({_still(STALLED)} * 0 + on({TARGET_BY}) group_left() (time() - {dead(q)}))"
     )
 
 
-def _stall_scenarios(k: TrainingStalledKnobs) -> Iterator[Scenario]:
+def _stall_scenarios() -> Iterator[Scenario]:
     ts = {**TARGET}
     # a step a minute for 30 minutes, then nothing: the exporter keeps serving the last stamp
     stamps = " ".join(str(60 * i) for i in range(30)) + f" {1740}x29"
@@ -411,34 +341,10 @@ def healthy_inputs(n: int) -> tuple[tuple[str, str], ...]:
 # ---- startup hang ------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class StartupHangKnobs(AlertConfig):
-    """The exporter started but the trainer never logged its first step."""
-
-    for_: Duration = field(default=Duration("0s"), metadata=_doc("How long before firing."))
-    timeout: Duration = field(
-        default=Duration("1h"),
-        metadata=_doc("Fire when no step was logged this long after the exporter started."),
-    )
-
-
 STARTUP_HANG = "RLStartupHang"
 
 
-def _startup_rules(q: Query, k: StartupHangKnobs) -> Iterator[Alert]:
-    yield Alert.of(
-        k,
-        STARTUP_HANG,
-        "critical",
-        f"(time() - {q.s(STARTED)} > {seconds(k.timeout):g}) and on(job, instance) "
-        f"({q.s(LOGGED)} == 0)",
-        "The trainer has not logged its first step long after its exporter started.",
-        f"{ID} started {{{{ $value | humanizeDuration }}}} ago and has logged no step yet "
-        f"(threshold {k.timeout}): it hangs in start-up (model loading, a rendezvous, data).",
-    )
-
-
-def _startup_scenarios(k: StartupHangKnobs) -> Iterator[Scenario]:
+def _startup_scenarios() -> Iterator[Scenario]:
     yield Scenario(
         "Start-up hang: the exporter starts at 0 and the trainer never logs a step; after the "
         "1h timeout it fires with the time since the start.",
@@ -458,22 +364,10 @@ def _startup_scenarios(k: StartupHangKnobs) -> Iterator[Scenario]:
 # ---- one slow rank -----------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class SlowRankKnobs(AlertConfig):
-    """One rank's phase takes far longer than the same phase on the run's other ranks."""
-
-    for_: Duration = field(default=Duration("10m"), metadata=_doc("How long before firing."))
-    factor: float = field(
-        default=2.0,
-        metadata=_doc("Fire when a rank's mean phase time is this many times the median."),
-    )
-    min_ranks: int = field(default=3, metadata=_doc("Only for runs with at least this many ranks."))
-
-
 SLOW_RANK = "RLSlowRank"
 
 
-def _rank_phase(q: Query, k: SlowRankKnobs) -> list[RecordingRule]:
+def _rank_phase(q: Query, k: Any) -> list[RecordingRule]:
     by = f"{RUN_BY}, rank, phase"
     return [
         RecordingRule(
@@ -484,24 +378,16 @@ def _rank_phase(q: Query, k: SlowRankKnobs) -> list[RecordingRule]:
     ]
 
 
-def _slow_rank_rules(q: Query, k: SlowRankKnobs) -> Iterator[Alert]:
+def _slow_rank(q: Query, k: Any) -> str:
     median = f"quantile by ({RUN_BY}, phase) (0.5, {RANK_PHASE_MEAN})"
     ranks = f"count by ({RUN_BY}, phase) ({RANK_PHASE_MEAN})"
-    yield Alert.of(
-        k,
-        SLOW_RANK,
-        "warning",
+    return (
         f"{RANK_PHASE_MEAN} / on({RUN_BY}, phase) group_left() ({median} > 0) > {k.factor:g}"
-        f" and on({RUN_BY}, phase) ({ranks} >= {k.min_ranks})",
-        "One rank is far slower than the other ranks of its run.",
-        f"Phase {{{{ $labels.phase }}}} on rank {{{{ $labels.rank }}}} of run "
-        f'{{{{ $labels.run_id }}}} takes {{{{ printf "%.3g" $value }}}}x the median of the '
-        f"run's ranks (threshold {k.factor:g}x): a straggler holds every synchronous step back.",
-        scope="run",
+        f" and on({RUN_BY}, phase) ({ranks} >= {k.min_ranks})"
     )
 
 
-def _slow_rank_scenarios(k: SlowRankKnobs) -> Iterator[Scenario]:
+def _slow_rank_scenarios() -> Iterator[Scenario]:
     inputs = []
     for rank, secs in (("0", 1.0), ("1", 1.0), ("2", 1.0), ("3", 3.0)):
         labels = {**TARGET, "rank": rank, "phase": "rollout"}
@@ -516,143 +402,201 @@ def _slow_rank_scenarios(k: SlowRankKnobs) -> Iterator[Scenario]:
     )
 
 
-DEFS: tuple[Parts, ...] = (
-    Parts(
-        "target_down",
-        "system",
-        TargetDownKnobs,
-        _target_down,
-        {
-            TARGET_DOWN: Runbook(
-                "A run that never said it ended is no longer served: its exporter cannot be "
-                "scraped, or its port now serves another run (the next run took the free "
-                "port). The process died (kill -9, the OOM killer, a lost node), hung hard, or "
-                "lost its network. It keeps paging, however long ago the run died, until a "
-                "last scrape carries the run's end mark, the same run (run_id and rank) is "
-                "served again (a resume, on any port), its target is removed from discovery, "
-                "or someone silences it: a dead run does not heal, and another run on its "
-                "port is not its end. "
-                f"The run is kept by the recording rule {SERVED} (a latch that reads its own "
-                "previous value; Prometheus 2.42 and 3.x evaluate it alike, and a Prometheus "
-                "that stops evaluating rules for longer than its 5m lookback forgets the dead "
-                "runs it kept). The run's other alerts on that target, and a RLTrainingStalled "
-                "of the same run (which keeps firing rather than resolve as if it recovered), "
-                "are held back while this fires; the alerts of a run that took its port are "
-                "not.",
-                panels.see(panels.SYSTEM, panels.COLLECTORS)
-                + panels.SEPARATOR
-                + panels.see(panels.TRAINING, panels.LIVENESS),
-                (
-                    "First: is the process alive? Check the trainer's process and its last log "
-                    "lines (OOM killer in dmesg, an NCCL timeout, a node failure).",
-                    "Restart from the checkpoint the page names (resume under the same run_id "
-                    "resolves it), or end the incident: silence it with the run_id matcher, or "
-                    "remove the run's file_sd target (delete its file; when another run took "
-                    "its port, the target stays listed for that run: silence it).",
-                    "A run that ends (rlpulse.finish(), a normal interpreter exit, or a crash, "
-                    "which RLRunCrashed pages) has a last scrape carry its end mark and this "
-                    "alert stays quiet. If it paged for a run that did end, that last scrape "
-                    "never came (the exit wait, RLPULSE_FINAL_WAIT, was shorter than the scrape "
-                    "interval): raise the wait.",
-                ),
-            )
-        },
-        _target_down_scenarios,
-        _served,
+_BEFORE = "How long before firing."
+DEFS: tuple[AlertDef, ...] = (
+    ThresholdAlert(
+        name=TARGET_DOWN,
+        key="target_down",
+        area="system",
+        doc="A trainer exporter that served a run within the baseline window is down.",
+        settings={"for_": hold("1m")},
+        severity="critical",
+        records=_served,
+        expr=lambda q, k: f"time() - {dead(q)}",
+        summary="A trainer exporter that was serving a run no longer serves it, and the run "
+        "never said it ended.",
+        description=f"{ID} was last scraped on {{{{ $labels.instance }}}} (job "
+        f"{{{{ $labels.job }}}}) {AGO} ago and never said it ended: the trainer died, hung hard "
+        "or lost its network (the target no longer answers, or answers for another run that "
+        "took its port). This pages until the run is marked ended or served again, its target "
+        "is removed or it is silenced.",
+        runbook=Runbook(
+            "A run that never said it ended is no longer served: its exporter cannot be "
+            "scraped, or its port now serves another run (the next run took the free "
+            "port). The process died (kill -9, the OOM killer, a lost node), hung hard, or "
+            "lost its network. It keeps paging, however long ago the run died, until a "
+            "last scrape carries the run's end mark, the same run (run_id and rank) is "
+            "served again (a resume, on any port), its target is removed from discovery, "
+            "or someone silences it: a dead run does not heal, and another run on its "
+            "port is not its end. "
+            f"The run is kept by the recording rule {SERVED} (a latch that reads its own "
+            "previous value; Prometheus 2.42 and 3.x evaluate it alike, and a Prometheus "
+            "that stops evaluating rules for longer than its 5m lookback forgets the dead "
+            "runs it kept). The run's other alerts on that target, and a RLTrainingStalled "
+            "of the same run (which keeps firing rather than resolve as if it recovered), "
+            "are held back while this fires; the alerts of a run that took its port are "
+            "not.",
+            panels.see(panels.SYSTEM, panels.COLLECTORS)
+            + panels.SEPARATOR
+            + panels.see(panels.TRAINING, panels.LIVENESS),
+            (
+                "First: is the process alive? Check the trainer's process and its last log "
+                "lines (OOM killer in dmesg, an NCCL timeout, a node failure).",
+                "Restart from the checkpoint the page names (resume under the same run_id "
+                "resolves it), or end the incident: silence it with the run_id matcher, or "
+                "remove the run's file_sd target (delete its file; when another run took "
+                "its port, the target stays listed for that run: silence it).",
+                "A run that ends (rlpulse.finish(), a normal interpreter exit, or a crash, "
+                "which RLRunCrashed pages) has a last scrape carry its end mark and this "
+                "alert stays quiet. If it paged for a run that did end, that last scrape "
+                "never came (the exit wait, RLPULSE_FINAL_WAIT, was shorter than the scrape "
+                "interval): raise the wait.",
+            ),
+        ),
+        tests=tuple(_target_down_scenarios()),
     ),
-    Parts(
-        "run_crashed",
-        "system",
-        RunCrashedKnobs,
-        _run_crashed,
-        {
-            RUN_CRASHED: Runbook(
-                "The trainer process ended in an uncaught exception (in any thread) or called "
-                "sys.exit with a non-zero status; rlpulse exported the outcome (rl_run_outcome, "
-                "reason: the exception type or the exit status) in a last scrape or a push. "
-                "RLTargetDown stays quiet for it: this alert is the page.",
-                panels.see(panels.TRAINING, panels.LIVENESS, panels.STEPS_RATE),
-                (
-                    "Read the traceback at the end of the trainer's log; the reason label names "
-                    "the exception type.",
-                    "Resume from the last checkpoint once the cause is fixed.",
-                    "A Pushgateway keeps the crashed run's series until its group is deleted: "
-                    "curl -X DELETE <pushgateway>/metrics/job/rlpulse/run_id/<run_id>/rank/<rank>.",
-                ),
-            )
-        },
-        _run_crashed_scenarios,
-        _ended_firing,
+    ThresholdAlert(
+        name=RUN_CRASHED,
+        key="run_crashed",
+        area="system",
+        doc="The run ended in an uncaught exception or a non-zero sys.exit (rl_run_outcome).",
+        settings={"for_": hold("0s")},
+        severity="critical",
+        records=_ended_firing,
+        expr=lambda q, k: (
+            f"max_over_time({q.s(OUTCOME, CRASHED)}[{q.w.baseline}]) * on({TARGET_BY}) "
+            f"group_left() (time() - max_over_time({q.s(FINISHED)}[{q.w.baseline}]))"
+        ),
+        summary="A run ended in an uncaught exception or a non-zero exit status.",
+        description=f"{ID} on {{{{ $labels.instance }}}} crashed {AGO} ago: "
+        "{{ $labels.reason }}.",
+        runbook=Runbook(
+            "The trainer process ended in an uncaught exception (in any thread) or called "
+            "sys.exit with a non-zero status; rlpulse exported the outcome (rl_run_outcome, "
+            "reason: the exception type or the exit status) in a last scrape or a push. "
+            "RLTargetDown stays quiet for it: this alert is the page.",
+            panels.see(panels.TRAINING, panels.LIVENESS, panels.STEPS_RATE),
+            (
+                "Read the traceback at the end of the trainer's log; the reason label names "
+                "the exception type.",
+                "Resume from the last checkpoint once the cause is fixed.",
+                "A Pushgateway keeps the crashed run's series until its group is deleted: "
+                "curl -X DELETE <pushgateway>/metrics/job/rlpulse/run_id/<run_id>/rank/<rank>.",
+            ),
+        ),
+        tests=tuple(_run_crashed_scenarios()),
     ),
-    Parts(
-        "training_stalled",
-        "system",
-        TrainingStalledKnobs,
-        _stall_rules,
-        {
-            STALLED: Runbook(
-                "The exporter still answers but the trainer has made no progress of any kind "
-                "(no logged step, no heartbeat of an evaluation or a checkpoint save: the TRL "
-                "integration sends one per evaluation batch, Exporter.progress() does it by "
-                "hand) for many times its own median step interval (so runs with 20-minute "
-                "steps are not paged between steps): the loop hangs (deadlock, stuck "
-                "collective, waiting on a dead worker or grader).",
-                panels.see(panels.TRAINING, panels.LIVENESS, panels.STEPS_RATE)
-                + panels.SEPARATOR
-                + panels.see(panels.SYSTEM, panels.PHASE_BREAKDOWN),
-                (
-                    "Dump the stacks of the trainer (py-spy dump) to see where it waits.",
-                    "Check the phase that stopped finishing (rollout, reward, update, sync).",
-                    "A run whose step times vary a lot (long evals) may need a larger "
-                    "alerts.training_stalled.factor.",
-                ),
-            )
+    ThresholdAlert(
+        name=STALLED,
+        key="training_stalled",
+        area="system",
+        doc="No logged step for many of the run's own step intervals while the exporter is up.",
+        settings={
+            "for_": hold("1m", _BEFORE),
+            "factor": Knob(5.0, "Fire after this many of the run's own median step intervals."),
+            "min_wait": Knob("5m", "...and never before this long without a step."),
+            "first_steps_wait": Knob(
+                "30m", "Wait for a run that has logged one step (no interval known yet)."
+            ),
         },
-        _stall_scenarios,
+        severity="critical",
+        expr=_stall,
+        summary="The trainer logged no step for many of its own step intervals while its "
+        "exporter is up.",
+        description=lambda q, k: (
+            f"{ID} logged nothing for {{{{ $value | humanizeDuration }}}} "
+            f"(more than {k.factor:g} times its own median step interval, and at least "
+            f"{k.min_wait}) while its exporter still answers."
+        ),
+        runbook=Runbook(
+            "The exporter still answers but the trainer has made no progress of any kind "
+            "(no logged step, no heartbeat of an evaluation or a checkpoint save: the TRL "
+            "integration sends one per evaluation batch, Exporter.progress() does it by "
+            "hand) for many times its own median step interval (so runs with 20-minute "
+            "steps are not paged between steps): the loop hangs (deadlock, stuck "
+            "collective, waiting on a dead worker or grader).",
+            panels.see(panels.TRAINING, panels.LIVENESS, panels.STEPS_RATE)
+            + panels.SEPARATOR
+            + panels.see(panels.SYSTEM, panels.PHASE_BREAKDOWN),
+            (
+                "Dump the stacks of the trainer (py-spy dump) to see where it waits.",
+                "Check the phase that stopped finishing (rollout, reward, update, sync).",
+                "A run whose step times vary a lot (long evals) may need a larger "
+                "alerts.training_stalled.factor.",
+            ),
+        ),
+        tests=tuple(_stall_scenarios()),
     ),
-    Parts(
-        "startup_hang",
-        "system",
-        StartupHangKnobs,
-        _startup_rules,
-        {
-            STARTUP_HANG: Runbook(
-                "The exporter has been up for the start-up timeout and the trainer has not "
-                "logged a single step: it hangs before training (loading a model, a rendezvous "
-                "that never completes, a data loader, a grader it waits for).",
-                panels.see(panels.SYSTEM, panels.GPU_UTILIZATION, panels.GPU_MEMORY)
-                + panels.SEPARATOR
-                + panels.see(panels.TRAINING, panels.LIVENESS),
-                (
-                    "Dump the stacks of the trainer (py-spy dump); check the rendezvous of "
-                    "every rank (one rank missing holds the others).",
-                    "Raise alerts.startup_hang.timeout for models that take longer to load.",
-                ),
-            )
+    ThresholdAlert(
+        name=STARTUP_HANG,
+        key="startup_hang",
+        area="system",
+        doc="The exporter started but the trainer never logged its first step.",
+        settings={
+            "for_": hold("0s", _BEFORE),
+            "timeout": Knob(
+                "1h", "Fire when no step was logged this long after the exporter started."
+            ),
         },
-        _startup_scenarios,
+        severity="critical",
+        expr=lambda q, k: (
+            f"(time() - {q.s(STARTED)} > {seconds(k.timeout):g}) and on(job, instance) "
+            f"({q.s(LOGGED)} == 0)"
+        ),
+        summary="The trainer has not logged its first step long after its exporter started.",
+        description=lambda q, k: (
+            f"{ID} started {{{{ $value | humanizeDuration }}}} ago and has logged no step yet "
+            f"(threshold {k.timeout}): it hangs in start-up (model loading, a rendezvous, data)."
+        ),
+        runbook=Runbook(
+            "The exporter has been up for the start-up timeout and the trainer has not "
+            "logged a single step: it hangs before training (loading a model, a rendezvous "
+            "that never completes, a data loader, a grader it waits for).",
+            panels.see(panels.SYSTEM, panels.GPU_UTILIZATION, panels.GPU_MEMORY)
+            + panels.SEPARATOR
+            + panels.see(panels.TRAINING, panels.LIVENESS),
+            (
+                "Dump the stacks of the trainer (py-spy dump); check the rendezvous of "
+                "every rank (one rank missing holds the others).",
+                "Raise alerts.startup_hang.timeout for models that take longer to load.",
+            ),
+        ),
+        tests=tuple(_startup_scenarios()),
     ),
-    Parts(
-        "slow_rank",
-        "system",
-        SlowRankKnobs,
-        _slow_rank_rules,
-        {
-            SLOW_RANK: Runbook(
-                "One rank's mean time for a phase is several times the median of the run's "
-                "ranks: a straggler (a slow or throttled GPU, a busy host, a bad link) that "
-                "every synchronous step waits for.",
-                panels.see(
-                    panels.SYSTEM, panels.PHASE_DURATIONS, panels.GPU_BOARDS, panels.GPU_CLOCK
-                ),
-                (
-                    "Compare the rank's GPU clocks, temperature and throttling with the others.",
-                    "Check the node for other jobs (host CPU, memory) and its network links.",
-                    "Exclude the node and restart from the last checkpoint if it persists.",
-                ),
-            )
+    ThresholdAlert(
+        name=SLOW_RANK,
+        key="slow_rank",
+        area="system",
+        doc="One rank's phase takes far longer than the same phase on the run's other ranks.",
+        settings={
+            "for_": hold("10m", _BEFORE),
+            "factor": Knob(
+                2.0, "Fire when a rank's mean phase time is this many times the median."
+            ),
+            "min_ranks": Knob(3, "Only for runs with at least this many ranks."),
         },
-        _slow_rank_scenarios,
-        _rank_phase,
+        severity="warning",
+        records=_rank_phase,
+        expr=_slow_rank,
+        summary="One rank is far slower than the other ranks of its run.",
+        description=lambda q, k: (
+            f"Phase {{{{ $labels.phase }}}} on rank {{{{ $labels.rank }}}} of run "
+            f'{{{{ $labels.run_id }}}} takes {{{{ printf "%.3g" $value }}}}x the median of the '
+            f"run's ranks (threshold {k.factor:g}x): a straggler holds every synchronous step "
+            "back."
+        ),
+        scope="run",
+        runbook=Runbook(
+            "One rank's mean time for a phase is several times the median of the run's "
+            "ranks: a straggler (a slow or throttled GPU, a busy host, a bad link) that "
+            "every synchronous step waits for.",
+            panels.see(panels.SYSTEM, panels.PHASE_DURATIONS, panels.GPU_BOARDS, panels.GPU_CLOCK),
+            (
+                "Compare the rank's GPU clocks, temperature and throttling with the others.",
+                "Check the node for other jobs (host CPU, memory) and its network links.",
+                "Exclude the node and restart from the last checkpoint if it persists.",
+            ),
+        ),
+        tests=tuple(_slow_rank_scenarios()),
     ),
 )

@@ -5,6 +5,7 @@ They live in their own rule file (``prometheus/rules/meta.yml``, group ``rlpulse
 from the rl/task/system groups: ``rlpulse replay`` evaluates those on a training log, where an
 alert that always fires or one about Alertmanager means nothing. ``stack.prometheus`` writes the
 file, the self-scrape jobs and its promtool test; ``stack.alertmanager`` routes the Watchdog.
+They have no config section: their knobs are the shipped ones.
 """
 
 from __future__ import annotations
@@ -12,8 +13,19 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from rlpulse.stack.alerts.inputs import raw
-from rlpulse.stack.alerts.kit import Alert, Check, Expect, Runbook, Scenario
+from rlpulse.stack.alerts.kit import (
+    Alert,
+    AlertDef,
+    Check,
+    Expect,
+    Runbook,
+    Scenario,
+    ThresholdAlert,
+    hold,
+)
+from rlpulse.stack.config import Config
 from rlpulse.stack.knobs import Duration
+from rlpulse.stack.query import Query
 
 GROUP = "rlpulse-meta"
 WATCHDOG = "RLWatchdog"
@@ -25,132 +37,148 @@ ALERTMANAGER_JOB = "alertmanager"
 WINDOW = Duration("5m")
 FOR = Duration("10m")
 
-ALERTS: tuple[Alert, ...] = (
-    Alert(
-        WATCHDOG,
-        "info",
-        "vector(1)",
-        "0s",
-        "Always firing: proves that Prometheus evaluates rules and Alertmanager delivers them.",
-        "The Watchdog fires all the time; its notifications stopping means alerting is broken.",
-    ),
-    Alert(
-        NOTIFICATIONS_FAILING,
-        "critical",
-        f"sum by (job, instance, integration) "
-        f"(increase(alertmanager_notifications_failed_total[{WINDOW}])) > 0",
-        FOR,
-        "Alertmanager fails to deliver notifications.",
-        "Alertmanager {{ $labels.instance }} failed {{ $value | humanize }} "
-        f"{{{{ $labels.integration }}}} notifications in {WINDOW}: pages and messages of that "
-        "integration are lost.",
-    ),
-    Alert(
-        ALERTS_UNDELIVERED,
-        "critical",
-        f"sum by (job, instance) (increase(prometheus_notifications_errors_total[{WINDOW}]) "
-        f"+ increase(prometheus_notifications_dropped_total[{WINDOW}])) > 0",
-        FOR,
-        "Prometheus cannot hand its alerts to Alertmanager.",
-        "Prometheus {{ $labels.instance }} failed or dropped {{ $value | humanize }} alert "
-        f"notifications in {WINDOW}.",
-    ),
-    Alert(
-        SELF_SCRAPE_DOWN,
-        "warning",
-        f'up{{job=~"{PROMETHEUS_JOB}|{ALERTMANAGER_JOB}"}} == 0',
-        FOR,
-        "Prometheus cannot scrape itself or Alertmanager.",
-        "The {{ $labels.job }} target {{ $labels.instance }} is down "
-        "(up = {{ $value | humanize }}).",
-    ),
-)
-
 _PIPELINE = "Alertmanager's UI (Status, Alerts) and its log; Prometheus' Alerts and Targets pages."
-RUNBOOKS: dict[str, Runbook] = {
-    WATCHDOG: Runbook(
-        "Always firing, on purpose: Alertmanager posts it every watchdog.interval to "
-        "watchdog.heartbeat_url, a dead man's switch that alerts when the posts stop. "
-        "`rlpulse stack up` points it at its own heartbeat checker, which pages PagerDuty "
-        "directly (RLWatchdogMissing, not through Alertmanager) after watchdog.missing_after "
-        "without a post; elsewhere use a healthchecks.io check, an Opsgenie or Better Stack "
-        "heartbeat (`rlpulse generate` warns while the URL is empty). Silence from the "
-        "Watchdog means Prometheus stopped evaluating rules, cannot reach Alertmanager (which "
-        "RLAlertsUndelivered, delivered by that same Alertmanager, cannot tell you), or "
-        "Alertmanager stopped delivering.",
-        _PIPELINE,
-        (
-            "First, on an RLWatchdogMissing page: open Prometheus' Alerts page (is RLWatchdog "
-            "firing?) and Alertmanager's Status page; whichever does not answer or lists no "
-            "Watchdog is the broken link. Restart it; the page resolves with the next post.",
-            "Set watchdog.heartbeat_url to the service's ping URL, with a grace period of a "
-            "few intervals there.",
-            "Never silence it; if its heartbeats stop, check Prometheus and Alertmanager first.",
-        ),
-    ),
-    NOTIFICATIONS_FAILING: Runbook(
-        "Alertmanager's notifications to an integration (PagerDuty, Slack, webhook) fail: the "
-        "alerts still fire but nobody hears of them there.",
-        _PIPELINE,
-        (
-            "Read Alertmanager's log for the integration's error (a wrong routing key or "
-            "webhook URL, a network policy, the receiver's rate limit).",
-            "Check the routing-key and webhook files mounted under secrets/.",
-        ),
-    ),
-    ALERTS_UNDELIVERED: Runbook(
-        "Prometheus fails to send alerts to Alertmanager or drops them from its queue.",
-        _PIPELINE,
-        (
-            "Check that Alertmanager runs and that alerting.alertmanagers in prometheus.yml "
-            "points at it.",
-        ),
-    ),
-    SELF_SCRAPE_DOWN: Runbook(
-        "Prometheus cannot scrape its own or Alertmanager's metrics, so the two alerts above "
-        "go blind.",
-        _PIPELINE,
-        ("Check the process and the address in the prometheus/alertmanager scrape jobs.",),
-    ),
-}
-
 _AM = {"job": ALERTMANAGER_JOB, "instance": "localhost:9093"}
 _PROM = {"job": PROMETHEUS_JOB, "instance": "localhost:9090"}
+_PD = {**_AM, "integration": "pagerduty"}
+
+DEFS: tuple[AlertDef, ...] = (
+    ThresholdAlert(
+        name=WATCHDOG,
+        key="watchdog",
+        area="system",
+        settings={"for_": hold("0s")},
+        severity="info",
+        expr="vector(1)",
+        summary="Always firing: proves that Prometheus evaluates rules and Alertmanager delivers "
+        "them.",
+        description="The Watchdog fires all the time; its notifications stopping means alerting "
+        "is broken.",
+        runbook=Runbook(
+            "Always firing, on purpose: Alertmanager posts it every watchdog.interval to "
+            "watchdog.heartbeat_url, a dead man's switch that alerts when the posts stop. "
+            "`rlpulse stack up` points it at its own heartbeat checker, which pages PagerDuty "
+            "directly (RLWatchdogMissing, not through Alertmanager) after watchdog.missing_after "
+            "without a post; elsewhere use a healthchecks.io check, an Opsgenie or Better Stack "
+            "heartbeat (`rlpulse generate` warns while the URL is empty). Silence from the "
+            "Watchdog means Prometheus stopped evaluating rules, cannot reach Alertmanager (which "
+            "RLAlertsUndelivered, delivered by that same Alertmanager, cannot tell you), or "
+            "Alertmanager stopped delivering.",
+            _PIPELINE,
+            (
+                "First, on an RLWatchdogMissing page: open Prometheus' Alerts page (is RLWatchdog "
+                "firing?) and Alertmanager's Status page; whichever does not answer or lists no "
+                "Watchdog is the broken link. Restart it; the page resolves with the next post.",
+                "Set watchdog.heartbeat_url to the service's ping URL, with a grace period of a "
+                "few intervals there.",
+                "Never silence it; if its heartbeats stop, check Prometheus and Alertmanager "
+                "first.",
+            ),
+        ),
+        tests=(
+            Scenario(
+                "Watchdog fires from the first evaluation on, with nothing as input.",
+                (),
+                (
+                    Check(WATCHDOG, "1m", (Expect("info", {}, 1),)),
+                    Check(WATCHDOG, "3h", (Expect("info", {}, 1),)),
+                ),
+            ),
+        ),
+    ),
+    ThresholdAlert(
+        name=NOTIFICATIONS_FAILING,
+        key="notifications_failing",
+        area="system",
+        settings={"for_": hold(FOR)},
+        severity="critical",
+        expr=f"sum by (job, instance, integration) "
+        f"(increase(alertmanager_notifications_failed_total[{WINDOW}])) > 0",
+        summary="Alertmanager fails to deliver notifications.",
+        description="Alertmanager {{ $labels.instance }} failed {{ $value | humanize }} "
+        f"{{{{ $labels.integration }}}} notifications in {WINDOW}: pages and messages of that "
+        "integration are lost.",
+        runbook=Runbook(
+            "Alertmanager's notifications to an integration (PagerDuty, Slack, webhook) fail: "
+            "the alerts still fire but nobody hears of them there.",
+            _PIPELINE,
+            (
+                "Read Alertmanager's log for the integration's error (a wrong routing key or "
+                "webhook URL, a network policy, the receiver's rate limit).",
+                "Check the routing-key and webhook files mounted under secrets/.",
+            ),
+        ),
+        tests=(
+            Scenario(
+                "PagerDuty notifications fail once a minute from minute 10; Prometheus drops "
+                "alerts; Alertmanager is down from minute 10.",
+                (
+                    (raw("alertmanager_notifications_failed_total", _PD), "0x10 1+1x30"),
+                    (raw("prometheus_notifications_errors_total", _PROM), "0x10 1+1x30"),
+                    (raw("prometheus_notifications_dropped_total", _PROM), "0x40"),
+                    (raw("up", _AM), "1x10 0x30"),
+                    (raw("up", _PROM), "1x40"),
+                ),
+                (
+                    Check(NOTIFICATIONS_FAILING, "5m"),
+                    Check(NOTIFICATIONS_FAILING, "30m", (Expect("critical", _PD, 5),)),
+                    Check(ALERTS_UNDELIVERED, "30m", (Expect("critical", _PROM, 5),)),
+                    Check(SELF_SCRAPE_DOWN, "30m", (Expect("warning", _AM, 0),)),
+                ),
+            ),
+        ),
+    ),
+    ThresholdAlert(
+        name=ALERTS_UNDELIVERED,
+        key="alerts_undelivered",
+        area="system",
+        settings={"for_": hold(FOR)},
+        severity="critical",
+        expr=f"sum by (job, instance) (increase(prometheus_notifications_errors_total[{WINDOW}]) "
+        f"+ increase(prometheus_notifications_dropped_total[{WINDOW}])) > 0",
+        summary="Prometheus cannot hand its alerts to Alertmanager.",
+        description="Prometheus {{ $labels.instance }} failed or dropped {{ $value | humanize }} "
+        f"alert notifications in {WINDOW}.",
+        runbook=Runbook(
+            "Prometheus fails to send alerts to Alertmanager or drops them from its queue.",
+            _PIPELINE,
+            (
+                "Check that Alertmanager runs and that alerting.alertmanagers in prometheus.yml "
+                "points at it.",
+            ),
+        ),
+    ),
+    ThresholdAlert(
+        name=SELF_SCRAPE_DOWN,
+        key="monitoring_down",
+        area="system",
+        settings={"for_": hold(FOR)},
+        severity="warning",
+        expr=f'up{{job=~"{PROMETHEUS_JOB}|{ALERTMANAGER_JOB}"}} == 0',
+        summary="Prometheus cannot scrape itself or Alertmanager.",
+        description="The {{ $labels.job }} target {{ $labels.instance }} is down "
+        "(up = {{ $value | humanize }}).",
+        runbook=Runbook(
+            "Prometheus cannot scrape its own or Alertmanager's metrics, so the two alerts above "
+            "go blind.",
+            _PIPELINE,
+            ("Check the process and the address in the prometheus/alertmanager scrape jobs.",),
+        ),
+    ),
+)
+ALERTS: tuple[Alert, ...] = tuple(a for d in DEFS for a in d.rules(Query(Config()), d.knobs()))
+RUNBOOKS: dict[str, Runbook] = {d.name: d.runbook for d in DEFS}
 
 
 def scenarios() -> Iterator[Scenario]:
     """promtool scenarios: the Watchdog always fires; failures fire their alert; a healthy
-    pipeline raises nothing else."""
-    pd = {**_AM, "integration": "pagerduty"}
-    yield Scenario(
-        "Watchdog fires from the first evaluation on, with nothing as input.",
-        (),
-        (
-            Check(WATCHDOG, "1m", (Expect("info", {}, 1),)),
-            Check(WATCHDOG, "3h", (Expect("info", {}, 1),)),
-        ),
-    )
-    yield Scenario(
-        "PagerDuty notifications fail once a minute from minute 10; Prometheus drops alerts; "
-        "Alertmanager is down from minute 10.",
-        (
-            (raw("alertmanager_notifications_failed_total", pd), "0x10 1+1x30"),
-            (raw("prometheus_notifications_errors_total", _PROM), "0x10 1+1x30"),
-            (raw("prometheus_notifications_dropped_total", _PROM), "0x40"),
-            (raw("up", _AM), "1x10 0x30"),
-            (raw("up", _PROM), "1x40"),
-        ),
-        (
-            Check(NOTIFICATIONS_FAILING, "5m"),
-            Check(NOTIFICATIONS_FAILING, "30m", (Expect("critical", pd, 5),)),
-            Check(ALERTS_UNDELIVERED, "30m", (Expect("critical", _PROM, 5),)),
-            Check(SELF_SCRAPE_DOWN, "30m", (Expect("warning", _AM, 0),)),
-        ),
-    )
+    pipeline raises nothing else (last)."""
+    for d in DEFS:
+        yield from d.scenarios(d.knobs())
     yield Scenario(
         "Healthy pipeline, 3 hours: both self-scrapes up, no failed notification.",
         (
-            (raw("alertmanager_notifications_failed_total", pd), "0x180"),
+            (raw("alertmanager_notifications_failed_total", _PD), "0x180"),
             (raw("prometheus_notifications_errors_total", _PROM), "0x180"),
             (raw("prometheus_notifications_dropped_total", _PROM), "0x180"),
             (raw("up", _AM), "1x180"),

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from typing import Any
 
 from rlpulse import catalog
 from rlpulse.detect import drift
@@ -18,17 +18,17 @@ from rlpulse.stack.alerts.kit import (
     HUMANIZE,
     ID,
     PERCENT,
-    Alert,
     AlertDef,
     Check,
     Expect,
-    Parts,
+    Knob,
     Runbook,
     Scenario,
+    ThresholdAlert,
+    hold,
     pct,
 )
 from rlpulse.stack.alerts.step import StepAlert
-from rlpulse.stack.knobs import AlertConfig, Duration, Threshold, _doc
 from rlpulse.stack.panels import TRAINING, see
 from rlpulse.stack.promql import regex_alternatives, sel, template_matchers, template_query
 from rlpulse.stack.query import Query
@@ -390,113 +390,31 @@ STEP_ALERTS: tuple[StepAlert, ...] = (
 UPDATE_KL = "RLUpdateKLHigh"
 
 
-@dataclass(frozen=True)
-class UpdateKLHighKnobs(Threshold):
-    """Update-step (approximate) KL too high: updates move the policy too far."""
-
-    threshold: float = field(default=0.05, metadata=_doc("Fire above this mean approximate KL."))
-
-
-def _update_kl(q: Query, k: UpdateKLHighKnobs) -> Iterator[Alert]:
-    yield Alert.of(
-        k,
-        UPDATE_KL,
-        "warning",
-        f"{q.recent(APPROX_KL)} > {k.threshold:g}",
-        "Update-step KL is too high: each update moves the policy too far.",
-        f"Mean approximate KL per update of {ID} is {G3} nats (threshold {k.threshold:g}).",
-    )
-
-
-def _update_kl_scenarios(k: UpdateKLHighKnobs) -> Iterator[Scenario]:
-    yield Scenario(
-        "Update-step KL: 0.01, then 0.2 from 20m; above 0.05 from 22m, fires from 32m.",
-        ((series(APPROX_KL), f"{const(0.01, 20)} {const(0.2, 40)}"),),
-        (Check(UPDATE_KL, "50m", (Expect("warning", TARGET, 0.2),)),),
-    )
-
-
 # ---- clip fraction -----------------------------------------------------------------------------
 
 CLIP_HIGH = "RLClipFractionHigh"
 _CLIP_ANY = {**TARGET, "bound": "any"}
 
 
-@dataclass(frozen=True)
-class ClipFractionHighKnobs(Threshold):
-    """Too many ratios clipped."""
-
-    threshold: float = field(default=0.3, metadata=_doc("Fire above this mean clip fraction."))
-
-
-def _clip(q: Query, k: ClipFractionHighKnobs) -> Iterator[Alert]:
-    yield Alert.of(
-        k,
-        CLIP_HIGH,
-        "warning",
-        f"{q.recent(CLIP)} > {k.threshold:g}",
-        "A large fraction of probability ratios is clipped.",
-        f"Clip fraction (bound {{{{ $labels.bound }}}}) of {ID} is {PERCENT} "
-        f"(threshold {pct(k.threshold)}).",
-    )
-
-
-def _clip_scenarios(k: ClipFractionHighKnobs) -> Iterator[Scenario]:
-    yield Scenario(
-        "Clip fraction: 0.1, then 0.5 from 20m; fires from about 32m.",
-        ((series(CLIP, _CLIP_ANY), f"{const(0.1, 20)} {const(0.5, 40)}"),),
-        (Check(CLIP_HIGH, "50m", (Expect("warning", _CLIP_ANY, 0.5),)),),
-    )
-
-
 # ---- NaN / Inf ---------------------------------------------------------------------------------
 
 NONFINITE_LOSS = "RLNonFiniteLoss"
 _POLICY = {**TARGET, "network": "policy"}
+_LOSS = {**TARGET, "metric": "rl_loss"}
 
 
-@dataclass(frozen=True)
-class NonFiniteLossKnobs(AlertConfig):
-    """NaN or Inf in a loss or gradient norm."""
-
-    for_: Duration = field(
-        default=Duration("0s"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    metrics: tuple[str, ...] = field(
-        default=("rl_loss", "rl_policy_loss", "rl_value_loss", "rl_grad_norm"),
-        metadata=_doc("Catalog metrics watched for non-finite values.", frozenset(catalog.BY_NAME)),
-    )
-    keep_firing_for: Duration = field(
-        default=Duration("10m"),
-        metadata=_doc(
-            "Keep firing this long after the last non-finite value: a diverged run that stops "
-            "(or ends) keeps its page, and the alerts it holds back stay held."
-        ),
-    )
-
-
-def _nonfinite(q: Query, k: NonFiniteLossKnobs) -> Iterator[Alert]:
-    watched = tuple(M(n) for n in k.metrics)
+def _nonfinite(q: Query, k: Any) -> str:
     gauges = [
         f"label_replace({q.s(m)} != {q.s(m)} or {q.s(m)} == +Inf or {q.s(m)} == -Inf, "
         f'"metric", "{m.name}", "", "")'
-        for m in watched
+        for m in (M(n) for n in k.metrics)
         if m.type == "gauge"
     ]
     which = f'metric=~"{regex_alternatives(k.metrics)}"'
-    counter = f"increase({q.s(NONFINITE, which)}[{q.w.recent}]) > 0"
-    yield Alert.of(
-        k,
-        NONFINITE_LOSS,
-        "critical",
-        " or ".join([counter, *gauges]),
-        "NaN or Inf in a loss or gradient norm.",
-        f"{{{{ $labels.metric }}}} of {ID} is not finite (value or count {HUMANIZE}): "
-        "training has diverged or will.",
-    )
+    return " or ".join([f"increase({q.s(NONFINITE, which)}[{q.w.recent}]) > 0", *gauges])
 
 
-def _nonfinite_problems(k: NonFiniteLossKnobs) -> Iterator[str]:
+def _nonfinite_problems(k: Any) -> Iterator[str]:
     if k.enabled and not k.metrics:
         yield (
             "metrics: empty (the critical NaN/Inf alert could never fire; set enabled: false "
@@ -504,77 +422,9 @@ def _nonfinite_problems(k: NonFiniteLossKnobs) -> Iterator[str]:
         )
 
 
-def _nonfinite_scenarios(k: NonFiniteLossKnobs) -> Iterator[Scenario]:
-    loss = {**TARGET, "metric": "rl_loss"}
-    yield Scenario(
-        "Non-finite values. A log replay sets the gauge to +Inf (no exporter counter): fires "
-        "at once with the gauge's value. A live exporter also counts NaNs: rl_loss goes NaN at "
-        "10m and the counter grows 1 per minute, so at 15m the count is 6 (the counter wins). "
-        "The grad-norm alert keeps firing for 10m after its last Inf (11m).",
-        (
-            (series(GRAD_NORM, _POLICY), f"{const(1, 10)} Inf Inf {const(1, 10)}"),
-            (series(LOSS), f"{const(0.5, 10)} {' '.join(['NaN'] * 10)}"),
-            (series(NONFINITE, loss), f"{const(0, 10)} {ramp(1, 1, 10)}"),
-        ),
-        (
-            Check(NONFINITE_LOSS, "9m"),
-            Check(
-                NONFINITE_LOSS,
-                "11m",
-                (
-                    Expect("critical", {**_POLICY, "metric": "rl_grad_norm"}, math.inf),
-                    Expect("critical", loss, 2),
-                ),
-            ),
-            Check(
-                NONFINITE_LOSS,
-                "15m",
-                (
-                    # the grad norm is finite again from 12m: kept firing (keep_firing_for)
-                    Expect("critical", {**_POLICY, "metric": "rl_grad_norm"}, math.inf),
-                    Expect("critical", loss, 6),
-                ),
-            ),
-        ),
-    )
-
-
 # ---- explained variance ------------------------------------------------------------------------
 
 EXPLAINED_VARIANCE = "RLExplainedVarianceNegative"
-
-
-@dataclass(frozen=True)
-class ExplainedVarianceNegativeKnobs(Threshold):
-    """The value function predicts worse than a constant."""
-
-    for_: Duration = field(
-        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    threshold: float = field(default=0.0, metadata=_doc("Fire below this mean explained variance."))
-
-
-def _explained_variance(q: Query, k: ExplainedVarianceNegativeKnobs) -> Iterator[Alert]:
-    yield Alert.of(
-        k,
-        EXPLAINED_VARIANCE,
-        "warning",
-        f"{q.recent(EXPLAINED_VAR)} < {k.threshold:g}",
-        "The value function explains less than a constant would.",
-        f"Explained variance of {ID} is {G3} (threshold {k.threshold:g}).",
-    )
-
-
-def _explained_variance_scenarios(k: ExplainedVarianceNegativeKnobs) -> Iterator[Scenario]:
-    yield Scenario(
-        "Explained variance: 0.5, then -0.3 from 20m; the 10m mean is negative from 26m and "
-        "fires 15m later.",
-        ((series(EXPLAINED_VAR), f"{const(0.5, 20)} {const(-0.3, 40)}"),),
-        (
-            Check(EXPLAINED_VARIANCE, "35m"),
-            Check(EXPLAINED_VARIANCE, "50m", (Expect("warning", TARGET, -0.3),)),
-        ),
-    )
 
 
 # ---- train/inference mismatch ------------------------------------------------------------------
@@ -582,114 +432,37 @@ def _explained_variance_scenarios(k: ExplainedVarianceNegativeKnobs) -> Iterator
 IMPORTANCE_DRIFT = "RLImportanceRatioDrift"
 
 
-@dataclass(frozen=True)
-class ImportanceRatioDriftKnobs(AlertConfig):
-    """Trainer and rollout-engine probabilities disagree (importance ratio far from 1)."""
-
-    max_deviation: float = field(
-        default=0.2, metadata=_doc("Fire when the mean ratio is further than this from 1.")
-    )
-
-
-def _importance(q: Query, k: ImportanceRatioDriftKnobs) -> Iterator[Alert]:
-    yield Alert.of(
-        k,
-        IMPORTANCE_DRIFT,
-        "warning",
-        f"abs({q.recent(IMPORTANCE)} - 1) > {k.max_deviation:g}",
-        "Trainer and rollout engine disagree on token probabilities.",
-        f"Mean importance ratio of {ID} is {G3} away from 1 (threshold {k.max_deviation:g}).",
-    )
-
-
-def _importance_scenarios(k: ImportanceRatioDriftKnobs) -> Iterator[Scenario]:
-    yield Scenario(
-        "Train/inference mismatch: importance ratio 1.0, then 1.5 from 20m: 0.5 away from 1.",
-        ((series(IMPORTANCE), f"{const(1, 20)} {const(1.5, 40)}"),),
-        (Check(IMPORTANCE_DRIFT, "50m", (Expect("warning", TARGET, 0.5),)),),
-    )
-
-
 # ---- input drift -------------------------------------------------------------------------------
 
 INPUT_DRIFT = "RLInputDrift"
 _DRIFTED = {**TARGET, "kind": "input", "feature": "source"}
 _DEAD = {**TARGET, "kind": "observation", "feature": "obs[2]"}
-
-
-@dataclass(frozen=True)
-class InputDriftKnobs(Threshold):
-    """What the run is fed moved from its reference."""
-
-    threshold: float = field(
-        default=drift.SHIFT,
-        metadata=_doc(
-            "Warn above this drift score of an input (a population stability index: 0.1 is a "
-            "small shift, 0.25 a large one)."
-        ),
-    )
-
-
-def _input_drift(q: Query, k: InputDriftKnobs) -> Iterator[Alert]:
-    extra = q.cfg.selectors.metrics
-    inputs = sel(DRIFT, 'kind="input"', extra=extra)
-    observations = sel(DRIFT, 'kind="observation"', extra=extra)
-    onset = template_query(
+_DRIFT_SINCE = (
+    template_query(
         f"{DRIFT_ONSET.name}{{{template_matchers('job', 'instance', 'kind', 'feature')}}}",
         "$labels.job",
         "$labels.instance",
         "$labels.kind",
         "$labels.feature",
     )
-    yield Alert.of(
-        k,
-        INPUT_DRIFT,
-        "warning",
-        f"{inputs} > {k.threshold:g} or {observations} >= {drift.EVENT:g}",
-        "What the run is fed moved away from its reference.",
-        f"{{{{ $labels.kind | title }}}} {{{{ $labels.feature }}}} of {ID} drifted from its "
-        f"reference: score {G3} (fires above {k.threshold:g}; {drift.EVENT:g}: it varied and "
-        f"now reads one value, or a new version){onset} since step "
-        '{{ . | first | value | printf "%.0f" }}{{ end }}.',
-    )
+    + ' since step {{ . | first | value | printf "%.0f" }}{{ end }}'
+)
 
 
-def _input_drift_scenarios(k: InputDriftKnobs) -> Iterator[Scenario]:
-    def text(labels: dict[str, str], value: str) -> dict[str, str]:
-        return {
-            "description": f"{labels['kind'].title()} {labels['feature']} of run "
-            f"{labels['run_id']} (rank {labels['rank']}) drifted from its reference: score "
-            f"{value} (fires above {k.threshold:g}; {drift.EVENT:g}: it varied and now reads "
-            "one value, or a new version) since step 120."
-        }
+def _drift(q: Query, k: Any) -> str:
+    inputs = sel(DRIFT, 'kind="input"', extra=q.cfg.selectors.metrics)
+    observations = sel(DRIFT, 'kind="observation"', extra=q.cfg.selectors.metrics)
+    return f"{inputs} > {k.threshold:g} or {observations} >= {drift.EVENT:g}"
 
-    yield Scenario(
-        "An input's mix shifts (score 0.05 -> 0.6 from 10m, drifted since step 120): a warning "
-        "after for; an observation's score of 3 (it moved as the policy learned) raises "
-        "nothing, its dead channel (100) does.",
-        (
-            (series(DRIFT, _DRIFTED), f"{const(0.05, 10)} {const(0.6, 30)}"),
-            (series(DRIFT_ONSET, _DRIFTED), f"_x10 {const(120, 30)}"),
-            (series(DRIFT, _DEAD), f"{const(3, 20)} {const(drift.EVENT, 20)}"),
-            (series(DRIFT_ONSET, _DEAD), f"_x20 {const(120, 20)}"),
-        ),
-        (
-            Check(INPUT_DRIFT, "15m"),
-            Check(
-                INPUT_DRIFT,
-                "25m",
-                (Expect("warning", _DRIFTED, 0.6, text(_DRIFTED, "0.6")),),
-            ),
-            Check(
-                INPUT_DRIFT,
-                "35m",
-                (
-                    Expect("warning", _DRIFTED, 0.6, text(_DRIFTED, "0.6")),
-                    Expect("warning", _DEAD, drift.EVENT, text(_DEAD, f"{drift.EVENT:g}")),
-                ),
-            ),
-        ),
-    )
+
+def _drift_text(labels: dict[str, str], value: str) -> dict[str, str]:
+    """The description of a drifted input of the scenario (shipped threshold)."""
+    return {
+        "description": f"{labels['kind'].title()} {labels['feature']} of run "
+        f"{labels['run_id']} (rank {labels['rank']}) drifted from its reference: score "
+        f"{value} (fires above {drift.SHIFT:g}; {drift.EVENT:g}: it varied and now reads "
+        "one value, or a new version) since step 120."
+    }
 
 
 def healthy() -> Scenario:
@@ -721,135 +494,281 @@ def healthy() -> Scenario:
     )
 
 
-DEFS: tuple[AlertDef | Parts, ...] = (
+DEFS: tuple[AlertDef, ...] = (
     *STEP_ALERTS,
-    Parts(
-        "input_drift",
-        "rl",
-        InputDriftKnobs,
-        _input_drift,
-        {
-            INPUT_DRIFT: Runbook(
-                "A feature of what the run is fed (rlpulse.detect.drift: prompt lengths, their "
-                "source or dataset tag, difficulty, an environment or grader version; for a "
-                "classic RL run, an observation channel that varied and now reads one value) "
-                "moved away from its reference, the run's first 1,000 samples of it or a "
-                "pinned reference: its population stability index is past the level, or it is "
-                "at 100 (a dead channel, a new version). The feature label says which. A "
-                "warning, not a page: drift is context, and any paging cause of the same run "
-                "holds it back; a later failure's page names the drift and its step.",
-                panels.see(panels.TRAINING, panels.DRIFT),
-                (
-                    "Compare the data loader, sampler weights or dataset version with the "
-                    "run's start: did the mix change (a new shard, a curriculum step)?",
-                    "A dead observation channel: check the sensor, the environment wrapper or "
-                    "the normalisation that feeds it (a zero variance, a NaN replaced by 0).",
-                    "A new version on purpose: expect the reward and KL to move; pin a new "
-                    "reference (rlpulse.detect.drift.save) from a healthy run of it.",
-                ),
+    ThresholdAlert(
+        name=INPUT_DRIFT,
+        key="input_drift",
+        area="rl",
+        doc="What the run is fed moved from its reference.",
+        settings={
+            "threshold": Knob(
+                drift.SHIFT,
+                "Warn above this drift score of an input (a population stability index: 0.1 is a "
+                "small shift, 0.25 a large one).",
             )
         },
-        _input_drift_scenarios,
+        severity="warning",
+        expr=_drift,
+        summary="What the run is fed moved away from its reference.",
+        description=lambda q, k: (
+            f"{{{{ $labels.kind | title }}}} {{{{ $labels.feature }}}} of {ID} drifted from its "
+            f"reference: score {G3} (fires above {k.threshold:g}; {drift.EVENT:g}: it varied and "
+            f"now reads one value, or a new version){_DRIFT_SINCE}."
+        ),
+        runbook=Runbook(
+            "A feature of what the run is fed (rlpulse.detect.drift: prompt lengths, their "
+            "source or dataset tag, difficulty, an environment or grader version; for a "
+            "classic RL run, an observation channel that varied and now reads one value) "
+            "moved away from its reference, the run's first 1,000 samples of it or a "
+            "pinned reference: its population stability index is past the level, or it is "
+            "at 100 (a dead channel, a new version). The feature label says which. A "
+            "warning, not a page: drift is context, and any paging cause of the same run "
+            "holds it back; a later failure's page names the drift and its step.",
+            panels.see(panels.TRAINING, panels.DRIFT),
+            (
+                "Compare the data loader, sampler weights or dataset version with the "
+                "run's start: did the mix change (a new shard, a curriculum step)?",
+                "A dead observation channel: check the sensor, the environment wrapper or "
+                "the normalisation that feeds it (a zero variance, a NaN replaced by 0).",
+                "A new version on purpose: expect the reward and KL to move; pin a new "
+                "reference (rlpulse.detect.drift.save) from a healthy run of it.",
+            ),
+        ),
+        tests=(
+            Scenario(
+                "An input's mix shifts (score 0.05 -> 0.6 from 10m, drifted since step 120): a "
+                "warning after for; an observation's score of 3 (it moved as the policy learned) "
+                "raises nothing, its dead channel (100) does.",
+                (
+                    (series(DRIFT, _DRIFTED), f"{const(0.05, 10)} {const(0.6, 30)}"),
+                    (series(DRIFT_ONSET, _DRIFTED), f"_x10 {const(120, 30)}"),
+                    (series(DRIFT, _DEAD), f"{const(3, 20)} {const(drift.EVENT, 20)}"),
+                    (series(DRIFT_ONSET, _DEAD), f"_x20 {const(120, 20)}"),
+                ),
+                (
+                    Check(INPUT_DRIFT, "15m"),
+                    Check(
+                        INPUT_DRIFT,
+                        "25m",
+                        (Expect("warning", _DRIFTED, 0.6, _drift_text(_DRIFTED, "0.6")),),
+                    ),
+                    Check(
+                        INPUT_DRIFT,
+                        "35m",
+                        (
+                            Expect("warning", _DRIFTED, 0.6, _drift_text(_DRIFTED, "0.6")),
+                            Expect(
+                                "warning",
+                                _DEAD,
+                                drift.EVENT,
+                                _drift_text(_DEAD, f"{drift.EVENT:g}"),
+                            ),
+                        ),
+                    ),
+                ),
+            ),
+        ),
     ),
-    Parts(
-        "update_kl_high",
-        "rl",
-        UpdateKLHighKnobs,
-        _update_kl,
-        {
-            UPDATE_KL: Runbook(
-                "The approximate KL between the policy before and after each update is high: "
-                "each optimisation step moves the policy too far (PPO's trust region is not "
-                "respected).",
-                see(TRAINING, panels.UPDATE_KL),
-                (
-                    "Lower the learning rate or the number of PPO epochs / mini-batches per "
-                    "rollout.",
-                    "Use early stopping on a target KL per update.",
-                ),
-            )
-        },
-        _update_kl_scenarios,
+    ThresholdAlert(
+        name=UPDATE_KL,
+        key="update_kl_high",
+        area="rl",
+        doc="Update-step (approximate) KL too high: updates move the policy too far.",
+        settings={"threshold": Knob(0.05, "Fire above this mean approximate KL.")},
+        severity="warning",
+        expr=lambda q, k: f"{q.recent(APPROX_KL)} > {k.threshold:g}",
+        summary="Update-step KL is too high: each update moves the policy too far.",
+        description=lambda q, k: (
+            f"Mean approximate KL per update of {ID} is {G3} nats (threshold {k.threshold:g})."
+        ),
+        runbook=Runbook(
+            "The approximate KL between the policy before and after each update is high: "
+            "each optimisation step moves the policy too far (PPO's trust region is not "
+            "respected).",
+            see(TRAINING, panels.UPDATE_KL),
+            (
+                "Lower the learning rate or the number of PPO epochs / mini-batches per rollout.",
+                "Use early stopping on a target KL per update.",
+            ),
+        ),
+        tests=(
+            Scenario(
+                "Update-step KL: 0.01, then 0.2 from 20m; above 0.05 from 22m, fires from 32m.",
+                ((series(APPROX_KL), f"{const(0.01, 20)} {const(0.2, 40)}"),),
+                (Check(UPDATE_KL, "50m", (Expect("warning", TARGET, 0.2),)),),
+            ),
+        ),
     ),
-    Parts(
-        "clip_fraction_high",
-        "rl",
-        ClipFractionHighKnobs,
-        _clip,
-        {
-            CLIP_HIGH: Runbook(
-                "A large fraction of probability ratios hit the clip bound: most of the batch "
-                "gives no gradient, a sign that updates are too large or the data is stale "
-                "(off-policy).",
-                see(TRAINING, panels.UPDATE_KL, panels.MISMATCH),
-                (
-                    "Lower the learning rate or the update epochs; check rollout/trainer weight "
-                    "sync (stale rollouts raise the clip fraction).",
-                    "Compare with Train/inference mismatch: a precision or sampling mismatch "
-                    "also shows here.",
-                ),
-            )
-        },
-        _clip_scenarios,
+    ThresholdAlert(
+        name=CLIP_HIGH,
+        key="clip_fraction_high",
+        area="rl",
+        doc="Too many ratios clipped.",
+        settings={"threshold": Knob(0.3, "Fire above this mean clip fraction.")},
+        severity="warning",
+        expr=lambda q, k: f"{q.recent(CLIP)} > {k.threshold:g}",
+        summary="A large fraction of probability ratios is clipped.",
+        description=lambda q, k: (
+            f"Clip fraction (bound {{{{ $labels.bound }}}}) of {ID} is {PERCENT} "
+            f"(threshold {pct(k.threshold)})."
+        ),
+        runbook=Runbook(
+            "A large fraction of probability ratios hit the clip bound: most of the batch "
+            "gives no gradient, a sign that updates are too large or the data is stale "
+            "(off-policy).",
+            see(TRAINING, panels.UPDATE_KL, panels.MISMATCH),
+            (
+                "Lower the learning rate or the update epochs; check rollout/trainer weight "
+                "sync (stale rollouts raise the clip fraction).",
+                "Compare with Train/inference mismatch: a precision or sampling mismatch "
+                "also shows here.",
+            ),
+        ),
+        tests=(
+            Scenario(
+                "Clip fraction: 0.1, then 0.5 from 20m; fires from about 32m.",
+                ((series(CLIP, _CLIP_ANY), f"{const(0.1, 20)} {const(0.5, 40)}"),),
+                (Check(CLIP_HIGH, "50m", (Expect("warning", _CLIP_ANY, 0.5),)),),
+            ),
+        ),
     ),
-    Parts(
-        "nonfinite_loss",
-        "rl",
-        NonFiniteLossKnobs,
-        _nonfinite,
-        {
-            NONFINITE_LOSS: Runbook(
-                "A loss or gradient norm became NaN or ±Inf (seen in the gauge or counted by the "
-                "exporter). Training has diverged; later steps are usually wasted.",
-                see(TRAINING, panels.NONFINITE, panels.GRAD_NORM, panels.LEARNING_RATE),
-                (
-                    "Stop the run and resume from the last finite checkpoint.",
-                    "Lower the learning rate, enable gradient clipping, check mixed precision "
-                    "(bf16 instead of fp16, loss scaling).",
-                    "Look for a division by a zero standard deviation (group-normalised "
-                    "advantages of a zero-std group) or log of 0 probabilities.",
-                ),
-            )
+    ThresholdAlert(
+        name=NONFINITE_LOSS,
+        key="nonfinite_loss",
+        area="rl",
+        doc="NaN or Inf in a loss or gradient norm.",
+        settings={
+            "for_": hold("0s"),
+            "metrics": Knob(
+                ("rl_loss", "rl_policy_loss", "rl_value_loss", "rl_grad_norm"),
+                "Catalog metrics watched for non-finite values.",
+                frozenset(catalog.BY_NAME),
+            ),
+            "keep_firing_for": Knob(
+                "10m",
+                "Keep firing this long after the last non-finite value: a diverged run that stops "
+                "(or ends) keeps its page, and the alerts it holds back stay held.",
+            ),
         },
-        _nonfinite_scenarios,
-        problems=_nonfinite_problems,
+        severity="critical",
+        expr=_nonfinite,
+        summary="NaN or Inf in a loss or gradient norm.",
+        description=f"{{{{ $labels.metric }}}} of {ID} is not finite (value or count {HUMANIZE}): "
+        "training has diverged or will.",
+        check=_nonfinite_problems,
+        runbook=Runbook(
+            "A loss or gradient norm became NaN or ±Inf (seen in the gauge or counted by the "
+            "exporter). Training has diverged; later steps are usually wasted.",
+            see(TRAINING, panels.NONFINITE, panels.GRAD_NORM, panels.LEARNING_RATE),
+            (
+                "Stop the run and resume from the last finite checkpoint.",
+                "Lower the learning rate, enable gradient clipping, check mixed precision "
+                "(bf16 instead of fp16, loss scaling).",
+                "Look for a division by a zero standard deviation (group-normalised "
+                "advantages of a zero-std group) or log of 0 probabilities.",
+            ),
+        ),
+        tests=(
+            Scenario(
+                "Non-finite values. A log replay sets the gauge to +Inf (no exporter counter): "
+                "fires at once with the gauge's value. A live exporter also counts NaNs: rl_loss "
+                "goes NaN at 10m and the counter grows 1 per minute, so at 15m the count is 6 (the "
+                "counter wins). The grad-norm alert keeps firing for 10m after its last Inf (11m).",
+                (
+                    (series(GRAD_NORM, _POLICY), f"{const(1, 10)} Inf Inf {const(1, 10)}"),
+                    (series(LOSS), f"{const(0.5, 10)} {' '.join(['NaN'] * 10)}"),
+                    (series(NONFINITE, _LOSS), f"{const(0, 10)} {ramp(1, 1, 10)}"),
+                ),
+                (
+                    Check(NONFINITE_LOSS, "9m"),
+                    Check(
+                        NONFINITE_LOSS,
+                        "11m",
+                        (
+                            Expect("critical", {**_POLICY, "metric": "rl_grad_norm"}, math.inf),
+                            Expect("critical", _LOSS, 2),
+                        ),
+                    ),
+                    Check(
+                        NONFINITE_LOSS,
+                        "15m",
+                        (
+                            # the grad norm is finite again from 12m: kept firing (keep_firing_for)
+                            Expect("critical", {**_POLICY, "metric": "rl_grad_norm"}, math.inf),
+                            Expect("critical", _LOSS, 6),
+                        ),
+                    ),
+                ),
+            ),
+        ),
     ),
-    Parts(
-        "explained_variance_negative",
-        "rl",
-        ExplainedVarianceNegativeKnobs,
-        _explained_variance,
-        {
-            EXPLAINED_VARIANCE: Runbook(
-                "The value function explains less of the returns than a constant would: its "
-                "advantages are noise.",
-                see(TRAINING, panels.EXPLAINED_VARIANCE, panels.LOSSES),
-                (
-                    "Early in training this can be normal; if it persists, lower the critic "
-                    "learning rate, warm up the critic, or normalise rewards/returns.",
-                ),
-            )
+    ThresholdAlert(
+        name=EXPLAINED_VARIANCE,
+        key="explained_variance_negative",
+        area="rl",
+        doc="The value function predicts worse than a constant.",
+        settings={
+            "for_": hold("15m"),
+            "threshold": Knob(0.0, "Fire below this mean explained variance."),
         },
-        _explained_variance_scenarios,
+        severity="warning",
+        expr=lambda q, k: f"{q.recent(EXPLAINED_VAR)} < {k.threshold:g}",
+        summary="The value function explains less than a constant would.",
+        description=lambda q, k: f"Explained variance of {ID} is {G3} (threshold {k.threshold:g}).",
+        runbook=Runbook(
+            "The value function explains less of the returns than a constant would: its "
+            "advantages are noise.",
+            see(TRAINING, panels.EXPLAINED_VARIANCE, panels.LOSSES),
+            (
+                "Early in training this can be normal; if it persists, lower the critic "
+                "learning rate, warm up the critic, or normalise rewards/returns.",
+            ),
+        ),
+        tests=(
+            Scenario(
+                "Explained variance: 0.5, then -0.3 from 20m; the 10m mean is negative from 26m "
+                "and fires 15m later.",
+                ((series(EXPLAINED_VAR), f"{const(0.5, 20)} {const(-0.3, 40)}"),),
+                (
+                    Check(EXPLAINED_VARIANCE, "35m"),
+                    Check(EXPLAINED_VARIANCE, "50m", (Expect("warning", TARGET, -0.3),)),
+                ),
+            ),
+        ),
     ),
-    Parts(
-        "importance_ratio_drift",
-        "rl",
-        ImportanceRatioDriftKnobs,
-        _importance,
-        {
-            IMPORTANCE_DRIFT: Runbook(
-                "The importance ratio between trainer and rollout-engine probabilities is far "
-                "from 1: the rollouts were generated by a different policy than the one being "
-                "trained (precision mismatch, stale weights, different sampling settings).",
-                see(TRAINING, panels.MISMATCH),
-                (
-                    "Check weight synchronisation between trainer and inference engine.",
-                    "Align precision (bf16/fp32 logits) and sampling parameters; use truncated "
-                    "importance sampling to correct the mismatch.",
-                ),
-            )
+    ThresholdAlert(
+        name=IMPORTANCE_DRIFT,
+        key="importance_ratio_drift",
+        area="rl",
+        doc="Trainer and rollout-engine probabilities disagree (importance ratio far from 1).",
+        settings={
+            "max_deviation": Knob(0.2, "Fire when the mean ratio is further than this from 1.")
         },
-        _importance_scenarios,
+        severity="warning",
+        expr=lambda q, k: f"abs({q.recent(IMPORTANCE)} - 1) > {k.max_deviation:g}",
+        summary="Trainer and rollout engine disagree on token probabilities.",
+        description=lambda q, k: (
+            f"Mean importance ratio of {ID} is {G3} away from 1 (threshold {k.max_deviation:g})."
+        ),
+        runbook=Runbook(
+            "The importance ratio between trainer and rollout-engine probabilities is far "
+            "from 1: the rollouts were generated by a different policy than the one being "
+            "trained (precision mismatch, stale weights, different sampling settings).",
+            see(TRAINING, panels.MISMATCH),
+            (
+                "Check weight synchronisation between trainer and inference engine.",
+                "Align precision (bf16/fp32 logits) and sampling parameters; use truncated "
+                "importance sampling to correct the mismatch.",
+            ),
+        ),
+        tests=(
+            Scenario(
+                "Train/inference mismatch: importance ratio 1.0, then 1.5 from 20m: 0.5 away from "
+                "1.",
+                ((series(IMPORTANCE), f"{const(1, 20)} {const(1.5, 40)}"),),
+                (Check(IMPORTANCE_DRIFT, "50m", (Expect("warning", TARGET, 0.5),)),),
+            ),
+        ),
     ),
 )

@@ -3,9 +3,6 @@ the drift of the response-length distribution, with the healthy run no task aler
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from dataclasses import dataclass, field
-
 from rlpulse import catalog
 from rlpulse.stack import panels
 from rlpulse.stack.alerts import step
@@ -22,19 +19,18 @@ from rlpulse.stack.alerts.inputs import (
 from rlpulse.stack.alerts.kit import (
     G3,
     RUN_TEXT,
-    Alert,
     AlertDef,
     Check,
     Expect,
-    Parts,
+    Knob,
     RecordingRule,
     Runbook,
     Scenario,
+    ThresholdAlert,
+    hold,
 )
 from rlpulse.stack.alerts.step import StepAlert
-from rlpulse.stack.knobs import AlertConfig, Duration, _doc
 from rlpulse.stack.promql import record_name, sel, template_matchers, template_query
-from rlpulse.stack.query import Query
 
 M = catalog.get
 REWARD = M("rl_reward_mean")
@@ -234,67 +230,7 @@ STEP_ALERTS: tuple[StepAlert, ...] = (
     FORMAT_DROP,
 )
 
-
-# ---- length-distribution drift -----------------------------------------------------------------
-
 LENGTH_DRIFT = "RLResponseLengthDrift"
-
-
-@dataclass(frozen=True)
-class ResponseLengthDriftKnobs(AlertConfig):
-    """The response-length distribution's p90 moved against the earlier window."""
-
-    for_: Duration = field(
-        default=Duration("15m"), metadata=_doc("How long the condition must hold before firing.")
-    )
-    ratio: float = field(
-        default=2.0, metadata=_doc("Fire when p90 is this many times (or 1/this) the earlier p90.")
-    )
-
-
-def _length_p90_drift(q: Query, k: ResponseLengthDriftKnobs) -> list[RecordingRule]:
-    return [
-        RecordingRule(
-            LENGTH_P90_DRIFT,
-            f"{q.run_quantile(0.9, LENGTH_HIST, q.w.recent)} / "
-            f"{q.run_quantile(0.9, LENGTH_HIST, q.w.zscore, q.w.zscore)}",
-        )
-    ]
-
-
-def _length_drift(q: Query, k: ResponseLengthDriftKnobs) -> Iterator[Alert]:
-    yield Alert.of(
-        k,
-        LENGTH_DRIFT,
-        "warning",
-        f"{LENGTH_P90_DRIFT} > {k.ratio:g} or {LENGTH_P90_DRIFT} < {1 / k.ratio:g}",
-        "The response-length distribution shifted against its earlier window.",
-        f"p90 response length of {RUN_TEXT} is {G3} times its p90 of {q.w.zscore} before "
-        f"(threshold x{k.ratio:g} either way).",
-        scope="run",
-    )
-
-
-def _length_drift_scenarios(k: ResponseLengthDriftKnobs) -> Iterator[Scenario]:
-    buckets = {
-        "64": const(0, 121),
-        "128": counter((10, 61), (0, 60)),
-        "256": counter((10, 61), (0, 60)),
-        "512": counter((10, 121)),
-        "+Inf": counter((10, 121)),
-    }
-    yield Scenario(
-        "Length-distribution drift: 10 responses a minute in (64, 128] for an hour, then in "
-        "(256, 512]. p90 goes from 64 + 0.9 * 64 = 121.6 to 256 + 0.9 * 256 = 486.4 tokens, "
-        "4x the p90 an hour earlier; fires 15m after the shift shows.",
-        tuple(
-            (series(LENGTH_HIST, {**TARGET, "le": le}, "_bucket"), v) for le, v in buckets.items()
-        ),
-        (
-            Check(LENGTH_DRIFT, "60m"),
-            Check(LENGTH_DRIFT, "100m", (Expect("warning", RUN, 4),)),
-        ),
-    )
 
 
 def healthy() -> Scenario:
@@ -321,27 +257,65 @@ def healthy() -> Scenario:
     )
 
 
-DEFS: tuple[AlertDef | Parts, ...] = (
+DEFS: tuple[AlertDef, ...] = (
     *STEP_ALERTS,
-    Parts(
-        "response_length_drift",
-        "task",
-        ResponseLengthDriftKnobs,
-        _length_drift,
-        {
-            LENGTH_DRIFT: Runbook(
-                "The p90 of the response-length histogram moved by a large factor against the "
-                "same window an hour earlier: the length distribution shifted (either way).",
-                panels.see(panels.TRAINING, panels.RESPONSE_LENGTH)
-                + panels.SEPARATOR
-                + panels.see(panels.SYSTEM, panels.ROLLOUT_QUANTILES),
-                (
-                    "A shift upward usually precedes truncation and latency problems; downward, "
-                    "a collapse to short answers. Read samples from both windows.",
-                ),
-            )
+    ThresholdAlert(
+        name=LENGTH_DRIFT,
+        key="response_length_drift",
+        area="task",
+        doc="The response-length distribution's p90 moved against the earlier window.",
+        settings={
+            "for_": hold("15m"),
+            "ratio": Knob(2.0, "Fire when p90 is this many times (or 1/this) the earlier p90."),
         },
-        _length_drift_scenarios,
-        _length_p90_drift,
+        severity="warning",
+        records=lambda q, k: [
+            RecordingRule(
+                LENGTH_P90_DRIFT,
+                f"{q.run_quantile(0.9, LENGTH_HIST, q.w.recent)} / "
+                f"{q.run_quantile(0.9, LENGTH_HIST, q.w.zscore, q.w.zscore)}",
+            )
+        ],
+        expr=lambda q, k: (
+            f"{LENGTH_P90_DRIFT} > {k.ratio:g} or {LENGTH_P90_DRIFT} < {1 / k.ratio:g}"
+        ),
+        summary="The response-length distribution shifted against its earlier window.",
+        description=lambda q, k: (
+            f"p90 response length of {RUN_TEXT} is {G3} times its p90 of {q.w.zscore} before "
+            f"(threshold x{k.ratio:g} either way)."
+        ),
+        scope="run",
+        runbook=Runbook(
+            "The p90 of the response-length histogram moved by a large factor against the "
+            "same window an hour earlier: the length distribution shifted (either way).",
+            panels.see(panels.TRAINING, panels.RESPONSE_LENGTH)
+            + panels.SEPARATOR
+            + panels.see(panels.SYSTEM, panels.ROLLOUT_QUANTILES),
+            (
+                "A shift upward usually precedes truncation and latency problems; downward, "
+                "a collapse to short answers. Read samples from both windows.",
+            ),
+        ),
+        tests=(
+            Scenario(
+                "Length-distribution drift: 10 responses a minute in (64, 128] for an hour, then "
+                "in (256, 512]. p90 goes from 64 + 0.9 * 64 = 121.6 to 256 + 0.9 * 256 = 486.4 "
+                "tokens, 4x the p90 an hour earlier; fires 15m after the shift shows.",
+                tuple(
+                    (series(LENGTH_HIST, {**TARGET, "le": le}, "_bucket"), v)
+                    for le, v in {
+                        "64": const(0, 121),
+                        "128": counter((10, 61), (0, 60)),
+                        "256": counter((10, 61), (0, 60)),
+                        "512": counter((10, 121)),
+                        "+Inf": counter((10, 121)),
+                    }.items()
+                ),
+                (
+                    Check(LENGTH_DRIFT, "60m"),
+                    Check(LENGTH_DRIFT, "100m", (Expect("warning", RUN, 4),)),
+                ),
+            ),
+        ),
     ),
 )

@@ -224,3 +224,17 @@ if __name__ == "__main__":
     if sys.argv[1:] != ["--record"]:
         sys.exit(__doc__)
     record()
+
+
+def test_a_detector_nobody_reads_keeps_a_bounded_backlog() -> None:
+    """Values wait for a read, but past ``SETTLE_AT`` the applier reads them itself: a run that
+    is never scraped keeps at most that many, and each series at most its window of values."""
+    det = signals.Detector()
+    for i in range(3 * signals.SETTLE_AT):
+        det.observe("rl_entropy", (), 1.0 + (i % 7) / 10)
+        det.observe("rl_kl_reference", (), 0.01 * (i % 5))
+        if i < 2 * signals.SETTLE_AT:  # (then a trainer that logs no steps)
+            det.step(float(i), 1000.0 + i)
+        assert len(det._values) <= signals.SETTLE_AT
+    assert all(len(t.x) <= t.keep for t in det._tracks.values())
+    assert ("entropy_ratio_to_start", "") in det.held

@@ -110,6 +110,7 @@ class Track:
         self.level_peak = math.nan
         self.level_start = math.nan
         self.rows: dict[str, np.ndarray] = {}  # per statistic, its value at each row
+        self._history: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
         self._lists: dict[str, list[float]] = {}  # the same as lists (``at``)
         # the noise a gain is judged by (``gain``): the (n, pos) it is measured at until
         # worked out, then its value
@@ -142,8 +143,8 @@ class Track:
 
     def extend(self, values: np.ndarray) -> None:
         """A batch of finite values: the statistics of every row (the current row stays 0)."""
-        self.gain_noise()  # (measured on values about to go)
-        w, prev = self.w, self.x[-self.keep :]
+        self._drop_old()
+        w, prev = self.w, self.x
         self.n0, m = self.n, len(values)
         self.x = np.concatenate((prev, values))
         self.base = len(prev)
@@ -175,6 +176,7 @@ class Track:
             "level_start": np.where(level == level, level_start, math.nan),
         }
         self._lists = {}
+        self._history = None
         self.at(0)
 
     def at(self, row: int) -> None:
@@ -198,13 +200,26 @@ class Track:
     def finish(self) -> None:
         """The batch is read: its last row is the current state, and only what the next batch
         reads is kept (the last row, the last values)."""
-        self.gain_noise()  # (measured on values about to go)
-        self.rows = {k: v[-1:] for k, v in self.rows.items()}
-        self.x = self.x[-self.keep :]
-        self.n0 = int(self.rows["n"][0])
+        self._drop_old()
+        self.rows = rows = {k: v[-1:] for k, v in self.rows.items()}
+        self.n0 = self.n = int(rows["n"][0])
         self.base = len(self.x)
-        self._lists = {}
-        self.at(0)
+        self.pos = self.base - 1
+        self._lists, self._history = {}, None
+        for k in _STATE:
+            setattr(self, k, float(rows[k][0]))
+
+    def _drop_old(self) -> None:
+        """Keep the last ``keep`` values (a gain's noise measured on older ones is worked out
+        first)."""
+        cut = max(len(self.x) - self.keep, 0)
+        if isinstance(self._gain_noise, tuple):
+            n, pos = self._gain_noise
+            if pos - cut < min(n - 1, NOISE_SPAN * self.w.history):
+                self.gain_noise()
+            else:
+                self._gain_noise = (n, pos - cut)
+        self.x = self.x[cut:]
 
     def recent(self, k: int) -> list[float]:
         """The last ``k`` values at the current row (fewer before ``k`` were seen)."""
@@ -254,10 +269,19 @@ class Track:
 
     def history(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per row of ``rows``, its history (the last ``history`` values before its latest, NaN
-        where fewer were seen) sorted, and how many values it holds."""
+        where fewer were seen) sorted, and how many values it holds (kept for the batch: the
+        signals of a series ask with the same rows)."""
+        if self._history is not None and self._history[0] is rows:
+            return self._history[1]
         ends = np.maximum(self.base - 2 + rows, -1)
         size = np.clip(self.rows["n"][rows] - 1, 0, self.w.history)
-        return np.sort(windows.windows(self.x, ends, self.w.history), axis=1), size
+        history = windows.windows(self.x, ends, self.w.history)
+        history.sort(axis=1)
+        self._history = (rows, (history, size))
+        return history, size
+
+
+_STATE = ("last", "smoothed", "peak", "floor", "start", "level", "level_peak", "level_start")
 
 
 def _first(values: np.ndarray, where: np.ndarray) -> float:
@@ -688,8 +712,9 @@ def _hacking_rise(d: Detector, t: Track, key: str) -> tuple[float, float]:
         # the objective peaked before this reward warmed up: its first warm level is the start
         ref = obj.proxy_at_best.setdefault(key, t.smoothed)
         rise = t.smoothed - ref
-        # a rise counts when it stands out of the reward's step-to-step noise
-        if not rise > 3 * t.noise():
+        # a rise counts when it stands out of the reward's step-to-step noise (worked out
+        # only for a rise)
+        if not (rise > 0 and rise > 3 * t.noise()):
             rise = 0.0
         scale = max(abs(ref), 0.25 * (t.peak - t.floor), 1e-12)
         rises.append((rise / scale, ref))
@@ -1138,6 +1163,8 @@ class Detector:
             track = self._track((metric, labels), signals, series)
         self._ids.append(track.id)
         self._values.append(value)
+        if len(self._values) >= SETTLE_AT:
+            self.settle()
 
     def _track(
         self, key: SeriesKey, signals: tuple[Signal, ...] | None, series: str | None
@@ -1232,48 +1259,55 @@ class Detector:
         plans = []
         for t, _ in read:
             _, (metric, labels), sigs, series = self._series[t.id]
-            banded = ""
+            banded, curve = "", None
             if self.band is not None and sigs is _BY_METRIC[metric] and metric in band.BANDED:
                 banded = band.series_name(metric, labels)
-            mine = tuple(s for s in sigs if s.compute in _PER_VALUE)
-            plans.append((t, metric, labels, mine, series, banded))
+                curve = self.band.curves.get(banded)
+            outs = []
+            for sig in sigs:
+                name = series
+                if sig.compute not in _PER_VALUE:
+                    continue
+                if sig.compute is _band_gap:  # one signal over several metrics: its own series
+                    if curve is None:
+                        continue
+                    name = banded
+                got: list[float] = []
+                baselines: list[float] = []
+                at: list[int] = []
+                o = out[(sig.name, name)] = _Out()
+                o.values, o.baselines, o.where = got, baselines, at
+                outs.append((cast(Compute, sig.compute), got, baselines, at, o))
+            plans.append((t, metric, labels, outs, banded, curve))
         where = np.concatenate([w for _, w in read])
         owner = np.concatenate([np.full(len(w), i) for i, (_, w) in enumerate(read)])
         row = np.concatenate([t.ev_rows for t, _ in read])
         order = np.argsort(where, kind="stable")
-        for i, p, r in zip(
-            where[order].tolist(), owner[order].tolist(), row[order].tolist(), strict=True
+        where = where[order]
+        for i, p, r, value, step, seq in zip(
+            where.tolist(),
+            owner[order].tolist(),
+            row[order].tolist(),
+            values[where].tolist(),
+            at_step[where].tolist(),
+            seqs[where].tolist(),
+            strict=True,
         ):
-            t, metric, labels, sigs, series, banded = plans[p]
-            value = float(values[i])
-            finite = math.isfinite(value)
+            t, metric, labels, outs, banded, curve = plans[p]
+            finite = value - value == 0  # (neither NaN nor infinite)
             if finite and t.stretches is not None:
                 t.stretches.add(value)
             t.at(r)
             if finite and t.drops is not None and t.discrete():
                 t.drops.add(value)
-            step = float(at_step[i])
-            self.seq_now, self.step_now = int(seqs[i]), None if step != step else step
+            self.seq_now, self.step_now = seq, None if step != step else step
             if metric == OBJECTIVE:
                 self._objective(labels, t)
-            if banded and self.band is not None:
-                self.banded, self.curve = banded, self.band.curves.get(banded)
-            for sig in sigs:
-                name = series
-                if sig.compute is _band_gap:  # one signal over several metrics: its own series
-                    if not banded or self.curve is None:
-                        continue
-                    name = banded
-                value_, baseline = cast(Compute, sig.compute)(self, t, metric)
-                o = out.get((sig.name, name))
-                if o is None:
-                    o = out[(sig.name, name)] = _Out()
-                values_, baselines, at = (
-                    cast(list[float], o.values),
-                    cast(list[float], o.baselines),
-                    cast(list[int], o.where),
-                )
-                values_.append(value_)
+            if banded:
+                self.banded, self.curve = banded, curve
+            for compute, got, baselines, at, o in outs:
+                value_, baseline = compute(self, t, metric)
+                got.append(value_)
                 baselines.append(baseline)
                 at.append(i)
                 o.back, t.back = t.back, None

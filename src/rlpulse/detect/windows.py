@@ -4,10 +4,10 @@ values logged since the last one (``rlpulse.detect.signals``)."""
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 HELD_MAX = 4096  # candidates an exported signal keeps at most (a trainer logging faster
 # than HELD_MAX values per hold_seconds holds its values for less than hold_seconds)
@@ -16,26 +16,40 @@ TRAIL = 1024  # signal values kept per exported series with their step, for ``on
 
 def windows(x: np.ndarray, ends: np.ndarray, w: int) -> np.ndarray:
     """Rows ``x[e - w + 1 : e + 1]`` for each ``e`` of ``ends`` (-1 allowed), NaN before
-    ``x`` starts (a view: no copy)."""
-    padded = np.concatenate((np.full(w, math.nan), x))
-    return sliding_window_view(padded, w)[ends + 1]
+    ``x`` starts."""
+    padded = np.concatenate((_nans(w), x))
+    return padded[ends[:, None] + _offsets(w)]
+
+
+@functools.cache
+def _nans(w: int) -> np.ndarray:
+    return np.full(w, math.nan)
+
+
+@functools.cache
+def _offsets(w: int) -> np.ndarray:
+    return np.arange(1, w + 1)
 
 
 def medians(ordered: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """The median of the first ``counts`` values of each ascending row (NaN where 0): bit for
     bit ``_median`` of each."""
-    if not ordered.shape[1]:
-        return np.full(len(counts), math.nan)
+    w = ordered.shape[1]
+    if w and counts.min() == w:  # every row full (a series past its first values)
+        mid = w // 2
+        return ordered[:, mid] if w % 2 else (ordered[:, mid - 1] + ordered[:, mid]) / 2
     rows = np.arange(len(counts))
     mid = counts // 2
-    hi = ordered[rows, np.minimum(mid, ordered.shape[1] - 1)]
-    lo = ordered[rows, np.maximum(mid - 1, 0)]
+    hi = ordered[rows, np.minimum(mid, max(w - 1, 0))] if w else np.full(len(counts), math.nan)
+    lo = ordered[rows, np.maximum(mid - 1, 0)] if w else hi
     return np.where(counts == 0, math.nan, np.where(counts % 2 == 1, hi, (lo + hi) / 2))
 
 
 def last_medians(x: np.ndarray, ends: np.ndarray, counts: np.ndarray, w: int) -> np.ndarray:
     """The median of the ``counts`` values of ``x`` up to each of ``ends`` (at most ``w``)."""
-    return medians(np.sort(windows(x, ends, w), axis=1), counts)
+    rows = windows(x, ends, w)
+    rows.sort(axis=1)
+    return medians(rows, counts)
 
 
 class Held:
@@ -51,8 +65,7 @@ class Held:
         self.hold = hold
         self.hold_seconds = hold_seconds
         self.n = 0
-        # (index, stamp, value) of the candidates, oldest (and worst) first
-        self.cand = (np.empty(0, np.int64), np.empty(0), np.empty(0))
+        self.cand: list[tuple[int, float, float]] = []  # (index, stamp, value), worst first
         self.baseline = math.nan
         self.worst = math.nan
 
@@ -63,25 +76,33 @@ class Held:
         if not k:
             return
         self.baseline = float(baselines[-1])
-        index = np.arange(self.n + 1, self.n + k + 1)
-        self.n += k
-        stamps = np.where(stamps == stamps, stamps, -math.inf)
-        ci, cs, cv = (
-            np.concatenate(p) for p in zip(self.cand, (index, stamps, values), strict=True)
-        )
-        # a candidate is worse than every later value (an equal later one replaces it)
+        # the new candidates: each worse than every later value (an equal later one replaces
+        # it); an older one stays if it is worse than all of them
         if self.above:
-            later = np.maximum.accumulate(cv[::-1])[::-1]
-            keep = cv > np.append(later[1:], -math.inf)
+            later = np.maximum.accumulate(values[::-1])[::-1]
+            new = np.flatnonzero(values[:-1] > later[1:])
+            cand = [c for c in self.cand if c[2] > later[0]]
         else:
-            later = np.minimum.accumulate(cv[::-1])[::-1]
-            keep = cv < np.append(later[1:], math.inf)
-        newest = stamps[-1]
-        since = newest - self.hold_seconds if newest > -math.inf else math.inf
-        keep &= (ci > self.n - self.hold) | (cs >= since)
-        at = np.flatnonzero(keep)[-HELD_MAX:]
-        self.cand = (ci[at], cs[at], cv[at])
-        self.worst = float(cv[at[0]])
+            later = np.minimum.accumulate(values[::-1])[::-1]
+            new = np.flatnonzero(values[:-1] < later[1:])
+            cand = [c for c in self.cand if c[2] < later[0]]
+        new = np.append(new, k - 1)
+        cand += zip(
+            (new + self.n + 1).tolist(), stamps[new].tolist(), values[new].tolist(), strict=True
+        )
+        self.n += k
+        newest = cand[-1][1]
+        known = newest == newest  # no step logged yet (or none at all): held by count alone
+        since = newest - self.hold_seconds if known else math.inf
+        oldest_kept = self.n - self.hold
+        first = 0
+        while first < len(cand) - 1 and cand[first][0] <= oldest_kept:
+            stamp = cand[first][1]
+            if stamp == stamp and stamp >= since:
+                break
+            first += 1
+        self.cand = cand[max(first, len(cand) - HELD_MAX) :]
+        self.worst = self.cand[0][2]
 
     def read(self) -> float:
         return self.worst

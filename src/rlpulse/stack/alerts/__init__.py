@@ -1,8 +1,12 @@
-"""Alert definitions, one module per area: each alert's knobs, rules, runbook and scenarios.
+"""Alert definitions, one module per area. Every alert is one declaration (``kit.AlertDef``):
+a ``kit.ThresholdAlert`` on a PromQL condition or a ``step.StepAlert`` on a step signal, with
+its knobs, rules, recording rules, runbook and promtool scenarios. Adding an alert is adding
+its declaration to its area's ``DEFS`` (and, for a new metric, the metric to the catalog).
 
 ``DEFS[area]`` is what the generators read: ``stack.config`` makes a config section of each
 definition's knobs, ``stack.rules`` its rules and recording rules, ``stack.runbooks`` its
 sections and ``stack.ruletests`` its promtool scenarios, with the area's ``HEALTHY`` run last.
+The alerting pipeline's own alerts (``meta``) are declared alike, without a config section.
 """
 
 from __future__ import annotations

@@ -5,21 +5,9 @@ from __future__ import annotations
 from rlpulse import catalog
 from rlpulse.runtime.collectors.gpu import THROTTLE_REASONS
 from rlpulse.stack import panels
+from rlpulse.stack.alerts import kit
 from rlpulse.stack.alerts.inputs import GPU, const, counter, every, noisy, series
-from rlpulse.stack.alerts.kit import (
-    HUMANIZE,
-    PERCENT,
-    AlertDef,
-    Check,
-    Expect,
-    Knob,
-    RecordingRule,
-    Runbook,
-    Scenario,
-    ThresholdAlert,
-    hold,
-    pct,
-)
+from rlpulse.stack.alerts.kit import HUMANIZE, PERCENT, pct
 from rlpulse.stack.panels import SYSTEM, see
 from rlpulse.stack.promql import record_name, regex_alternatives
 
@@ -58,20 +46,20 @@ def healthy_inputs(n: int) -> tuple[tuple[str, str], ...]:
     )
 
 
-DEFS: tuple[AlertDef, ...] = (
-    ThresholdAlert(
+DEFS: tuple[kit.AlertDef, ...] = (
+    kit.ThresholdAlert(
         name=IDLE,
         key="gpu_idle",
         area="system",
         doc="GPUs idle while the run's exporter is alive.",
-        settings={"threshold": Knob(0.05, "Fire below this mean GPU utilization.")},
+        settings={"threshold": kit.Knob(0.05, "Fire below this mean GPU utilization.")},
         severity="warning",
         expr=lambda q, k: f"{q.recent(UTIL)} < {k.threshold:g}",
         summary="GPUs are idle while the run's exporter is alive.",
         description=lambda q, k: (
             f"{ID} averaged {PERCENT} utilization over {q.w.recent} (threshold {pct(k.threshold)})."
         ),
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "A GPU of a live run averaged near-zero utilization: the run waits on something "
             "(rollouts, grader, data, a stalled rank) or the GPU is not used at all.",
             see(SYSTEM, panels.GPU_BOARDS, panels.PHASE_BREAKDOWN),
@@ -82,30 +70,32 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "GPU idle: utilization 0.9, then 0 from 20m; the 10m mean is under 0.05 from 30m.",
                 ((series(UTIL, GPU), f"{const(0.9, 20)} {const(0, 40)}"),),
-                (Check(IDLE, "50m", (Expect("warning", GPU, 0),)),),
+                (kit.Check(IDLE, "50m", (kit.Expect("warning", GPU, 0),)),),
             ),
         ),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=MEMORY_FULL,
         key="gpu_memory_full",
         area="system",
         doc="GPU framebuffer nearly full.",
         settings={
-            "for_": hold("5m"),
-            "warning": Knob(0.97, "Warning above this used/total fraction."),
-            "critical": Knob(0.99, "Critical above this."),
+            "for_": "5m",
+            "warning": kit.Knob(0.97, "Warning above this used/total fraction."),
+            "critical": kit.Knob(0.99, "Critical above this."),
         },
         severity="tiered",
-        records=lambda q, k: [RecordingRule(MEMORY_RATIO, f"{q.s(MEM_USED)} / {q.s(MEM_TOTAL)}")],
+        records=lambda q, k: [
+            kit.RecordingRule(MEMORY_RATIO, f"{q.s(MEM_USED)} / {q.s(MEM_TOTAL)}")
+        ],
         expr=f"{MEMORY_RATIO} > $LEVEL",
         summary="GPU memory is nearly full.",
         description=f"{ID} uses {PERCENT} of its memory (threshold $LEVEL).",
         level_text=pct,
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "GPU framebuffer memory is nearly full; the next long batch can run out of memory.",
             see(SYSTEM, panels.GPU_MEMORY_BOARDS, panels.GPU_MEMORY),
             (
@@ -114,7 +104,7 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "GPU memory: 80 GB card at 40 GB, 78 GB from 10m (0.975, warning), 79.6 GB from "
                 "30m (0.995, critical).",
                 (
@@ -125,63 +115,65 @@ DEFS: tuple[AlertDef, ...] = (
                     ),
                 ),
                 (
-                    Check(MEMORY_FULL, "25m", (Expect("warning", GPU, 0.975),)),
-                    Check(
+                    kit.Check(MEMORY_FULL, "25m", (kit.Expect("warning", GPU, 0.975),)),
+                    kit.Check(
                         MEMORY_FULL,
                         "45m",
-                        (Expect("warning", GPU, 0.995), Expect("critical", GPU, 0.995)),
+                        (kit.Expect("warning", GPU, 0.995), kit.Expect("critical", GPU, 0.995)),
                     ),
                 ),
             ),
         ),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=TEMPERATURE,
         key="gpu_temperature_high",
         area="system",
         doc="GPU running hot.",
         settings={
-            "for_": hold("5m"),
-            "warning": Knob(85.0, "Warning above this temperature, Celsius."),
-            "critical": Knob(92.0, "Critical above this."),
+            "for_": "5m",
+            "warning": kit.Knob(85.0, "Warning above this temperature, Celsius."),
+            "critical": kit.Knob(92.0, "Critical above this."),
         },
         severity="tiered",
         expr=lambda q, k: f"{q.s(TEMP)} > $LEVEL",
         summary="A GPU is running hot.",
         description=f"{ID} is at {HUMANIZE} °C (threshold $LEVEL °C).",
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "A GPU runs hot; it will throttle and may fail.",
             see(SYSTEM, panels.GPU_TEMPERATURE, panels.GPU_POWER),
             ("Check the node's cooling and fans; move the job off the node if it keeps rising.",),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "GPU temperature: 60 C, 88 C from 10m (warning over 85), 95 C from 30m (critical "
                 "over 92).",
                 ((series(TEMP, GPU), f"{const(60, 10)} {const(88, 20)} {const(95, 20)}"),),
                 (
-                    Check(TEMPERATURE, "25m", (Expect("warning", GPU, 88),)),
-                    Check(
+                    kit.Check(TEMPERATURE, "25m", (kit.Expect("warning", GPU, 88),)),
+                    kit.Check(
                         TEMPERATURE,
                         "45m",
-                        (Expect("warning", GPU, 95), Expect("critical", GPU, 95)),
+                        (kit.Expect("warning", GPU, 95), kit.Expect("critical", GPU, 95)),
                     ),
                 ),
             ),
         ),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=THROTTLING,
         key="gpu_throttling",
         area="system",
         doc="GPU clocks held down by a slowdown.",
         settings={
-            "reasons": Knob(
+            "reasons": kit.Knob(
                 ("thermal", "hw_slowdown"),
                 "rl_gpu_throttled reasons that count (power capping is normal).",
                 frozenset(THROTTLE_REASONS),
             ),
-            "min_fraction": Knob(0.5, "Fire when throttled this fraction of the recent window."),
+            "min_fraction": kit.Knob(
+                0.5, "Fire when throttled this fraction of the recent window."
+            ),
         },
         severity="warning",
         expr=lambda q, k: (
@@ -192,7 +184,7 @@ DEFS: tuple[AlertDef, ...] = (
         description=lambda q, k: (
             f"{ID} was throttled ({{{{ $labels.reason }}}}) {PERCENT} of the last {q.w.recent}."
         ),
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "A GPU's clocks are held down by a thermal or hardware slowdown (power capping "
             "is not counted): training runs slower than it should on that GPU and the whole "
             "job waits.",
@@ -206,30 +198,30 @@ DEFS: tuple[AlertDef, ...] = (
             ("Check cooling and power delivery of the node; report hardware slowdowns.",),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "GPU throttling: thermal slowdown from 10m on; power capping all along is normal "
                 "and is not counted.",
                 (
                     (series(THROTTLED, _THERMAL), f"{const(0, 10)} {const(1, 40)}"),
                     (series(THROTTLED, _POWER), const(1, 50)),
                 ),
-                (Check(THROTTLING, "40m", (Expect("warning", _THERMAL, 1),)),),
+                (kit.Check(THROTTLING, "40m", (kit.Expect("warning", _THERMAL, 1),)),),
             ),
         ),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=ECC_ERRORS,
         key="gpu_ecc_errors",
         area="system",
         doc="Uncorrected GPU memory errors.",
-        settings={"for_": hold("0s")},
+        settings={"for_": "0s"},
         severity="critical",
         expr=lambda q, k: f"increase({q.s(ECC, UNCORRECTED)}[{q.w.recent}]) > 0",
         summary="A GPU reported uncorrected memory errors.",
         description=lambda q, k: (
             f"{ID} reported {HUMANIZE} uncorrected ECC errors in the last {q.w.recent}."
         ),
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "A GPU reported uncorrected ECC memory errors: results on that GPU may be wrong "
             "and the process usually crashes.",
             see(SYSTEM, panels.GPU_THROTTLING, panels.GPU_BOARDS),
@@ -239,15 +231,15 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "GPU ECC: 2 uncorrected errors at 20m page at once; corrected errors do not.",
                 (
                     (series(ECC, _UNCORRECTED), f"{const(0, 20)} {const(2, 20)}"),
                     (series(ECC, _CORRECTED), counter((1, 40))),
                 ),
                 (
-                    Check(ECC_ERRORS, "19m"),
-                    Check(ECC_ERRORS, "25m", (Expect("critical", _UNCORRECTED, 2),)),
+                    kit.Check(ECC_ERRORS, "19m"),
+                    kit.Check(ECC_ERRORS, "25m", (kit.Expect("critical", _UNCORRECTED, 2),)),
                 ),
             ),
         ),

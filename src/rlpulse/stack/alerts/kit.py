@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlpulse.stack.knobs import AlertConfig, Duration, _doc, seconds
+from rlpulse.stack.knobs import AlertConfig, Duration, _doc, doc, seconds
 from rlpulse.stack.query import Query
 
 Severity = Literal["critical", "warning", "info"]
@@ -138,12 +138,12 @@ class Knob:
         )
 
 
-FOR = "How long the condition must hold before firing."
-
-
-def hold(default: str, doc: str = FOR) -> Knob:
-    """The ``for`` knob: how long the condition must hold."""
-    return Knob(Duration(default), doc)
+def _field(name: str, knob: Knob | Any) -> tuple[str, Any, Any]:
+    """A knobs dataclass field: a ``Knob``, or a new default of a knob every alert has."""
+    if not isinstance(knob, Knob):
+        inherited = {f.name: f for f in dataclasses.fields(AlertConfig)}[name]
+        knob = Knob(knob, doc(inherited))
+    return (name, knob.type, field(default=knob.default, metadata=_doc(knob.doc, knob.choices)))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,17 +194,17 @@ class ThresholdAlert(AlertDef):
     """An alert on a PromQL condition. ``expr`` and ``description`` are text or a function of
     the ``Query`` and the knobs; a ``tiered`` alert is a warning and a critical rule at the
     knobs' ``warning`` and ``critical`` levels, each put for ``$LEVEL`` (``level_text`` prints
-    it in the description). ``settings`` are its knobs beyond ``enabled`` and ``for_`` (or
-    replacing their defaults), ``doc`` the sentence of its config section (none for the
-    pipeline's own alerts, ``meta``, which have no config section), ``tests`` its
-    scenarios (written for the shipped knobs), ``records`` the recording rules it reads and
-    ``check`` its ``problems``."""
+    it in the description). ``settings`` are its knobs beyond ``enabled`` and ``for_``, or
+    new defaults of those (``"for_": "5m"``); ``doc`` is the sentence of its config section
+    (none for the pipeline's own alerts, ``meta``, which have no config section), ``tests``
+    its scenarios (written for the shipped knobs), ``records`` the recording rules it reads
+    and ``check`` its ``problems``."""
 
     severity: Severity | Literal["tiered"]
     expr: Text
     description: Text
     doc: str = ""
-    settings: Mapping[str, Knob] = field(default_factory=dict)
+    settings: Mapping[str, Knob | Any] = field(default_factory=dict)
     tests: tuple[Scenario, ...] = ()
     scope: Scope = "target"
     level_text: Callable[[float], str] = "{:g}".format
@@ -213,10 +213,7 @@ class ThresholdAlert(AlertDef):
 
     @functools.cached_property
     def knobs(self) -> type[AlertConfig]:
-        fields = [
-            (n, k.type, field(default=k.default, metadata=_doc(k.doc, k.choices)))
-            for n, k in self.settings.items()
-        ]
+        fields = [_field(n, k) for n, k in self.settings.items()]
         cls = dataclasses.make_dataclass(
             f"{self.name.removeprefix('RL')}Knobs", fields, bases=(AlertConfig,), frozen=True
         )

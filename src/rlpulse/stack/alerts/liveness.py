@@ -9,20 +9,9 @@ from typing import Any
 
 from rlpulse import catalog
 from rlpulse.stack import panels
+from rlpulse.stack.alerts import kit
 from rlpulse.stack.alerts.inputs import TARGET, const, ramp, raw, series
-from rlpulse.stack.alerts.kit import (
-    AGO,
-    ID,
-    AlertDef,
-    Check,
-    Expect,
-    Knob,
-    RecordingRule,
-    Runbook,
-    Scenario,
-    ThresholdAlert,
-    hold,
-)
+from rlpulse.stack.alerts.kit import AGO, ID
 from rlpulse.stack.knobs import seconds
 from rlpulse.stack.promql import record_name
 from rlpulse.stack.query import RUN_BY, Query
@@ -74,7 +63,7 @@ def _ended(q: Query) -> str:
     return f"last_over_time({q.s(FINISHED)}[{q.w.recent}])"
 
 
-def _served(q: Query, k: Any) -> list[RecordingRule]:
+def _served(q: Query, k: Any) -> list[kit.RecordingRule]:
     live = (
         f"max by ({TARGET_BY}, {', '.join(RUN_META)}) (timestamp({q.s(RUN_INFO)}))"
         f" unless on({TARGET_BY}) {q.s(FINISHED)}"
@@ -83,7 +72,7 @@ def _served(q: Query, k: Any) -> list[RecordingRule]:
         f"{SERVED} and on(job, instance) {q.up()} unless on({RUN_BY_RANK}) {q.s(RUN_INFO)}"
         f" unless on({TARGET_BY}) {_ended(q)}"
     )
-    return [RecordingRule(SERVED, f"({live}) or ({kept})")]
+    return [kit.RecordingRule(SERVED, f"({live}) or ({kept})")]
 
 
 def dead(q: Query) -> str:
@@ -92,17 +81,17 @@ def dead(q: Query) -> str:
     return f"max by ({TARGET_BY}) ({SERVED} unless on({RUN_BY_RANK}) {q.s(RUN_INFO)})"
 
 
-def _paging_on(minute: int) -> tuple[Check, ...]:
+def _paging_on(minute: int) -> tuple[kit.Check, ...]:
     """r1, last scraped at 29m: quiet at 30m, paging at ``minute`` and still a day later."""
-    return (Check(TARGET_DOWN, "30m"),) + tuple(
-        Check(TARGET_DOWN, at, (Expect("critical", TARGET, secs - 29 * 60, TINY),))
+    return (kit.Check(TARGET_DOWN, "30m"),) + tuple(
+        kit.Check(TARGET_DOWN, at, (kit.Expect("critical", TARGET, secs - 29 * 60, TINY),))
         for at, secs in ((f"{minute}m", minute * 60), ("26h", 26 * 3600))
     )
 
 
-def _target_down_scenarios() -> Iterator[Scenario]:
+def _target_down_scenarios() -> Iterator[kit.Scenario]:
     up = raw("up", UP)
-    yield Scenario(
+    yield kit.Scenario(
         "Target down: the exporter serves run r1 for 30 minutes, then every scrape fails "
         "(up 0, its series end). Fires 1m later with the run it last served and the time since its "
         "last sample (29m): 660 s at 40m, and still a day later (the run never said it "
@@ -111,7 +100,7 @@ def _target_down_scenarios() -> Iterator[Scenario]:
         _paging_on(40),
     )
     r2 = {**TARGET, "run_id": "r2", "model": "tiny"}
-    yield Scenario(
+    yield kit.Scenario(
         "Killed, and a new run (r2) takes its port at once: r1's series go stale at 30m while "
         "the target keeps answering, for r2. r1 still pages, from 31m, naming the time since "
         "its last scrape (29m), and a day later; r2, alive, does not.",
@@ -123,7 +112,7 @@ def _target_down_scenarios() -> Iterator[Scenario]:
         _paging_on(32),
     )
     moved = {**TARGET, "instance": "127.0.0.1:9401", "model": "tiny"}
-    yield Scenario(
+    yield kit.Scenario(
         "Killed, then resumed under its run_id on another port at 40m (the dead target stays "
         "listed, down): it pages from 31m and resolves once the run is served again.",
         (
@@ -133,20 +122,24 @@ def _target_down_scenarios() -> Iterator[Scenario]:
             (series(RUN_INFO, moved), f"_x40 {const(1, 20)}"),
         ),
         (
-            Check(TARGET_DOWN, "35m", (Expect("critical", TARGET, 35 * 60 - 29 * 60, TINY),)),
-            Check(TARGET_DOWN, "45m"),
+            kit.Check(
+                TARGET_DOWN, "35m", (kit.Expect("critical", TARGET, 35 * 60 - 29 * 60, TINY),)
+            ),
+            kit.Check(TARGET_DOWN, "45m"),
         ),
     )
-    yield Scenario(
+    yield kit.Scenario(
         "Killed, then the launcher removes the target (up ends at 60m): it resolves once "
         "Prometheus no longer lists the target.",
         ((up, f"{const(1, 30)} {const(0, 30)}"), _SERVING),
         (
-            Check(TARGET_DOWN, "50m", (Expect("critical", TARGET, 50 * 60 - 29 * 60, TINY),)),
-            Check(TARGET_DOWN, "70m"),
+            kit.Check(
+                TARGET_DOWN, "50m", (kit.Expect("critical", TARGET, 50 * 60 - 29 * 60, TINY),)
+            ),
+            kit.Check(TARGET_DOWN, "70m"),
         ),
     )
-    yield Scenario(
+    yield kit.Scenario(
         "Finished run: finish() at 28m20s is carried by the last two scrapes, then the exporter "
         "stops (up 0): the run ended on purpose, nothing pages.",
         (
@@ -154,9 +147,9 @@ def _target_down_scenarios() -> Iterator[Scenario]:
             _SERVING,
             (series(FINISHED), f"_x28 {const(28 * 60 + 20, 2)}"),
         ),
-        (Check(TARGET_DOWN, "40m"), Check(TARGET_DOWN, "58m")),
+        (kit.Check(TARGET_DOWN, "40m"), kit.Check(TARGET_DOWN, "58m")),
     )
-    yield Scenario(
+    yield kit.Scenario(
         "A finished run's target serves a new run from 20m (no finish mark), which dies at 60m: "
         "the old mark does not hide it, it fires with the new run's last sample (59m).",
         (
@@ -164,7 +157,11 @@ def _target_down_scenarios() -> Iterator[Scenario]:
             (series(RUN_INFO, {**TARGET, "model": "tiny"}), const(1, 60)),
             (series(FINISHED), f"_x8 {const(9 * 60, 2)}"),
         ),
-        (Check(TARGET_DOWN, "70m", (Expect("critical", TARGET, 70 * 60 - 59 * 60, TINY),)),),
+        (
+            kit.Check(
+                TARGET_DOWN, "70m", (kit.Expect("critical", TARGET, 70 * 60 - 59 * 60, TINY),)
+            ),
+        ),
     )
 
 
@@ -179,7 +176,7 @@ ENDED_FIRING = record_name("run", OUTCOME, "firing_at_end")
 END_KEEP = 7 * 86400
 
 
-def _ended_firing(q: Query, k: Any) -> list[RecordingRule]:
+def _ended_firing(q: Query, k: Any) -> list[kit.RecordingRule]:
     ended = f"max by (job, run_id) ({_ended(q)})"
     firing = 'ALERTS{alertstate="firing", run_id!=""}'
     new = (
@@ -188,15 +185,15 @@ def _ended_firing(q: Query, k: Any) -> list[RecordingRule]:
     )
     serving = f"({q.s(RUN_INFO)} unless on(job, run_id) {ended})"
     kept = f"({ENDED_FIRING} > (time() - {END_KEEP})) unless on(job, run_id) {serving}"
-    return [RecordingRule(ENDED_FIRING, f"({new}) or ({kept})")]
+    return [kit.RecordingRule(ENDED_FIRING, f"({new}) or ({kept})")]
 
 
-def _run_crashed_scenarios() -> Iterator[Scenario]:
+def _run_crashed_scenarios() -> Iterator[kit.Scenario]:
     crashed = {**TARGET, "outcome": "crashed", "reason": "ValueError"}
     end = 29 * 60 - 10
     meta = {"model": "qwen2.5-0.5b", "git_sha": "1a2b3c4", "framework": "trl", "owner": "alice"}
     run_info = {"run_info": " ".join(f"{k}={v}" for k, v in meta.items())}
-    yield Scenario(
+    yield kit.Scenario(
         "Crashed run: an uncaught ValueError at 28m50s; the last scrape (29m) carries the end "
         "mark and the outcome, then the exporter stops (up 0). RLRunCrashed fires at once "
         "naming the reason and the seconds since the end (70 s at 30m), with the run's "
@@ -209,10 +206,14 @@ def _run_crashed_scenarios() -> Iterator[Scenario]:
             (series(OUTCOME, crashed), "_x29 1"),
         ),
         (
-            Check(RUN_CRASHED, "28m"),
-            Check(RUN_CRASHED, "30m", (Expect("critical", crashed, 30 * 60 - end, run_info),)),
-            Check(RUN_CRASHED, "50m", (Expect("critical", crashed, 50 * 60 - end, run_info),)),
-            Check(TARGET_DOWN, "50m"),
+            kit.Check(RUN_CRASHED, "28m"),
+            kit.Check(
+                RUN_CRASHED, "30m", (kit.Expect("critical", crashed, 30 * 60 - end, run_info),)
+            ),
+            kit.Check(
+                RUN_CRASHED, "50m", (kit.Expect("critical", crashed, 50 * 60 - end, run_info),)
+            ),
+            kit.Check(TARGET_DOWN, "50m"),
         ),
     )
 
@@ -244,11 +245,11 @@ def _stall(q: Query, k: Any) -> str:
     )
 
 
-def _stall_scenarios() -> Iterator[Scenario]:
+def _stall_scenarios() -> Iterator[kit.Scenario]:
     ts = {**TARGET}
     # a step a minute for 30 minutes, then nothing: the exporter keeps serving the last stamp
     stamps = " ".join(str(60 * i) for i in range(30)) + f" {1740}x29"
-    yield Scenario(
+    yield kit.Scenario(
         "Stall: a step a minute for 30m (interval 60 s), then the loop hangs at 29m while the "
         "exporter answers. 5 x 60 s < 5m, so it fires once 5m pass without a step (34m) plus "
         "the 1m `for`; its value is the time since the last step.",
@@ -258,15 +259,15 @@ def _stall_scenarios() -> Iterator[Scenario]:
             (series(LOGGED, ts), "1+1x29 30x29"),
         ),
         (
-            Check(STALLED, "33m"),
-            Check(STALLED, "36m", (Expect("critical", ts, 36 * 60 - 1740),)),
+            kit.Check(STALLED, "33m"),
+            kit.Check(STALLED, "36m", (kit.Expect("critical", ts, 36 * 60 - 1740),)),
         ),
     )
     # one step every 19 minutes: the old fixed 15-minute window paged at every step
     slow = " ".join(str(1140 * (i // 19)) for i in range(120))
     # steps stop at 29m while an evaluation sends heartbeats until 45m; then nothing
     beats = " ".join(str(60 * min(i, 45)) for i in range(70))
-    yield Scenario(
+    yield kit.Scenario(
         "An evaluation is no stall: a step a minute for 30m, then an evaluation logs no step "
         "for 16 minutes but sends heartbeats (rl_last_progress_timestamp_seconds) every "
         "minute: no stall; its heartbeats stop at 45m, so it fires 5m + 1m later.",
@@ -277,12 +278,12 @@ def _stall_scenarios() -> Iterator[Scenario]:
             (series(LOGGED, ts), "1+1x29 30x39"),
         ),
         (
-            Check(STALLED, "40m"),
-            Check(STALLED, "45m"),
-            Check(STALLED, "52m", (Expect("critical", ts, 52 * 60 - 45 * 60),)),
+            kit.Check(STALLED, "40m"),
+            kit.Check(STALLED, "45m"),
+            kit.Check(STALLED, "52m", (kit.Expect("critical", ts, 52 * 60 - 45 * 60),)),
         ),
     )
-    yield Scenario(
+    yield kit.Scenario(
         "Slow steps are not a stall: one step every 19 minutes (interval 1140 s); 5 intervals "
         "are 95 minutes, so the gaps between steps never fire.",
         (
@@ -290,9 +291,9 @@ def _stall_scenarios() -> Iterator[Scenario]:
             (series(INTERVAL, ts), "1140x119"),
             (series(LOGGED, ts), " ".join(str(1 + i // 19) for i in range(120))),
         ),
-        tuple(Check(STALLED, f"{m}m") for m in (18, 37, 56, 75, 94, 113)),
+        tuple(kit.Check(STALLED, f"{m}m") for m in (18, 37, 56, 75, 94, 113)),
     )
-    yield Scenario(
+    yield kit.Scenario(
         "Stall, then kill -9: the loop hangs at 29m (stall fires at 36m), the process is "
         "killed at 40m (up 0, every series ends). The stall stays firing while the dead run "
         "never said it ended (RLTargetDown holds it back): no resolve as if it recovered. Its "
@@ -305,12 +306,12 @@ def _stall_scenarios() -> Iterator[Scenario]:
             (series(LOGGED, ts), "1+1x29 30x9"),
         ),
         (
-            Check(STALLED, "36m", (Expect("critical", ts, 36 * 60 - 1740, TINY),)),
-            Check(STALLED, "3h", (Expect("critical", ts, 3 * 3600 - 39 * 60, TINY),)),
-            Check(TARGET_DOWN, "3h", (Expect("critical", ts, 3 * 3600 - 39 * 60, TINY),)),
+            kit.Check(STALLED, "36m", (kit.Expect("critical", ts, 36 * 60 - 1740, TINY),)),
+            kit.Check(STALLED, "3h", (kit.Expect("critical", ts, 3 * 3600 - 39 * 60, TINY),)),
+            kit.Check(TARGET_DOWN, "3h", (kit.Expect("critical", ts, 3 * 3600 - 39 * 60, TINY),)),
         ),
     )
-    yield Scenario(
+    yield kit.Scenario(
         "A finished run kept by a Pushgateway (rl_run_finished_timestamp_seconds present) is not "
         "a stall however old its last step.",
         (
@@ -319,7 +320,7 @@ def _stall_scenarios() -> Iterator[Scenario]:
             (series(LOGGED, ts), "10x59"),
             (series(FINISHED, ts), "0x59"),
         ),
-        (Check(STALLED, "50m"),),
+        (kit.Check(STALLED, "50m"),),
     )
 
 
@@ -344,20 +345,20 @@ def healthy_inputs(n: int) -> tuple[tuple[str, str], ...]:
 STARTUP_HANG = "RLStartupHang"
 
 
-def _startup_scenarios() -> Iterator[Scenario]:
-    yield Scenario(
+def _startup_scenarios() -> Iterator[kit.Scenario]:
+    yield kit.Scenario(
         "Start-up hang: the exporter starts at 0 and the trainer never logs a step; after the "
         "1h timeout it fires with the time since the start.",
         ((series(STARTED, TARGET), "0x89"), (series(LOGGED, TARGET), "0x89")),
         (
-            Check(STARTUP_HANG, "59m"),
-            Check(STARTUP_HANG, "70m", (Expect("critical", TARGET, 70 * 60),)),
+            kit.Check(STARTUP_HANG, "59m"),
+            kit.Check(STARTUP_HANG, "70m", (kit.Expect("critical", TARGET, 70 * 60),)),
         ),
     )
-    yield Scenario(
+    yield kit.Scenario(
         "A slow start is not a hang once the first step is logged (at 40m).",
         ((series(STARTED, TARGET), "0x89"), (series(LOGGED, TARGET), "0x39 1+1x49")),
-        (Check(STARTUP_HANG, "70m"),),
+        (kit.Check(STARTUP_HANG, "70m"),),
     )
 
 
@@ -367,10 +368,10 @@ def _startup_scenarios() -> Iterator[Scenario]:
 SLOW_RANK = "RLSlowRank"
 
 
-def _rank_phase(q: Query, k: Any) -> list[RecordingRule]:
+def _rank_phase(q: Query, k: Any) -> list[kit.RecordingRule]:
     by = f"{RUN_BY}, rank, phase"
     return [
-        RecordingRule(
+        kit.RecordingRule(
             RANK_PHASE_MEAN,
             f"sum by ({by}) ({q.rate(PHASE, suffix='_sum')}) / "
             f"sum by ({by}) ({q.rate(PHASE, suffix='_count')})",
@@ -387,29 +388,32 @@ def _slow_rank(q: Query, k: Any) -> str:
     )
 
 
-def _slow_rank_scenarios() -> Iterator[Scenario]:
+def _slow_rank_scenarios() -> Iterator[kit.Scenario]:
     inputs = []
     for rank, secs in (("0", 1.0), ("1", 1.0), ("2", 1.0), ("3", 3.0)):
         labels = {**TARGET, "rank": rank, "phase": "rollout"}
         inputs.append((series(PHASE, labels, "_sum"), f"0+{6 * secs:g}x40"))
         inputs.append((series(PHASE, labels, "_count"), "0+6x40"))
     slow = {"job": "rlpulse", "run_id": "r1", "rank": "3", "phase": "rollout"}
-    yield Scenario(
+    yield kit.Scenario(
         "Slow rank: four ranks log 6 rollouts a minute; ranks 0-2 take 1 s each, rank 3 takes "
         "3 s: 3x the median of 1 s, over the 2x threshold; fires after the 10m `for`.",
         tuple(inputs),
-        (Check(SLOW_RANK, "8m"), Check(SLOW_RANK, "20m", (Expect("warning", slow, 3),))),
+        (
+            kit.Check(SLOW_RANK, "8m"),
+            kit.Check(SLOW_RANK, "20m", (kit.Expect("warning", slow, 3),)),
+        ),
     )
 
 
 _BEFORE = "How long before firing."
-DEFS: tuple[AlertDef, ...] = (
-    ThresholdAlert(
+DEFS: tuple[kit.AlertDef, ...] = (
+    kit.ThresholdAlert(
         name=TARGET_DOWN,
         key="target_down",
         area="system",
         doc="A trainer exporter that served a run within the baseline window is down.",
-        settings={"for_": hold("1m")},
+        settings={"for_": "1m"},
         severity="critical",
         records=_served,
         expr=lambda q, k: f"time() - {dead(q)}",
@@ -420,7 +424,7 @@ DEFS: tuple[AlertDef, ...] = (
         "or lost its network (the target no longer answers, or answers for another run that "
         "took its port). This pages until the run is marked ended or served again, its target "
         "is removed or it is silenced.",
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "A run that never said it ended is no longer served: its exporter cannot be "
             "scraped, or its port now serves another run (the next run took the free "
             "port). The process died (kill -9, the OOM killer, a lost node), hung hard, or "
@@ -455,12 +459,12 @@ DEFS: tuple[AlertDef, ...] = (
         ),
         tests=tuple(_target_down_scenarios()),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=RUN_CRASHED,
         key="run_crashed",
         area="system",
         doc="The run ended in an uncaught exception or a non-zero sys.exit (rl_run_outcome).",
-        settings={"for_": hold("0s")},
+        settings={"for_": "0s"},
         severity="critical",
         records=_ended_firing,
         expr=lambda q, k: (
@@ -470,7 +474,7 @@ DEFS: tuple[AlertDef, ...] = (
         summary="A run ended in an uncaught exception or a non-zero exit status.",
         description=f"{ID} on {{{{ $labels.instance }}}} crashed {AGO} ago: "
         "{{ $labels.reason }}.",
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "The trainer process ended in an uncaught exception (in any thread) or called "
             "sys.exit with a non-zero status; rlpulse exported the outcome (rl_run_outcome, "
             "reason: the exception type or the exit status) in a last scrape or a push. "
@@ -486,16 +490,16 @@ DEFS: tuple[AlertDef, ...] = (
         ),
         tests=tuple(_run_crashed_scenarios()),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=STALLED,
         key="training_stalled",
         area="system",
         doc="No logged step for many of the run's own step intervals while the exporter is up.",
         settings={
-            "for_": hold("1m", _BEFORE),
-            "factor": Knob(5.0, "Fire after this many of the run's own median step intervals."),
-            "min_wait": Knob("5m", "...and never before this long without a step."),
-            "first_steps_wait": Knob(
+            "for_": kit.Knob("1m", _BEFORE),
+            "factor": kit.Knob(5.0, "Fire after this many of the run's own median step intervals."),
+            "min_wait": kit.Knob("5m", "...and never before this long without a step."),
+            "first_steps_wait": kit.Knob(
                 "30m", "Wait for a run that has logged one step (no interval known yet)."
             ),
         },
@@ -508,7 +512,7 @@ DEFS: tuple[AlertDef, ...] = (
             f"(more than {k.factor:g} times its own median step interval, and at least "
             f"{k.min_wait}) while its exporter still answers."
         ),
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "The exporter still answers but the trainer has made no progress of any kind "
             "(no logged step, no heartbeat of an evaluation or a checkpoint save: the TRL "
             "integration sends one per evaluation batch, Exporter.progress() does it by "
@@ -527,14 +531,14 @@ DEFS: tuple[AlertDef, ...] = (
         ),
         tests=tuple(_stall_scenarios()),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=STARTUP_HANG,
         key="startup_hang",
         area="system",
         doc="The exporter started but the trainer never logged its first step.",
         settings={
-            "for_": hold("0s", _BEFORE),
-            "timeout": Knob(
+            "for_": kit.Knob("0s", _BEFORE),
+            "timeout": kit.Knob(
                 "1h", "Fire when no step was logged this long after the exporter started."
             ),
         },
@@ -548,7 +552,7 @@ DEFS: tuple[AlertDef, ...] = (
             f"{ID} started {{{{ $value | humanizeDuration }}}} ago and has logged no step yet "
             f"(threshold {k.timeout}): it hangs in start-up (model loading, a rendezvous, data)."
         ),
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "The exporter has been up for the start-up timeout and the trainer has not "
             "logged a single step: it hangs before training (loading a model, a rendezvous "
             "that never completes, a data loader, a grader it waits for).",
@@ -563,17 +567,17 @@ DEFS: tuple[AlertDef, ...] = (
         ),
         tests=tuple(_startup_scenarios()),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=SLOW_RANK,
         key="slow_rank",
         area="system",
         doc="One rank's phase takes far longer than the same phase on the run's other ranks.",
         settings={
-            "for_": hold("10m", _BEFORE),
-            "factor": Knob(
+            "for_": kit.Knob("10m", _BEFORE),
+            "factor": kit.Knob(
                 2.0, "Fire when a rank's mean phase time is this many times the median."
             ),
-            "min_ranks": Knob(3, "Only for runs with at least this many ranks."),
+            "min_ranks": kit.Knob(3, "Only for runs with at least this many ranks."),
         },
         severity="warning",
         records=_rank_phase,
@@ -586,7 +590,7 @@ DEFS: tuple[AlertDef, ...] = (
             "back."
         ),
         scope="run",
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "One rank's mean time for a phase is several times the median of the run's "
             "ranks: a straggler (a slow or throttled GPU, a busy host, a bad link) that "
             "every synchronous step waits for.",

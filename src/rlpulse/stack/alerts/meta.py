@@ -12,17 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from rlpulse.stack.alerts import kit
 from rlpulse.stack.alerts.inputs import raw
-from rlpulse.stack.alerts.kit import (
-    Alert,
-    AlertDef,
-    Check,
-    Expect,
-    Runbook,
-    Scenario,
-    ThresholdAlert,
-    hold,
-)
 from rlpulse.stack.config import Config
 from rlpulse.stack.knobs import Duration
 from rlpulse.stack.query import Query
@@ -42,19 +33,19 @@ _AM = {"job": ALERTMANAGER_JOB, "instance": "localhost:9093"}
 _PROM = {"job": PROMETHEUS_JOB, "instance": "localhost:9090"}
 _PD = {**_AM, "integration": "pagerduty"}
 
-DEFS: tuple[AlertDef, ...] = (
-    ThresholdAlert(
+DEFS: tuple[kit.AlertDef, ...] = (
+    kit.ThresholdAlert(
         name=WATCHDOG,
         key="watchdog",
         area="system",
-        settings={"for_": hold("0s")},
+        settings={"for_": "0s"},
         severity="info",
         expr="vector(1)",
         summary="Always firing: proves that Prometheus evaluates rules and Alertmanager delivers "
         "them.",
         description="The Watchdog fires all the time; its notifications stopping means alerting "
         "is broken.",
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "Always firing, on purpose: Alertmanager posts it every watchdog.interval to "
             "watchdog.heartbeat_url, a dead man's switch that alerts when the posts stop. "
             "`rlpulse stack up` points it at its own heartbeat checker, which pages PagerDuty "
@@ -76,21 +67,21 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "Watchdog fires from the first evaluation on, with nothing as input.",
                 (),
                 (
-                    Check(WATCHDOG, "1m", (Expect("info", {}, 1),)),
-                    Check(WATCHDOG, "3h", (Expect("info", {}, 1),)),
+                    kit.Check(WATCHDOG, "1m", (kit.Expect("info", {}, 1),)),
+                    kit.Check(WATCHDOG, "3h", (kit.Expect("info", {}, 1),)),
                 ),
             ),
         ),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=NOTIFICATIONS_FAILING,
         key="notifications_failing",
         area="system",
-        settings={"for_": hold(FOR)},
+        settings={"for_": FOR},
         severity="critical",
         expr=f"sum by (job, instance, integration) "
         f"(increase(alertmanager_notifications_failed_total[{WINDOW}])) > 0",
@@ -98,7 +89,7 @@ DEFS: tuple[AlertDef, ...] = (
         description="Alertmanager {{ $labels.instance }} failed {{ $value | humanize }} "
         f"{{{{ $labels.integration }}}} notifications in {WINDOW}: pages and messages of that "
         "integration are lost.",
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "Alertmanager's notifications to an integration (PagerDuty, Slack, webhook) fail: "
             "the alerts still fire but nobody hears of them there.",
             _PIPELINE,
@@ -109,7 +100,7 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "PagerDuty notifications fail once a minute from minute 10; Prometheus drops "
                 "alerts; Alertmanager is down from minute 10.",
                 (
@@ -120,26 +111,26 @@ DEFS: tuple[AlertDef, ...] = (
                     (raw("up", _PROM), "1x40"),
                 ),
                 (
-                    Check(NOTIFICATIONS_FAILING, "5m"),
-                    Check(NOTIFICATIONS_FAILING, "30m", (Expect("critical", _PD, 5),)),
-                    Check(ALERTS_UNDELIVERED, "30m", (Expect("critical", _PROM, 5),)),
-                    Check(SELF_SCRAPE_DOWN, "30m", (Expect("warning", _AM, 0),)),
+                    kit.Check(NOTIFICATIONS_FAILING, "5m"),
+                    kit.Check(NOTIFICATIONS_FAILING, "30m", (kit.Expect("critical", _PD, 5),)),
+                    kit.Check(ALERTS_UNDELIVERED, "30m", (kit.Expect("critical", _PROM, 5),)),
+                    kit.Check(SELF_SCRAPE_DOWN, "30m", (kit.Expect("warning", _AM, 0),)),
                 ),
             ),
         ),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=ALERTS_UNDELIVERED,
         key="alerts_undelivered",
         area="system",
-        settings={"for_": hold(FOR)},
+        settings={"for_": FOR},
         severity="critical",
         expr=f"sum by (job, instance) (increase(prometheus_notifications_errors_total[{WINDOW}]) "
         f"+ increase(prometheus_notifications_dropped_total[{WINDOW}])) > 0",
         summary="Prometheus cannot hand its alerts to Alertmanager.",
         description="Prometheus {{ $labels.instance }} failed or dropped {{ $value | humanize }} "
         f"alert notifications in {WINDOW}.",
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "Prometheus fails to send alerts to Alertmanager or drops them from its queue.",
             _PIPELINE,
             (
@@ -148,17 +139,17 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=SELF_SCRAPE_DOWN,
         key="monitoring_down",
         area="system",
-        settings={"for_": hold(FOR)},
+        settings={"for_": FOR},
         severity="warning",
         expr=f'up{{job=~"{PROMETHEUS_JOB}|{ALERTMANAGER_JOB}"}} == 0',
         summary="Prometheus cannot scrape itself or Alertmanager.",
         description="The {{ $labels.job }} target {{ $labels.instance }} is down "
         "(up = {{ $value | humanize }}).",
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "Prometheus cannot scrape its own or Alertmanager's metrics, so the two alerts above "
             "go blind.",
             _PIPELINE,
@@ -166,16 +157,16 @@ DEFS: tuple[AlertDef, ...] = (
         ),
     ),
 )
-ALERTS: tuple[Alert, ...] = tuple(a for d in DEFS for a in d.rules(Query(Config()), d.knobs()))
-RUNBOOKS: dict[str, Runbook] = {d.name: d.runbook for d in DEFS}
+ALERTS: tuple[kit.Alert, ...] = tuple(a for d in DEFS for a in d.rules(Query(Config()), d.knobs()))
+RUNBOOKS: dict[str, kit.Runbook] = {d.name: d.runbook for d in DEFS}
 
 
-def scenarios() -> Iterator[Scenario]:
+def scenarios() -> Iterator[kit.Scenario]:
     """promtool scenarios: the Watchdog always fires; failures fire their alert; a healthy
     pipeline raises nothing else (last)."""
     for d in DEFS:
         yield from d.scenarios(d.knobs())
-    yield Scenario(
+    yield kit.Scenario(
         "Healthy pipeline, 3 hours: both self-scrapes up, no failed notification.",
         (
             (raw("alertmanager_notifications_failed_total", _PD), "0x180"),
@@ -185,7 +176,7 @@ def scenarios() -> Iterator[Scenario]:
             (raw("up", _PROM), "1x180"),
         ),
         tuple(
-            Check(name, at)
+            kit.Check(name, at)
             for name in (NOTIFICATIONS_FAILING, ALERTS_UNDELIVERED, SELF_SCRAPE_DOWN)
             for at in ("1h", "2h59m")
         ),

@@ -11,23 +11,9 @@ from typing import Any
 from rlpulse import catalog
 from rlpulse.detect import drift
 from rlpulse.stack import panels
-from rlpulse.stack.alerts import step
+from rlpulse.stack.alerts import kit, step
 from rlpulse.stack.alerts.inputs import HEALTHY_SAMPLES, TARGET, const, noisy, ramp, series
-from rlpulse.stack.alerts.kit import (
-    G3,
-    HUMANIZE,
-    ID,
-    PERCENT,
-    AlertDef,
-    Check,
-    Expect,
-    Knob,
-    Runbook,
-    Scenario,
-    ThresholdAlert,
-    hold,
-    pct,
-)
+from rlpulse.stack.alerts.kit import G3, HUMANIZE, ID, PERCENT, pct
 from rlpulse.stack.alerts.step import StepAlert
 from rlpulse.stack.panels import TRAINING, see
 from rlpulse.stack.promql import regex_alternatives, sel, template_matchers, template_query
@@ -60,13 +46,12 @@ ENTROPY_COLLAPSE = StepAlert(
     healthy=0.8,
     warning=0.35,
     critical=0.2,
-    runbook=Runbook(
+    runbook=kit.Runbook(
         "The policy's smoothed entropy fell far below its own peak: the policy is becoming "
         "near-deterministic, stops exploring, and groups stop disagreeing. It usually comes "
         "before reward stalls or collapses, so it is the earliest warning of a collapse.",
         panels.see(
             panels.TRAINING,
-            panels.alert_signal("RLEntropyCollapse", "entropy_ratio_to_peak"),
             panels.ENTROPY,
             panels.REWARD_SPREAD,
             panels.KL_REFERENCE,
@@ -91,14 +76,13 @@ ENTROPY_BLOWUP = StepAlert(
     healthy=1.2,
     warning=2.0,
     critical=3.0,
-    runbook=Runbook(
+    runbook=kit.Runbook(
         "The policy's smoothed entropy is several times its level at the start of the run: "
         "the policy is "
         "drifting toward uniform sampling (garbled text, random actions), usually after too "
         "large updates or a too-strong entropy bonus.",
         panels.see(
             panels.TRAINING,
-            panels.alert_signal("RLEntropyBlowup", "entropy_ratio_to_start"),
             panels.ENTROPY,
             panels.GRAD_NORM,
             panels.KL_REFERENCE,
@@ -122,13 +106,12 @@ KL_HIGH = StepAlert(
     healthy=0.05,
     warning=1.0,
     critical=3.0,
-    runbook=Runbook(
+    runbook=kit.Runbook(
         "The policy's KL to the frozen reference stayed high over several logged steps (a "
         "step-smoothed median, so one spike does not fire it): the policy drifted far from the "
         "reference. Critical means a blow-up.",
         panels.see(
             panels.TRAINING,
-            panels.alert_signal("RLKLReferenceHigh", "kl_reference_level"),
             panels.KL_REFERENCE,
         ),
         (
@@ -149,13 +132,12 @@ KL_SPIKE = StepAlert(
     relation="from its recent median",
     healthy=0.5,
     warning=8.0,
-    runbook=Runbook(
+    runbook=kit.Runbook(
         "The latest KL to the reference is many robust standard deviations (median absolute "
         "deviations) above its recent history: a sudden jump, which often precedes a blow-up, "
         "or a single bad batch.",
         panels.see(
             panels.TRAINING,
-            panels.alert_signal("RLKLReferenceSpike", "kl_reference_zscore"),
             panels.KL_REFERENCE,
             panels.GRAD_NORM,
         ),
@@ -176,13 +158,12 @@ GRAD_SPIKE = StepAlert(
     relation="its recent 90th percentile",
     healthy=1.1,
     warning=10.0,
-    runbook=Runbook(
+    runbook=kit.Runbook(
         "The latest gradient norm is many times its recent 90th percentile (relative, so runs "
         "whose stable norm is 1e5 do not fire). Isolated spikes are common; repeated ones precede "
         "divergence.",
         panels.see(
             panels.TRAINING,
-            panels.alert_signal("RLGradNormSpike", "grad_norm_spike_ratio"),
             panels.GRAD_NORM,
             panels.NONFINITE,
             panels.LEARNING_RATE,
@@ -204,12 +185,11 @@ VALUE_LOSS = StepAlert(
     relation="its recent median magnitude",
     healthy=1.0,
     warning=10.0,
-    runbook=Runbook(
+    runbook=kit.Runbook(
         "The critic's smoothed value loss is many times its recent median magnitude: the value "
         "function is diverging, which corrupts advantages (GAE) and then the policy.",
         panels.see(
             panels.TRAINING,
-            panels.alert_signal("RLValueLossExplosion", "value_loss_ratio"),
             panels.LOSSES,
             panels.EXPLAINED_VARIANCE,
         ),
@@ -231,7 +211,7 @@ REWARD_COLLAPSE = StepAlert(
     healthy=0.05,
     warning=0.5,
     critical=0.75,
-    runbook=Runbook(
+    runbook=kit.Runbook(
         "The smoothed training reward (or episode return) fell back from its peak and lost "
         "most of what the run had learned: the policy broke (divergence, collapse to a "
         "do-nothing policy, a bad checkpoint) or the grader changed. It keeps firing while "
@@ -241,7 +221,6 @@ REWARD_COLLAPSE = StepAlert(
         "episodes is single episodes recorded with observe_episodes.",
         panels.see(
             panels.TRAINING,
-            panels.alert_signal("RLRewardCollapse", "reward_gain_lost_ratio"),
             panels.REWARD,
             panels.REWARD_COMPONENTS,
         ),
@@ -263,7 +242,7 @@ REWARD_LOST = StepAlert(
     healthy=0.0,
     warning=2.0,
     critical=3.0,
-    runbook=Runbook(
+    runbook=kit.Runbook(
         "The reward (episode return, or the logged reward mean) varied earlier in the run and "
         "now reads one value, below its peak, over many more readings in a row than any "
         "stretch of its last 500 readings, and far longer than that value's own frequency "
@@ -274,7 +253,6 @@ REWARD_LOST = StepAlert(
         "drifts. A reward pinned at its peak (a solved task, CartPole's 500) does not fire.",
         panels.see(
             panels.TRAINING,
-            panels.alert_signal("RLRewardSignalLost", "reward_frozen_ratio"),
             panels.REWARD,
             panels.REWARD_COMPONENTS,
         ),
@@ -297,13 +275,12 @@ ZERO_STD = StepAlert(
     relation="of the last 10 batches; reward peak",
     healthy=0.1,
     warning=0.8,
-    runbook=Runbook(
+    runbook=kit.Runbook(
         "Most prompt groups have one reward for all samples (or the batch reward std is 0), "
         "so group-relative advantages are zero and there is no learning signal, while the "
         "reward is below its best (a run saturated at its best reward does not fire).",
         panels.see(
             panels.TRAINING,
-            panels.alert_signal("RLZeroStdGroupsHigh", "zero_std_unsolved_ratio"),
             panels.REWARD_SPREAD,
         ),
         (
@@ -323,12 +300,11 @@ ADVANTAGE_COLLAPSE = StepAlert(
     relation="of its peak so far",
     healthy=0.8,
     warning=0.1,
-    runbook=Runbook(
+    runbook=kit.Runbook(
         "The spread of the advantages fell to a small fraction of its peak: the policy "
         "gradient is near zero, learning has stopped (all samples alike, a saturated critic).",
         panels.see(
             panels.TRAINING,
-            panels.alert_signal("RLAdvantageStdCollapse", "advantage_std_ratio_to_peak"),
             panels.ADVANTAGES,
         ),
         ("Check zero-std groups and entropy; check advantage normalisation and the critic.",),
@@ -344,7 +320,7 @@ REFERENCE_BAND = StepAlert(
     relation="of the references' range outside their band at this step; band edge",
     healthy=0.0,
     warning=0.1,
-    runbook=Runbook(
+    runbook=kit.Runbook(
         "Only for a run started with a reference band (reference_band= or "
         "RLPULSE_REFERENCE_BAND: earlier healthy runs of the same configuration, rlpulse band "
         "build). Its smoothed reward (or episode return, or held-out score) is below, its KL "
@@ -356,7 +332,6 @@ REFERENCE_BAND = StepAlert(
         "configuration, data or environment version also moves a run out of the band.",
         panels.see(
             panels.TRAINING,
-            panels.alert_signal("RLOutsideReferenceBand", "reference_band_gap"),
             panels.REWARD,
         ),
         (
@@ -465,10 +440,10 @@ def _drift_text(labels: dict[str, str], value: str) -> dict[str, str]:
     }
 
 
-def healthy() -> Scenario:
+def healthy() -> kit.Scenario:
     """A healthy run no RL alert fires on."""
     n = HEALTHY_SAMPLES
-    return Scenario(
+    return kit.Scenario(
         "Healthy GRPO/PPO run, 8 hours: entropy decays 1.0 -> 0.55, KL grows 0 -> 0.3, reward "
         "rises 0.2 -> 0.8, value loss falls, explained variance rises; all with noise.",
         (
@@ -494,15 +469,15 @@ def healthy() -> Scenario:
     )
 
 
-DEFS: tuple[AlertDef, ...] = (
+DEFS: tuple[kit.AlertDef, ...] = (
     *STEP_ALERTS,
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=INPUT_DRIFT,
         key="input_drift",
         area="rl",
         doc="What the run is fed moved from its reference.",
         settings={
-            "threshold": Knob(
+            "threshold": kit.Knob(
                 drift.SHIFT,
                 "Warn above this drift score of an input (a population stability index: 0.1 is a "
                 "small shift, 0.25 a large one).",
@@ -516,7 +491,7 @@ DEFS: tuple[AlertDef, ...] = (
             f"reference: score {G3} (fires above {k.threshold:g}; {drift.EVENT:g}: it varied and "
             f"now reads one value, or a new version){_DRIFT_SINCE}."
         ),
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "A feature of what the run is fed (rlpulse.detect.drift: prompt lengths, their "
             "source or dataset tag, difficulty, an environment or grader version; for a "
             "classic RL run, an observation channel that varied and now reads one value) "
@@ -536,7 +511,7 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "An input's mix shifts (score 0.05 -> 0.6 from 10m, drifted since step 120): a "
                 "warning after for; an observation's score of 3 (it moved as the policy learned) "
                 "raises nothing, its dead channel (100) does.",
@@ -547,18 +522,18 @@ DEFS: tuple[AlertDef, ...] = (
                     (series(DRIFT_ONSET, _DEAD), f"_x20 {const(120, 20)}"),
                 ),
                 (
-                    Check(INPUT_DRIFT, "15m"),
-                    Check(
+                    kit.Check(INPUT_DRIFT, "15m"),
+                    kit.Check(
                         INPUT_DRIFT,
                         "25m",
-                        (Expect("warning", _DRIFTED, 0.6, _drift_text(_DRIFTED, "0.6")),),
+                        (kit.Expect("warning", _DRIFTED, 0.6, _drift_text(_DRIFTED, "0.6")),),
                     ),
-                    Check(
+                    kit.Check(
                         INPUT_DRIFT,
                         "35m",
                         (
-                            Expect("warning", _DRIFTED, 0.6, _drift_text(_DRIFTED, "0.6")),
-                            Expect(
+                            kit.Expect("warning", _DRIFTED, 0.6, _drift_text(_DRIFTED, "0.6")),
+                            kit.Expect(
                                 "warning",
                                 _DEAD,
                                 drift.EVENT,
@@ -570,19 +545,19 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=UPDATE_KL,
         key="update_kl_high",
         area="rl",
         doc="Update-step (approximate) KL too high: updates move the policy too far.",
-        settings={"threshold": Knob(0.05, "Fire above this mean approximate KL.")},
+        settings={"threshold": kit.Knob(0.05, "Fire above this mean approximate KL.")},
         severity="warning",
         expr=lambda q, k: f"{q.recent(APPROX_KL)} > {k.threshold:g}",
         summary="Update-step KL is too high: each update moves the policy too far.",
         description=lambda q, k: (
             f"Mean approximate KL per update of {ID} is {G3} nats (threshold {k.threshold:g})."
         ),
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "The approximate KL between the policy before and after each update is high: "
             "each optimisation step moves the policy too far (PPO's trust region is not "
             "respected).",
@@ -593,19 +568,19 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "Update-step KL: 0.01, then 0.2 from 20m; above 0.05 from 22m, fires from 32m.",
                 ((series(APPROX_KL), f"{const(0.01, 20)} {const(0.2, 40)}"),),
-                (Check(UPDATE_KL, "50m", (Expect("warning", TARGET, 0.2),)),),
+                (kit.Check(UPDATE_KL, "50m", (kit.Expect("warning", TARGET, 0.2),)),),
             ),
         ),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=CLIP_HIGH,
         key="clip_fraction_high",
         area="rl",
         doc="Too many ratios clipped.",
-        settings={"threshold": Knob(0.3, "Fire above this mean clip fraction.")},
+        settings={"threshold": kit.Knob(0.3, "Fire above this mean clip fraction.")},
         severity="warning",
         expr=lambda q, k: f"{q.recent(CLIP)} > {k.threshold:g}",
         summary="A large fraction of probability ratios is clipped.",
@@ -613,7 +588,7 @@ DEFS: tuple[AlertDef, ...] = (
             f"Clip fraction (bound {{{{ $labels.bound }}}}) of {ID} is {PERCENT} "
             f"(threshold {pct(k.threshold)})."
         ),
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "A large fraction of probability ratios hit the clip bound: most of the batch "
             "gives no gradient, a sign that updates are too large or the data is stale "
             "(off-policy).",
@@ -626,26 +601,26 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "Clip fraction: 0.1, then 0.5 from 20m; fires from about 32m.",
                 ((series(CLIP, _CLIP_ANY), f"{const(0.1, 20)} {const(0.5, 40)}"),),
-                (Check(CLIP_HIGH, "50m", (Expect("warning", _CLIP_ANY, 0.5),)),),
+                (kit.Check(CLIP_HIGH, "50m", (kit.Expect("warning", _CLIP_ANY, 0.5),)),),
             ),
         ),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=NONFINITE_LOSS,
         key="nonfinite_loss",
         area="rl",
         doc="NaN or Inf in a loss or gradient norm.",
         settings={
-            "for_": hold("0s"),
-            "metrics": Knob(
+            "for_": "0s",
+            "metrics": kit.Knob(
                 ("rl_loss", "rl_policy_loss", "rl_value_loss", "rl_grad_norm"),
                 "Catalog metrics watched for non-finite values.",
                 frozenset(catalog.BY_NAME),
             ),
-            "keep_firing_for": Knob(
+            "keep_firing_for": kit.Knob(
                 "10m",
                 "Keep firing this long after the last non-finite value: a diverged run that stops "
                 "(or ends) keeps its page, and the alerts it holds back stay held.",
@@ -657,7 +632,7 @@ DEFS: tuple[AlertDef, ...] = (
         description=f"{{{{ $labels.metric }}}} of {ID} is not finite (value or count {HUMANIZE}): "
         "training has diverged or will.",
         check=_nonfinite_problems,
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "A loss or gradient norm became NaN or ±Inf (seen in the gauge or counted by the "
             "exporter). Training has diverged; later steps are usually wasted.",
             see(TRAINING, panels.NONFINITE, panels.GRAD_NORM, panels.LEARNING_RATE),
@@ -670,7 +645,7 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "Non-finite values. A log replay sets the gauge to +Inf (no exporter counter): "
                 "fires at once with the gauge's value. A live exporter also counts NaNs: rl_loss "
                 "goes NaN at 10m and the counter grows 1 per minute, so at 15m the count is 6 (the "
@@ -681,42 +656,42 @@ DEFS: tuple[AlertDef, ...] = (
                     (series(NONFINITE, _LOSS), f"{const(0, 10)} {ramp(1, 1, 10)}"),
                 ),
                 (
-                    Check(NONFINITE_LOSS, "9m"),
-                    Check(
+                    kit.Check(NONFINITE_LOSS, "9m"),
+                    kit.Check(
                         NONFINITE_LOSS,
                         "11m",
                         (
-                            Expect("critical", {**_POLICY, "metric": "rl_grad_norm"}, math.inf),
-                            Expect("critical", _LOSS, 2),
+                            kit.Expect("critical", {**_POLICY, "metric": "rl_grad_norm"}, math.inf),
+                            kit.Expect("critical", _LOSS, 2),
                         ),
                     ),
-                    Check(
+                    kit.Check(
                         NONFINITE_LOSS,
                         "15m",
                         (
                             # the grad norm is finite again from 12m: kept firing (keep_firing_for)
-                            Expect("critical", {**_POLICY, "metric": "rl_grad_norm"}, math.inf),
-                            Expect("critical", _LOSS, 6),
+                            kit.Expect("critical", {**_POLICY, "metric": "rl_grad_norm"}, math.inf),
+                            kit.Expect("critical", _LOSS, 6),
                         ),
                     ),
                 ),
             ),
         ),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=EXPLAINED_VARIANCE,
         key="explained_variance_negative",
         area="rl",
         doc="The value function predicts worse than a constant.",
         settings={
-            "for_": hold("15m"),
-            "threshold": Knob(0.0, "Fire below this mean explained variance."),
+            "for_": "15m",
+            "threshold": kit.Knob(0.0, "Fire below this mean explained variance."),
         },
         severity="warning",
         expr=lambda q, k: f"{q.recent(EXPLAINED_VAR)} < {k.threshold:g}",
         summary="The value function explains less than a constant would.",
         description=lambda q, k: f"Explained variance of {ID} is {G3} (threshold {k.threshold:g}).",
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "The value function explains less of the returns than a constant would: its "
             "advantages are noise.",
             see(TRAINING, panels.EXPLAINED_VARIANCE, panels.LOSSES),
@@ -726,24 +701,24 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "Explained variance: 0.5, then -0.3 from 20m; the 10m mean is negative from 26m "
                 "and fires 15m later.",
                 ((series(EXPLAINED_VAR), f"{const(0.5, 20)} {const(-0.3, 40)}"),),
                 (
-                    Check(EXPLAINED_VARIANCE, "35m"),
-                    Check(EXPLAINED_VARIANCE, "50m", (Expect("warning", TARGET, -0.3),)),
+                    kit.Check(EXPLAINED_VARIANCE, "35m"),
+                    kit.Check(EXPLAINED_VARIANCE, "50m", (kit.Expect("warning", TARGET, -0.3),)),
                 ),
             ),
         ),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=IMPORTANCE_DRIFT,
         key="importance_ratio_drift",
         area="rl",
         doc="Trainer and rollout-engine probabilities disagree (importance ratio far from 1).",
         settings={
-            "max_deviation": Knob(0.2, "Fire when the mean ratio is further than this from 1.")
+            "max_deviation": kit.Knob(0.2, "Fire when the mean ratio is further than this from 1.")
         },
         severity="warning",
         expr=lambda q, k: f"abs({q.recent(IMPORTANCE)} - 1) > {k.max_deviation:g}",
@@ -751,7 +726,7 @@ DEFS: tuple[AlertDef, ...] = (
         description=lambda q, k: (
             f"Mean importance ratio of {ID} is {G3} away from 1 (threshold {k.max_deviation:g})."
         ),
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "The importance ratio between trainer and rollout-engine probabilities is far "
             "from 1: the rollouts were generated by a different policy than the one being "
             "trained (precision mismatch, stale weights, different sampling settings).",
@@ -763,11 +738,11 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "Train/inference mismatch: importance ratio 1.0, then 1.5 from 20m: 0.5 away from "
                 "1.",
                 ((series(IMPORTANCE), f"{const(1, 20)} {const(1.5, 40)}"),),
-                (Check(IMPORTANCE_DRIFT, "50m", (Expect("warning", TARGET, 0.5),)),),
+                (kit.Check(IMPORTANCE_DRIFT, "50m", (kit.Expect("warning", TARGET, 0.5),)),),
             ),
         ),
     ),

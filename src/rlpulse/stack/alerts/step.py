@@ -18,6 +18,7 @@ from typing import Any
 
 from rlpulse import catalog
 from rlpulse.detect import signals
+from rlpulse.stack import panels
 from rlpulse.stack.alerts.inputs import TARGET, series
 from rlpulse.stack.alerts.kit import (
     ID,
@@ -25,6 +26,7 @@ from rlpulse.stack.alerts.kit import (
     AlertDef,
     Check,
     Expect,
+    Runbook,
     Scenario,
     Severity,
 )
@@ -111,7 +113,8 @@ def _go_query(selector: str, args: str, fmt: str) -> str:
 
 @dataclass(frozen=True, kw_only=True)
 class StepAlert(AlertDef):
-    """One alert on one step-indexed signal."""
+    """One alert on one step-indexed signal (its runbook names the panels to open after the
+    one plotting its signal)."""
 
     signal: str
     subject: str
@@ -142,6 +145,14 @@ class StepAlert(AlertDef):
     @property
     def above(self) -> bool:
         return self.sig.worse == "above"
+
+    @property
+    def runbooks(self) -> dict[str, Runbook]:
+        """Its runbook, whose panels start with the one plotting its signal (the training
+        dashboard's panel of this alert)."""
+        own = panels.see(panels.TRAINING, panels.alert_signal(self.name, self.signal))
+        panel = own + panels.SEPARATOR + self.runbook.panel if self.runbook.panel else own
+        return {self.name: dataclasses.replace(self.runbook, panel=panel)}
 
     def rules(self, q: Query, k: Any) -> Iterator[Alert]:
         return self.alerts(k, q.cfg.selectors.metrics)

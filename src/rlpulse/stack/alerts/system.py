@@ -7,24 +7,9 @@ from typing import Any
 
 from rlpulse import catalog
 from rlpulse.stack import panels
-from rlpulse.stack.alerts import gpu, liveness
+from rlpulse.stack.alerts import gpu, kit, liveness
 from rlpulse.stack.alerts.inputs import HEALTHY_SAMPLES, RUN, TARGET, const, counter, series
-from rlpulse.stack.alerts.kit import (
-    HUMANIZE,
-    ID,
-    PERCENT,
-    RUN_TEXT,
-    AlertDef,
-    Check,
-    Expect,
-    Knob,
-    RecordingRule,
-    Runbook,
-    Scenario,
-    ThresholdAlert,
-    hold,
-    pct,
-)
+from rlpulse.stack.alerts.kit import HUMANIZE, ID, PERCENT, RUN_TEXT, pct
 from rlpulse.stack.panels import SYSTEM, TRAINING, see
 from rlpulse.stack.promql import record_name
 from rlpulse.stack.query import Query
@@ -56,9 +41,9 @@ def rate_ratio_name(metric: catalog.Metric) -> str:
     return record_name("run", metric, "rate_ratio_to_earlier")
 
 
-def _rate_ratios(q: Query, k: Any) -> list[RecordingRule]:
+def _rate_ratios(q: Query, k: Any) -> list[kit.RecordingRule]:
     return [
-        RecordingRule(
+        kit.RecordingRule(
             rate_ratio_name(m),
             f"{q.run_sum_rate(m, q.w.recent)} / {q.run_sum_rate(m, q.w.zscore, q.w.recent)}",
         )
@@ -66,17 +51,17 @@ def _rate_ratios(q: Query, k: Any) -> list[RecordingRule]:
     ]
 
 
-def _rollout_quantiles(q: Query, k: Any) -> list[RecordingRule]:
+def _rollout_quantiles(q: Query, k: Any) -> list[kit.RecordingRule]:
     return [
-        RecordingRule(name, q.run_quantile(p, ROLLOUT))
+        kit.RecordingRule(name, q.run_quantile(p, ROLLOUT))
         for (_, p), name in zip(QUANTILES, ROLLOUT_QUANTILES.values(), strict=True)
     ]
 
 
-def _grader_ratio(q: Query, k: Any) -> list[RecordingRule]:
+def _grader_ratio(q: Query, k: Any) -> list[kit.RecordingRule]:
     # no calls in the window: no ratio (not 0/0 = NaN)
     ratio = f"{q.run_sum_rate(GRADER_ERRORS)} / ({q.run_sum_rate(GRADER_CALLS)} > 0)"
-    return [RecordingRule(GRADER_ERROR_RATIO, ratio)]
+    return [kit.RecordingRule(GRADER_ERROR_RATIO, ratio)]
 
 
 _LATENCY = {
@@ -88,7 +73,7 @@ _LATENCY = {
 }
 
 
-def healthy() -> Scenario:
+def healthy() -> kit.Scenario:
     """A healthy run no system alert fires on (liveness and GPUs included)."""
     n = HEALTHY_SAMPLES
     hist = {
@@ -97,7 +82,7 @@ def healthy() -> Scenario:
         "2.5": counter((100, n)),
         "+Inf": counter((100, n)),
     }
-    return Scenario(
+    return kit.Scenario(
         "Healthy run, 8 hours: up, stepping, GPUs busy at 85% and 70 C with power capping, "
         "corrected ECC errors only, steady throughput, p99/p50 latency 3, 1% grader errors. A "
         "second static target that never served a run is down all along: not paged.",
@@ -116,15 +101,15 @@ def healthy() -> Scenario:
     )
 
 
-DEFS: tuple[AlertDef, ...] = (
-    ThresholdAlert(
+DEFS: tuple[kit.AlertDef, ...] = (
+    kit.ThresholdAlert(
         name=THROUGHPUT_DROP,
         key="throughput_drop",
         area="system",
         doc="Training throughput fell against the run's earlier window.",
         settings={
-            "for_": hold("15m"),
-            "ratio": Knob(0.5, "Fire below this fraction of the earlier rate."),
+            "for_": "15m",
+            "ratio": kit.Knob(0.5, "Fire below this fraction of the earlier rate."),
         },
         severity="warning",
         records=_rate_ratios,
@@ -138,7 +123,7 @@ DEFS: tuple[AlertDef, ...] = (
             f"the earlier {q.w.zscore} (threshold {pct(k.ratio)})."
         ),
         scope="run",
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "Training steps or samples per second fell well below the run's rate over the "
             "earlier window.",
             see(TRAINING, panels.SAMPLES_RATE, panels.STEPS_RATE, panels.PHASE_SHARE)
@@ -150,29 +135,29 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "Throughput drop: 10 steps a minute, 2 a minute from 90m. At 115m the last 10m "
                 "rate (20 steps) against the hour before ([45m, 105m]: 450 + 30 steps) is 0.25.",
                 ((series(TRAIN_STEPS), counter((10, 91), (2, 40))),),
                 (
-                    Check(THROUGHPUT_DROP, "100m"),
-                    Check(
+                    kit.Check(THROUGHPUT_DROP, "100m"),
+                    kit.Check(
                         THROUGHPUT_DROP,
                         "115m",
-                        (Expect("warning", {**RUN, "throughput": TRAIN_STEPS.family}, 0.25),),
+                        (kit.Expect("warning", {**RUN, "throughput": TRAIN_STEPS.family}, 0.25),),
                     ),
                 ),
             ),
         ),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=LATENCY_TAIL,
         key="rollout_latency_tail",
         area="system",
         doc="Rollout-latency long tail: p99 far above p50.",
         settings={
-            "for_": hold("15m"),
-            "ratio": Knob(10.0, "Fire when p99 / p50 is above this."),
+            "for_": "15m",
+            "ratio": kit.Knob(10.0, "Fire when p99 / p50 is above this."),
         },
         severity="warning",
         records=_rollout_quantiles,
@@ -183,7 +168,7 @@ DEFS: tuple[AlertDef, ...] = (
             f"(threshold {k.ratio:g})."
         ),
         scope="run",
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "The p99 rollout latency is far above p50: a few very slow generations or "
             "episodes hold up every batch (synchronous RL waits for the slowest).",
             see(SYSTEM, panels.ROLLOUT_HEATMAP, panels.ROLLOUT_QUANTILES),
@@ -193,7 +178,7 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "Rollout-latency tail: of 100 rollouts a minute 97 take up to 1 s and 3 take "
                 "1-2 min. p50 = 0.5 + 0.5 * 50/97 = 0.758 s, p99 = 60 + 60 * 2/3 = 100 s: 132 "
                 "times p50.",
@@ -202,24 +187,24 @@ DEFS: tuple[AlertDef, ...] = (
                     for le, v in _LATENCY.items()
                 ),
                 (
-                    Check(
+                    kit.Check(
                         LATENCY_TAIL,
                         "30m",
-                        (Expect("warning", RUN, 100 / (0.5 + 0.25 * 100 / 97)),),
+                        (kit.Expect("warning", RUN, 100 / (0.5 + 0.25 * 100 / 97)),),
                     ),
                 ),
             ),
         ),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=GRADER,
         key="grader_errors",
         area="system",
         doc="Grader / reward-model calls failing.",
         settings={
-            "for_": hold("5m"),
-            "warning": Knob(0.05, "Warning above this error fraction."),
-            "critical": Knob(0.5, "Critical above this."),
+            "for_": "5m",
+            "warning": kit.Knob(0.05, "Warning above this error fraction."),
+            "critical": kit.Knob(0.5, "Critical above this."),
         },
         severity="tiered",
         records=_grader_ratio,
@@ -231,7 +216,7 @@ DEFS: tuple[AlertDef, ...] = (
         ),
         level_text=pct,
         scope="run",
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "A large fraction of grader / reward-model calls fail; failed calls usually "
             "score 0 and corrupt the reward signal.",
             see(SYSTEM, panels.GRADER_CALLS, panels.GRADER_LATENCY),
@@ -241,7 +226,7 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "Grader errors: 100 calls a minute; 10 fail from 10m (0.1, warning), 60 from 40m "
                 "(0.6, critical).",
                 (
@@ -249,15 +234,17 @@ DEFS: tuple[AlertDef, ...] = (
                     (series(GRADER_ERRORS), counter((0, 11), (10, 30), (60, 29))),
                 ),
                 (
-                    Check(GRADER, "30m", (Expect("warning", RUN, 0.1),)),
-                    Check(
-                        GRADER, "60m", (Expect("warning", RUN, 0.6), Expect("critical", RUN, 0.6))
+                    kit.Check(GRADER, "30m", (kit.Expect("warning", RUN, 0.1),)),
+                    kit.Check(
+                        GRADER,
+                        "60m",
+                        (kit.Expect("warning", RUN, 0.6), kit.Expect("critical", RUN, 0.6)),
                     ),
                 ),
             ),
         ),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=COLLECTOR,
         key="exporter_collector_errors",
         area="system",
@@ -271,7 +258,7 @@ DEFS: tuple[AlertDef, ...] = (
             f"The {{{{ $labels.collector }}}} collector of {ID} on {{{{ $labels.instance }}}} "
             f"failed (errors in {q.w.recent}, or 0 if down: {HUMANIZE})."
         ),
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "One of the exporter's collectors (GPU via NVML, host via psutil) keeps failing "
             "or timing out; its panels and alerts go blind.",
             see(SYSTEM, panels.COLLECTORS, panels.EXPORTER_ERRORS),
@@ -281,23 +268,23 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "Collector failing: the GPU collector goes down at 10m and its error count grows "
                 "1 a minute: 10 errors in the 10m before 30m.",
                 (
                     (series(COLLECTOR_UP, _GPU_COLLECTOR), f"{const(1, 10)} {const(0, 30)}"),
                     (series(COLLECTOR_ERRORS, _GPU_COLLECTOR), counter((0, 11), (1, 29))),
                 ),
-                (Check(COLLECTOR, "30m", (Expect("warning", _GPU_COLLECTOR, 10),)),),
+                (kit.Check(COLLECTOR, "30m", (kit.Expect("warning", _GPU_COLLECTOR, 10),)),),
             ),
         ),
     ),
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=DROPPED_VALUES,
         key="exporter_dropped_values",
         area="system",
         doc="The exporter drops logged values or folds labels into __overflow__.",
-        settings={"for_": hold("15m")},
+        settings={"for_": "15m"},
         severity="info",
         expr=lambda q, k: (
             f"increase({q.s(DROPPED)}[{q.w.recent}]) > 0 "
@@ -308,7 +295,7 @@ DEFS: tuple[AlertDef, ...] = (
             f"The exporter of {ID} dropped {HUMANIZE} values in {q.w.recent} "
             "(reason {{ $labels.reason }}{{ $labels.label }})."
         ),
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "The exporter dropped logged values (non-numeric, None, …) or folded label "
             "values into __overflow__ at the cardinality cap. Informational: some series "
             "are incomplete.",
@@ -319,10 +306,10 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "Dropped values: the trainer logs a string every minute; 10 dropped in 10m.",
                 ((series(DROPPED, _NON_NUMERIC), counter((1, 40))),),
-                (Check(DROPPED_VALUES, "30m", (Expect("info", _NON_NUMERIC, 10),)),),
+                (kit.Check(DROPPED_VALUES, "30m", (kit.Expect("info", _NON_NUMERIC, 10),)),),
             ),
         ),
     ),

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rlpulse import catalog
 from rlpulse.stack import panels
-from rlpulse.stack.alerts import step
+from rlpulse.stack.alerts import kit, step
 from rlpulse.stack.alerts.inputs import (
     HEALTHY_SAMPLES,
     RUN,
@@ -16,19 +16,7 @@ from rlpulse.stack.alerts.inputs import (
     noisy,
     series,
 )
-from rlpulse.stack.alerts.kit import (
-    G3,
-    RUN_TEXT,
-    AlertDef,
-    Check,
-    Expect,
-    Knob,
-    RecordingRule,
-    Runbook,
-    Scenario,
-    ThresholdAlert,
-    hold,
-)
+from rlpulse.stack.alerts.kit import G3, RUN_TEXT
 from rlpulse.stack.alerts.step import StepAlert
 from rlpulse.stack.promql import record_name, sel, template_matchers, template_query
 
@@ -66,7 +54,7 @@ REWARD_HACKING = StepAlert(
     # the objective fell as far as RLEvalDrop pages for: the hack has done its damage
     escalate=("eval_drop_ratio", EVAL_DROP_CRITICAL),
     also=_OBJECTIVE_NOW,
-    runbook=Runbook(
+    runbook=kit.Runbook(
         "The smoothed training reward rose well above where it stood when the true objective "
         "(a held-out eval score, or a key declared the objective) was last at its best, and "
         "the objective has not improved since: the policy is likely exploiting the reward "
@@ -75,7 +63,6 @@ REWARD_HACKING = StepAlert(
         "holds back, with the length, format and entropy alerts a hack brings about).",
         panels.see(
             panels.TRAINING,
-            panels.alert_signal("RLRewardHacking", "reward_hacking_rise_ratio"),
             panels.REWARD,
             panels.EVAL_SCORES,
             panels.RESPONSE_LENGTH,
@@ -100,12 +87,11 @@ EVAL_DROP = StepAlert(
     healthy=0.0,
     warning=0.15,
     critical=EVAL_DROP_CRITICAL,
-    runbook=Runbook(
+    runbook=kit.Runbook(
         "The latest eval / objective score is well below the best the run reached: the "
         "policy regressed on held-out data (over-optimisation, forgetting, reward hacking).",
         panels.see(
             panels.TRAINING,
-            panels.alert_signal("RLEvalDrop", "eval_drop_ratio"),
             panels.EVAL_SCORES,
         ),
         (
@@ -126,13 +112,12 @@ LENGTH_EXPLOSION = StepAlert(
     healthy=1.1,
     warning=2.5,
     critical=5.0,
-    runbook=Runbook(
+    runbook=kit.Runbook(
         "Smoothed mean response length is many times its level at the start of the run: "
         "responses "
         "grow without bound (repetition, rambling, a length-rewarding grader).",
         panels.see(
             panels.TRAINING,
-            panels.alert_signal("RLResponseLengthExplosion", "length_ratio_to_start"),
             panels.RESPONSE_LENGTH,
             panels.RESPONSE_QUALITY,
         ),
@@ -154,12 +139,11 @@ LENGTH_COLLAPSE = StepAlert(
     healthy=0.9,
     warning=0.5,
     critical=0.25,
-    runbook=Runbook(
+    runbook=kit.Runbook(
         "Smoothed mean response length fell to a fraction of its peak: the policy answers in "
         "a few tokens (an empty or degenerate answer the grader still pays, or a collapse).",
         panels.see(
             panels.TRAINING,
-            panels.alert_signal("RLResponseLengthCollapse", "length_ratio_to_peak"),
             panels.RESPONSE_LENGTH,
             panels.RESPONSE_QUALITY,
         ),
@@ -180,12 +164,11 @@ TRUNCATION = StepAlert(
     healthy=0.02,
     warning=0.2,
     critical=0.5,
-    runbook=Runbook(
+    runbook=kit.Runbook(
         "Many responses are cut at the generation length limit: their rewards are "
         "unreliable and the policy may be learning to ramble.",
         panels.see(
             panels.TRAINING,
-            panels.alert_signal("RLTruncationHigh", "truncation_level"),
             panels.RESPONSE_LENGTH,
             panels.RESPONSE_QUALITY,
         ),
@@ -205,12 +188,11 @@ FORMAT_DROP = StepAlert(
     relation="of its peak so far",
     healthy=0.98,
     warning=0.8,
-    runbook=Runbook(
+    runbook=kit.Runbook(
         "The smoothed share of responses in the required format fell well below the run's own "
         "peak: the policy is unlearning the format, or found a reward that does not need it.",
         panels.see(
             panels.TRAINING,
-            panels.alert_signal("RLFormatComplianceDrop", "format_ratio_to_peak"),
             panels.RESPONSE_LENGTH,
             panels.RESPONSE_QUALITY,
         ),
@@ -233,12 +215,12 @@ STEP_ALERTS: tuple[StepAlert, ...] = (
 LENGTH_DRIFT = "RLResponseLengthDrift"
 
 
-def healthy() -> Scenario:
+def healthy() -> kit.Scenario:
     """A healthy run no task alert fires on."""
     n = HEALTHY_SAMPLES
     gsm = {**TARGET, "benchmark": "gsm8k", "split": "eval"}
     hist = {**TARGET, "le": "128"}
-    return Scenario(
+    return kit.Scenario(
         "Healthy run, 8 hours: reward rises 0.2 -> 0.8 and the held-out eval score (logged every "
         "30 minutes) rises 0.3 -> 0.6; mean length grows 200 -> 400 tokens from a stable "
         "distribution; truncation 2%; format compliance 0.9 -> 0.95.",
@@ -257,20 +239,20 @@ def healthy() -> Scenario:
     )
 
 
-DEFS: tuple[AlertDef, ...] = (
+DEFS: tuple[kit.AlertDef, ...] = (
     *STEP_ALERTS,
-    ThresholdAlert(
+    kit.ThresholdAlert(
         name=LENGTH_DRIFT,
         key="response_length_drift",
         area="task",
         doc="The response-length distribution's p90 moved against the earlier window.",
         settings={
-            "for_": hold("15m"),
-            "ratio": Knob(2.0, "Fire when p90 is this many times (or 1/this) the earlier p90."),
+            "for_": "15m",
+            "ratio": kit.Knob(2.0, "Fire when p90 is this many times (or 1/this) the earlier p90."),
         },
         severity="warning",
         records=lambda q, k: [
-            RecordingRule(
+            kit.RecordingRule(
                 LENGTH_P90_DRIFT,
                 f"{q.run_quantile(0.9, LENGTH_HIST, q.w.recent)} / "
                 f"{q.run_quantile(0.9, LENGTH_HIST, q.w.zscore, q.w.zscore)}",
@@ -285,7 +267,7 @@ DEFS: tuple[AlertDef, ...] = (
             f"(threshold x{k.ratio:g} either way)."
         ),
         scope="run",
-        runbook=Runbook(
+        runbook=kit.Runbook(
             "The p90 of the response-length histogram moved by a large factor against the "
             "same window an hour earlier: the length distribution shifted (either way).",
             panels.see(panels.TRAINING, panels.RESPONSE_LENGTH)
@@ -297,7 +279,7 @@ DEFS: tuple[AlertDef, ...] = (
             ),
         ),
         tests=(
-            Scenario(
+            kit.Scenario(
                 "Length-distribution drift: 10 responses a minute in (64, 128] for an hour, then "
                 "in (256, 512]. p90 goes from 64 + 0.9 * 64 = 121.6 to 256 + 0.9 * 256 = 486.4 "
                 "tokens, 4x the p90 an hour earlier; fires 15m after the shift shows.",
@@ -312,8 +294,8 @@ DEFS: tuple[AlertDef, ...] = (
                     }.items()
                 ),
                 (
-                    Check(LENGTH_DRIFT, "60m"),
-                    Check(LENGTH_DRIFT, "100m", (Expect("warning", RUN, 4),)),
+                    kit.Check(LENGTH_DRIFT, "60m"),
+                    kit.Check(LENGTH_DRIFT, "100m", (kit.Expect("warning", RUN, 4),)),
                 ),
             ),
         ),

@@ -159,8 +159,11 @@ def _sb3(algo: str) -> Callable[[str, int, Path], Run]:
         """``explore``: DQN's exploration rate forced to 1.0 (a schedule bug); ``reward-zero``:
         a reward wrapper inside Monitor answers 0 (a broken grader: the agent and the log see
         it); ``reward-scale``: the agent learns from r x 1000 (outside Monitor: the log keeps
-        the task's return), the critic's targets blow up."""
+        the task's return), the critic's targets blow up; ``obs-noise``: a sensor fault adds
+        N(0, 1) noise to every observation; ``action-stuck``: the actuator ignores the agent and
+        pushes left (action 0) every step."""
         import gymnasium as gym
+        import numpy as np
         import stable_baselines3
         import torch
         from stable_baselines3.common.callbacks import BaseCallback
@@ -170,14 +173,38 @@ def _sb3(algo: str) -> Callable[[str, int, Path], Run]:
 
         from harness.trainings import SB3_ALGOS, SB3_LOG_INTERVAL, AfterStep, _first_step_at
 
+        class Switch(gym.Wrapper[Any, Any, Any, Any]):
+            """Steps ``env`` until SB3_INJECT env steps were taken, then ``broken`` (the same
+            env behind a fault)."""
+
+            def __init__(self, env: Any, broken: Any) -> None:
+                super().__init__(env)
+                self.broken, self.steps = broken, 0
+
+            def step(self, action: Any) -> Any:
+                self.steps += 1
+                return (self.broken if self.steps >= SB3_INJECT else self.env).step(action)
+
         torch.set_num_threads(1)
         out = work / f"sb3-{algo}-{scenario}-s{seed}"
         run = Run(f"sb3-{algo}", scenario, seed, out, "sb3-csv", "rollout/ep_rew_mean", None)
         if scenario != "healthy":
             run.inject_at = SB3_INJECT
 
+        noise = np.random.default_rng(seed)
+
+        def fault(env: Any) -> Any:
+            """The env with ``obs-noise`` / ``action-stuck``."""
+            if scenario == "obs-noise":
+                return gym.wrappers.TransformObservation(
+                    env, lambda o: (o + noise.normal(0, 1, o.shape)).astype(o.dtype), None
+                )
+            return gym.wrappers.TransformAction(env, lambda a: 0, None)
+
         def make() -> Any:
             env = gym.make("CartPole-v1")
+            if scenario in ("obs-noise", "action-stuck"):
+                return Monitor(Switch(env, fault(env)))
             if scenario == "reward-zero":
                 return Monitor(AfterStep(env, SB3_INJECT, lambda r: 0.0))
             if scenario == "reward-scale":
@@ -234,6 +261,12 @@ CASES: tuple[Case, ...] = (
          "(agent and log)", _sb3("ppo")),
     Case("sb3-ppo", "reward-scale", SEEDS[:1], ("RLValueLossExplosion", COLLAPSE), "the agent "
          "learns from r x 1000 from env step 16k", _sb3("ppo")),
+    *(Case(f"sb3-{algo}", "obs-noise", SEEDS[:1], (COLLAPSE,), "from env step 16k a sensor "
+           "fault adds N(0, 1) noise to every observation", _sb3(algo))
+      for algo in ("ppo", "a2c", "dqn")),
+    *(Case(f"sb3-{algo}", "action-stuck", SEEDS[:1], (COLLAPSE,), "from env step 16k the "
+           "actuator ignores the agent and pushes left every step", _sb3(algo))
+      for algo in ("ppo", "a2c", "dqn")),
 )  # fmt: skip
 
 

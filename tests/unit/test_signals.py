@@ -452,6 +452,25 @@ def test_a_return_falling_over_many_rows_is_read_within_three_rows() -> None:
     assert caught - half <= 3
 
 
+def test_a_fall_does_not_raise_the_noise_its_gain_is_judged_by() -> None:
+    """A DQN whose actuator stops obeying: its 100-episode mean rose fast (a few 500-step
+    episodes), then falls back to the random policy's level as they leave the window. The
+    fall's first rows, still in the upper half of the gain, must not enter the noise the gain
+    is judged by (it rose 4x and the whole gain read as noise: nothing fired, 6 of 8 seeds)."""
+    for seed in range(8):
+        rng = random.Random(seed)
+        episodes = [rng.gauss(22, 10) for _ in range(100)] + [rng.gauss(480, 40) for _ in range(28)]
+        episodes += [rng.gauss(9.4, 0.7) for _ in range(300)]
+        means = _running_mean(episodes, 100, 4)
+        exp = _exporter(metadata={"framework": "sb3"})
+        rows = [{"rollout/ep_rew_mean": v} for v in means]
+        trace = _trace(exp, rows, ("reward_gain_lost_ratio", "episode_return"))
+        top = means.index(max(means))
+        half = next(i for i in range(top, len(means)) if means[i] < (means[top] + means[0]) / 2)
+        caught = next(i for i in range(top, len(trace)) if trace[i] >= 0.5)
+        assert caught - half <= 3 and trace[-1] > 0.75, (seed, half, caught, trace[-1])
+
+
 def test_the_frozenlake_tutorial_never_reaches_a_critical_level() -> None:
     """Issue 24 point 0 (and 2, 3, 7 on 0/1 returns): the quickstart's Q-learning loop, its
     0/1 episode reward logged every episode, read at irregular times over 10 seeds: no signal

@@ -94,7 +94,8 @@ class Track:
 
     def __init__(self, w: StepWindows) -> None:
         self.w = w
-        self.keep = NOISE_SPAN * w.history + 1  # values kept: the noise's span before the last
+        # values kept: the noise's span before the last, as of GAIN_NOISE_LAG values ago
+        self.keep = NOISE_SPAN * w.history + 1 + GAIN_NOISE_LAG
         self.x = np.empty(0)  # the kept values, then those of the batch being read
         self.base = 0  # the index in ``x`` of the batch's first value
         self.n = 0  # values seen at the current row
@@ -242,8 +243,12 @@ class Track:
         return noise
 
     def measure_gain_noise(self) -> None:
-        """The gain's noise is the noise at the current row (``gain``)."""
-        self._gain_noise, self.gain_measured = (self.n, self.pos), True
+        """The gain's noise is the noise as of ``GAIN_NOISE_LAG`` values ago (``gain``: a fall's
+        first values, still in the gain's upper half, would read as noise and hide it), once
+        enough values are left before then to tell the noise by (``GAIN_MIN_READINGS``)."""
+        diffs = min(self.n - 1, self.w.history) - 1
+        lag = max(0, min(GAIN_NOISE_LAG, diffs - GAIN_MIN_READINGS))
+        self._gain_noise, self.gain_measured = (self.n - lag, self.pos - lag), True
 
     def gain_noise(self) -> float:
         """The noise a gain is judged by (NaN before it was measured)."""
@@ -445,6 +450,7 @@ def _ratio_to_typical(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray)
 
 GAIN_NOISE = 6.0  # a gain counts beyond this many times the series' noise
 GAIN_MIN_READINGS = 15  # and once this many values were seen (3 x smooth)
+GAIN_NOISE_LAG = 10  # the noise a gain is judged by leaves out up to this many latest values
 
 
 def gain(t: Track) -> float:

@@ -61,7 +61,9 @@ differences over up to 24 steps (a second difference leaves a steady trend out; 
 the values span 6 of them, so a short run's own learning curve does not read as noise: before
 ~150 values the wander of a 100-episode mean can still read as a small gain). A
 **gain** counts only beyond six times that noise and after 15 values (a noise dip below a noisy
-early peak is not "most of the gain lost"); once counted, the noise it was judged by is kept
+early peak is not "most of the gain lost"); the noise it is judged by leaves out the latest
+10 values (a fall's first values, still near the peak, would otherwise read as noise and hide
+the gain they fall from: a DQN whose return fell 144 -> 9 over 20 rows never fired) and is kept
 through a fall, so a collapse that persists keeps paging. Entropy that falls while the reward
 rose and **holds its best** is convergence, not collapse: `entropy_ratio_to_peak` reads 1 then,
 and falls again as soon as the reward loses a quarter of its gain. Spikes are measured against

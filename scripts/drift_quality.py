@@ -10,9 +10,14 @@ exporter's drift features. Prints, per run: whether RLInputDrift's condition hel
 0.25, an observation at 100) and from which env step, the features drifted (their onset step, the
 one a later failure's page names), and the highest observation and behaviour scores.
 
-Then an LLM prompt-mix shift, *synthetic* (no LLM trains here): 60 steps of 64 prompts through
-``observe_prompts`` (source tag and length; gsm8k 80% / math 20%, from step 30 40% / 60% in the
-shifted runs), 5 healthy seeds and 5 shifted ones.
+Then an LLM prompt-mix shift on real TRL GRPO runs (the tiny GPT-2 of ``harness.trl_grpo``,
+warmed up on sums of two digits; 16 prompts a step, in dataset order): 80% one-digit sums
+("easy") and 20% two-digit ones ("hard") throughout in healthy seeds, 30% / 70% from step 70 in
+shifted ones. The TRL callback gives the prompts' lengths; the reward function reports each
+prompt's ``source`` column with ``rlpulse``'s ``observe_prompts``, as a user would.
+
+``--synthetic`` adds the same shift fed straight to ``observe_prompts`` (no model: 60 steps of 64
+prompts, gsm8k 80% / math 20%, from step 30 40% / 60%), 5 healthy seeds and 5 shifted ones.
 """
 
 from __future__ import annotations
@@ -167,15 +172,104 @@ def prompts(shifted: bool, seed: int) -> dict[str, Any]:
     return {"shifted": shifted, "seed": seed, "onsets": first}
 
 
+def grpo(shifted: bool, seed: int, steps: int = 110, shift_at: int = 70) -> dict[str, Any]:
+    """A real TRL GRPO run whose prompt mix shifts (or not) at ``shift_at``; when its inputs
+    drifted (the step, per feature) and when each step alert's condition first held."""
+    import random
+    import tempfile
+
+    import torch
+    from datasets import Dataset  # type: ignore[import-untyped]
+    from transformers import PrinterCallback, TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from harness import trl_grpo
+    from rlpulse import Exporter
+    from rlpulse.integrations.trl import RlpulseCallback
+
+    torch.set_num_threads(1)
+    work = Path(tempfile.mkdtemp(prefix="drift-grpo-"))
+    base = trl_grpo.base_model(work)
+    rng = random.Random(seed)
+    per_step = 16
+    prompts, sources = [], []
+    for i in range(steps * per_step):
+        hard_share = 0.7 if shifted and i >= shift_at * per_step else 0.2
+        hard = rng.random() < hard_share
+        a = rng.randint(10, 99) if hard else rng.randint(0, 9)
+        prompts.append(f"{a}+{rng.randint(0, 9)}=")
+        sources.append("hard" if hard else "easy")
+    exp = Exporter(port=0, run_id=f"grpo-{seed}", gpu=False, host=False, process=False,
+                   final_wait=0)  # fmt: skip
+    rewards = trl_grpo.Rewards(exp)
+
+    def correct(prompts: list[str], completions: list[str], source: list[str], **kw: Any) -> Any:
+        exp.observe_prompts(sources=source[:: args.num_generations])  # a prompt per group
+        return rewards.correct(prompts, completions)
+
+    drifted: dict[str, float] = {}
+    paged: dict[str, tuple[int, list[str]]] = {}
+
+    class Read(TrainerCallback):  # type: ignore[misc]
+        def on_step_end(self, args: Any, state: Any, control: Any, **kw: Any) -> None:
+            exp.flush()
+            now = [f"{k}/{n}" for (k, n), f in exp.drift.features.items() if f.onset is not None]
+            for (_, n), f in exp.drift.features.items():
+                if f.onset is not None and n not in drifted:
+                    drifted[n] = f.onset
+            for metric, labels, _ in exp.scrape_samples():
+                if metric.name == "rl_failure_onset_step" and labels[0] not in paged:
+                    paged[labels[0]] = (int(state.global_step), now)
+
+    args = GRPOConfig(
+        output_dir=str(work / "out"), max_steps=steps, per_device_train_batch_size=per_step * 4,
+        num_generations=4, max_completion_length=trl_grpo.MAX_COMPLETION,
+        learning_rate=trl_grpo.LR, lr_scheduler_type="constant", beta=0.0, logging_steps=1,
+        save_strategy="no", report_to="none", seed=seed, use_cpu=True, disable_tqdm=True,
+        reward_weights=[1.0, 0.5], shuffle_dataset=False, dataloader_num_workers=0,
+    )  # fmt: skip
+    trainer = GRPOTrainer(
+        model=str(base),
+        reward_funcs=[correct, trl_grpo.Rewards.format],
+        args=args,
+        train_dataset=Dataset.from_dict({"prompt": prompts, "source": sources}),
+        callbacks=[RlpulseCallback(exp), Read()],
+    )
+    trainer.remove_callback(PrinterCallback)
+    trainer.train()
+    exp.close()
+    return {"shifted": shifted, "seed": seed, "onsets": drifted, "paged": paged}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=24000)
     ap.add_argument("--jobs", type=int, default=2)
+    ap.add_argument("--synthetic", action="store_true", help="the synthetic prompt feed too")
+    ap.add_argument("--only-llm", action="store_true", help="the TRL runs alone")
     args = ap.parse_args()
+    if not args.only_llm:
+        classic(args.steps, args.jobs)
+    print("\nLLM prompt mix (real TRL GRPO, tiny GPT-2): hard prompts 20% -> 70% at step 70")
+    cases = [(False, s) for s in (0, 1, 2)] + [(True, s) for s in (0, 1)]
+    with ProcessPoolExecutor(args.jobs) as pool:
+        for r in pool.map(grpo, *zip(*cases, strict=True)):
+            kind = "shifted" if r["shifted"] else "healthy"
+            print(f"  {kind} seed {r['seed']}: drifted (step) {r['onsets'] or '-'}")
+            for alert, (at, drifted) in r["paged"].items():
+                print(
+                    f"    {alert} from step {at}: its page names {', '.join(drifted) or 'no drift'}"
+                )
+    if args.synthetic:
+        synthetic()
+
+
+def classic(steps: int, jobs: int) -> None:
+    """The SB3 runs and their table."""
     runs = [(a, "healthy", s) for a in ("ppo", "a2c") for s in SEEDS]
     runs += [(a, c, SEEDS[0]) for a in ("ppo", "a2c") for c in CAUSES]
-    with ProcessPoolExecutor(args.jobs) as pool:
-        results = list(pool.map(train, *zip(*runs, strict=True), [args.steps] * len(runs)))
+    with ProcessPoolExecutor(jobs) as pool:
+        results = list(pool.map(train, *zip(*runs, strict=True), [steps] * len(runs)))
     print(
         "run                     warns at   drifted features (onset: env step, update)"
         "                 peak obs / behaviour  return (last 4k)"
@@ -196,6 +290,10 @@ def main() -> None:
     healthy = [r for r in results if r["scenario"] == "healthy"]
     fp = sum(r["warned_at"] is not None for r in healthy)
     print(f"healthy runs warned: {fp} of {len(healthy)}")
+
+
+def synthetic() -> None:
+    """The synthetic prompt feed."""
     print("\nLLM prompt mix (synthetic, observe_prompts): source gsm8k 80% -> 40% at step 30")
     llm = [prompts(shifted, seed) for shifted in (False, True) for seed in range(5)]
     for r in llm:

@@ -160,6 +160,7 @@ def test_the_exporter_copies_at_the_call_and_scores_off_it() -> None:
             components={"fmt": [1.0] * 4},
         )
         exp.observe_versions(grader="g2")
+        exp.observe_features("input", tag=np.array(["x", "y"] * 600))  # texts in an array
         exp.observe_features("nonsense", x=[1.0])  # counted, not raised
         text = generate_latest(exp.registry).decode()  # a scrape applies what is queued
         feats = exp.drift.features
@@ -167,6 +168,7 @@ def test_the_exporter_copies_at_the_call_and_scores_off_it() -> None:
         assert 'feature="obs[0]",kind="observation"' in text
         assert 'feature="source",kind="input"' in text
         assert not feats[("behaviour", "action")].numeric
+        assert feats[("input", "tag")].categories == {"x", "y"}
         assert {
             ("input", "prompt_length"),
             ("behaviour", "response_length"),

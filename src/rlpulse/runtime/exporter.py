@@ -686,15 +686,19 @@ class Exporter:
 
 
 def _feature_snapshot(values: Any, categorical: bool) -> np.ndarray | list[str] | Dropped:
-    """A drift feature's samples as its own copy: category texts (at most ``drift.WINDOW``, the
-    last), or floats (a 2-D array stays 2-D: a batch of vectors)."""
-    if (
-        categorical
-        or isinstance(values, str)
-        or (isinstance(values, Sequence) and values and isinstance(values[0], str))
-    ):
-        items = [values] if isinstance(values, str) else list(values)[-drift.WINDOW :]
-        return [label_text(v) for v in items]
+    """A drift feature's samples as its own copy: category texts (the last ``drift.WINDOW``
+    of them), or floats (a 2-D array stays 2-D: a batch of vectors)."""
+    if isinstance(values, str):
+        return [values]
+    texts = (
+        values.dtype.kind in "US"
+        if isinstance(values, np.ndarray)
+        else isinstance(values, Sequence) and len(values) > 0 and isinstance(values[0], str)
+    )
+    if categorical or texts:
+        if isinstance(values, np.ndarray | Sequence):
+            values = values[-drift.WINDOW :]
+        return [label_text(v) for v in list(values)[-drift.WINDOW :]]
     try:
         arr = np.array(values, dtype=np.float64)  # a copy, never a view of the trainer's array
     except Exception:

@@ -50,7 +50,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=IDLE,
         key="gpu_idle",
-        area="system",
         doc="GPUs idle while the run's exporter is alive.",
         settings={"threshold": kit.Knob(0.05, "Fire below this mean GPU utilization.")},
         severity="warning",
@@ -80,7 +79,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=MEMORY_FULL,
         key="gpu_memory_full",
-        area="system",
         doc="GPU framebuffer nearly full.",
         settings={
             "for_": "5m",
@@ -128,7 +126,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=TEMPERATURE,
         key="gpu_temperature_high",
-        area="system",
         doc="GPU running hot.",
         settings={
             "for_": "5m",
@@ -163,7 +160,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=THROTTLING,
         key="gpu_throttling",
-        area="system",
         doc="GPU clocks held down by a slowdown.",
         settings={
             "reasons": kit.Knob(
@@ -212,7 +208,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=ECC_ERRORS,
         key="gpu_ecc_errors",
-        area="system",
         doc="Uncorrected GPU memory errors.",
         settings={"for_": "0s"},
         severity="critical",

@@ -149,7 +149,8 @@ def _field(name: str, knob: Knob | Any) -> tuple[str, Any, Any]:
 @dataclass(frozen=True, kw_only=True)
 class AlertDef(abc.ABC):
     """One alert declared in one place: its name, the config section of its knobs, its rules
-    (and the recording rules they read), its runbook and its promtool scenarios.
+    (and the recording rules they read), its runbook and its promtool scenarios. Its area is
+    the one whose ``DEFS`` list it (``stack.alerts.DEFS``).
 
     ``stack.config`` makes a config section of ``knobs``; ``rules`` and ``recordings`` take a
     ``stack.query.Query`` and the knobs, ``scenarios`` the knobs (the shipped ones for every
@@ -158,7 +159,6 @@ class AlertDef(abc.ABC):
 
     name: str
     key: str
-    area: Area
     summary: str
     runbook: Runbook
 

@@ -411,7 +411,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=TARGET_DOWN,
         key="target_down",
-        area="system",
         doc="A trainer exporter that served a run within the baseline window is down.",
         settings={"for_": "1m"},
         severity="critical",
@@ -462,7 +461,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=RUN_CRASHED,
         key="run_crashed",
-        area="system",
         doc="The run ended in an uncaught exception or a non-zero sys.exit (rl_run_outcome).",
         settings={"for_": "0s"},
         severity="critical",
@@ -493,7 +491,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=STALLED,
         key="training_stalled",
-        area="system",
         doc="No logged step for many of the run's own step intervals while the exporter is up.",
         settings={
             "for_": kit.Knob("1m", _BEFORE),
@@ -534,7 +531,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=STARTUP_HANG,
         key="startup_hang",
-        area="system",
         doc="The exporter started but the trainer never logged its first step.",
         settings={
             "for_": kit.Knob("0s", _BEFORE),
@@ -570,7 +566,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=SLOW_RANK,
         key="slow_rank",
-        area="system",
         doc="One rank's phase takes far longer than the same phase on the run's other ranks.",
         settings={
             "for_": kit.Knob("10m", _BEFORE),

@@ -37,7 +37,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=WATCHDOG,
         key="watchdog",
-        area="system",
         settings={"for_": "0s"},
         severity="info",
         expr="vector(1)",
@@ -80,7 +79,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=NOTIFICATIONS_FAILING,
         key="notifications_failing",
-        area="system",
         settings={"for_": FOR},
         severity="critical",
         expr=f"sum by (job, instance, integration) "
@@ -122,7 +120,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=ALERTS_UNDELIVERED,
         key="alerts_undelivered",
-        area="system",
         settings={"for_": FOR},
         severity="critical",
         expr=f"sum by (job, instance) (increase(prometheus_notifications_errors_total[{WINDOW}]) "
@@ -142,7 +139,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=SELF_SCRAPE_DOWN,
         key="monitoring_down",
-        area="system",
         settings={"for_": FOR},
         severity="warning",
         expr=f'up{{job=~"{PROMETHEUS_JOB}|{ALERTMANAGER_JOB}"}} == 0',

@@ -105,7 +105,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=THROUGHPUT_DROP,
         key="throughput_drop",
-        area="system",
         doc="Training throughput fell against the run's earlier window.",
         settings={
             "for_": "15m",
@@ -153,7 +152,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=LATENCY_TAIL,
         key="rollout_latency_tail",
-        area="system",
         doc="Rollout-latency long tail: p99 far above p50.",
         settings={
             "for_": "15m",
@@ -199,7 +197,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=GRADER,
         key="grader_errors",
-        area="system",
         doc="Grader / reward-model calls failing.",
         settings={
             "for_": "5m",
@@ -247,7 +244,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=COLLECTOR,
         key="exporter_collector_errors",
-        area="system",
         doc="A GPU/host collector of the exporter failing.",
         severity="warning",
         expr=lambda q, k: (
@@ -282,7 +278,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=DROPPED_VALUES,
         key="exporter_dropped_values",
-        area="system",
         doc="The exporter drops logged values or folds labels into __overflow__.",
         settings={"for_": "15m"},
         severity="info",

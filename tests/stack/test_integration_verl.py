@@ -225,6 +225,10 @@ def test_generations_are_recorded_as_rollouts(
         trainer._dump_generations(["v"], ["w"], [None], [0.0], {}, str(tmp_path / "val"))
         assert trainer.dumped == [str(tmp_path / "r"), str(tmp_path / "val")]  # verl's runs too
         assert exp._recorder.flush(30)
+        exp.flush()  # the training batch (not the validation) is drift samples too
+        feats = exp.drift.features
+        assert feats[("input", "prompt_length")].samples == 3
+        assert feats[("behaviour", "reward[acc]")].samples == 3
         conn = open_run("verl-gen", tmp_path / "data")
         try:
             stored = query(conn, Filter(order="best", limit=100))

@@ -267,6 +267,15 @@ def _record(
             if hasattr(v, "__len__") and len(v) == n and all(scalar(x) is not None for x in v)
         }
         truths = [None] * n if gts is None else list(gts)
+        if split == "train":  # drift: the training prompts, responses and rewards
+            exp.observe_features("input", prompt_length=[len(str(x)) for x in inputs])
+            behaviour: dict[str, Any] = {f"reward[{k}]": v for k, v in components.items()}
+            exp.observe_features(
+                "behaviour",
+                response_length=[len(str(x)) for x in outputs],
+                reward=[float(x) for x in scores],
+                **behaviour,
+            )
         exp.record_rollouts(
             step=int(getattr(trainer, "global_steps", 0) or 0),
             prompts=[str(x) for x in inputs],

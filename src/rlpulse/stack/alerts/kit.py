@@ -146,6 +146,17 @@ def _field(name: str, knob: Knob | Any) -> tuple[str, Any, Any]:
     return (name, knob.type, field(default=knob.default, metadata=_doc(knob.doc, knob.choices)))
 
 
+def knobs_class(name: str, doc: str, settings: Mapping[str, Knob | Any]) -> type[AlertConfig]:
+    """The config section of alert ``name``: ``AlertConfig`` with ``settings`` in order (a
+    ``Knob``, or a new default of a knob every alert has), ``doc`` its sentence."""
+    fields = [_field(n, k) for n, k in settings.items()]
+    cls = dataclasses.make_dataclass(
+        f"{name.removeprefix('RL')}Knobs", fields, bases=(AlertConfig,), frozen=True
+    )
+    cls.__doc__ = doc
+    return cls
+
+
 @dataclass(frozen=True, kw_only=True)
 class AlertDef(abc.ABC):
     """One alert declared in one place: its name, the config section of its knobs, its rules
@@ -213,12 +224,7 @@ class ThresholdAlert(AlertDef):
 
     @functools.cached_property
     def knobs(self) -> type[AlertConfig]:
-        fields = [_field(n, k) for n, k in self.settings.items()]
-        cls = dataclasses.make_dataclass(
-            f"{self.name.removeprefix('RL')}Knobs", fields, bases=(AlertConfig,), frozen=True
-        )
-        cls.__doc__ = self.doc
-        return cls
+        return knobs_class(self.name, self.doc, self.settings)
 
     def rules(self, q: Query, k: Any) -> Iterator[Alert]:
         expr = self.expr if isinstance(self.expr, str) else self.expr(q, k)

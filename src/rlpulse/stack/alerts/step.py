@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from rlpulse import catalog
@@ -26,11 +26,13 @@ from rlpulse.stack.alerts.kit import (
     AlertDef,
     Check,
     Expect,
+    Knob,
     Runbook,
     Scenario,
     Severity,
+    knobs_class,
 )
-from rlpulse.stack.knobs import AlertConfig, Duration, _doc, seconds
+from rlpulse.stack.knobs import AlertConfig, seconds
 from rlpulse.stack.promql import sel, template_matchers, template_query
 from rlpulse.stack.query import Query
 
@@ -68,25 +70,16 @@ _DRIFT_NOW = template_query(
 _BASELINE = 2.0  # the signal's baseline in the promtool scenarios
 
 
-@dataclass(frozen=True)
-class StepKnobs(AlertConfig):
-    """Knobs every step alert has; its levels are added per alert."""
-
-    for_: Duration = field(
-        default=Duration("0s"),
-        metadata=_doc("How long the condition must hold (the signal is already step-smoothed)."),
-    )
-    hysteresis: float = field(
-        default=0.25,
-        metadata=_doc(
-            "A firing alert clears only this fraction of the way back from its level to the "
-            "signal's healthy value (no flapping)."
-        ),
-    )
-    keep_firing_for: Duration = field(
-        default=Duration("10m"),
-        metadata=_doc("Keep firing this long after the condition last held."),
-    )
+# knobs every step alert has; its levels are added per alert
+_SETTINGS = {
+    "for_": Knob("0s", "How long the condition must hold (the signal is already step-smoothed)."),
+    "hysteresis": Knob(
+        0.25,
+        "A firing alert clears only this fraction of the way back from its level to the "
+        "signal's healthy value (no flapping).",
+    ),
+    "keep_firing_for": Knob("10m", "Keep firing this long after the condition last held."),
+}
 
 
 def _fmt_value(unit: str, v: float) -> str:
@@ -167,45 +160,25 @@ class StepAlert(AlertDef):
 
     # ---- knobs
     @functools.cached_property
-    def knobs(self) -> type[StepKnobs]:
+    def knobs(self) -> type[AlertConfig]:
         """The config section of this alert (its levels as fields)."""
-        tiers = [("warning", self.warning), ("critical", self.critical)]
-        fields: list[Any] = [
-            (
-                sev,
-                float,
-                field(
-                    default=level,
-                    metadata=_doc(
-                        f"{sev.capitalize()} {'above' if self.above else 'below'} this "
-                        f"{self.signal} ({self.sig.unit})."
-                    ),
-                ),
+        side = "above" if self.above else "below"
+        levels = {
+            sev: Knob(
+                float(level), f"{sev.capitalize()} {side} this {self.signal} ({self.sig.unit})."
             )
-            for sev, level in tiers
+            for sev, level in (("warning", self.warning), ("critical", self.critical))
             if level is not None
-        ]
+        }
         if self.escalate is not None:
             other, level = self.escalate
-            other_sig = _BY_NAME[other]
-            fields.append(
-                (
-                    "escalate",
-                    float,
-                    field(
-                        default=level,
-                        metadata=_doc(
-                            f"Critical already at the warning level while the run's {other} "
-                            f"is {other_sig.worse} this ({other_sig.unit})."
-                        ),
-                    ),
-                )
+            o = _BY_NAME[other]
+            levels["escalate"] = Knob(
+                float(level),
+                f"Critical already at the warning level while the run's {other} is {o.worse} "
+                f"this ({o.unit}).",
             )
-        cls = dataclasses.make_dataclass(
-            f"{self.name.removeprefix('RL')}Knobs", fields, bases=(StepKnobs,), frozen=True
-        )
-        cls.__doc__ = f"{self.summary} ({self.signal})"
-        return cls
+        return knobs_class(self.name, f"{self.summary} ({self.signal})", {**_SETTINGS, **levels})
 
     def tiers(self, k: Any) -> list[tuple[Severity, float]]:
         out: list[tuple[Severity, float]] = []

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import math
 import random
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -629,3 +631,26 @@ def test_a_discrete_reward_is_judged_by_its_drops_alone() -> None:
         halved, _ = _wins(learned + [0.45] * 1000, seed)
         caught += any(v >= 0.5 for v in halved[2000:2100])
     assert caught >= 6, caught
+
+
+def test_a_child_forked_while_the_detector_was_read_can_read_it() -> None:
+    """A read holds the detector's lock; a child forked meanwhile gets a fresh one."""
+    code = """
+import os
+from rlpulse.runtime.exporter import Exporter
+exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False)
+exp.log({"rl_entropy": 1.0}, step=1)
+exp.flush()
+exp.detector._lock.acquire()  # as a scrape thread reading at the fork
+pid = os.fork()
+if pid == 0:
+    exp.log({"rl_entropy": 2.0}, step=2)
+    exp.flush()
+    os._exit(0 if list(exp.detector.samples()) is not None else 1)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+    )
+    assert "child 0" in out.stdout, out.stderr

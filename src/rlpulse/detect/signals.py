@@ -26,6 +26,10 @@ An exported value is the worst of the last ``hold`` values and of those logged i
 ``hold_seconds`` of the run's clock: a function of the logged steps and their times alone, so it
 is the same whenever it is read, and it changes only when the run logs; a scrape sees every value
 of a trainer that logs many steps between two scrapes.
+
+The values are read in batches: the exporter's apply only appends each to those waiting, and a
+read works out every value since the last one at once (``Detector``, ``Track``, numpy windows in
+``rlpulse.detect.windows``), bit for bit what one value at a time gives.
 """
 
 from __future__ import annotations
@@ -33,9 +37,11 @@ from __future__ import annotations
 import functools
 import itertools
 import math
+import os
 import statistics
 import sys
 import threading
+import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -1077,7 +1083,8 @@ class Detector:
         self._ids: list[int] = []
         self._values: list[float] = []
         self._times: list[float] = []
-        self._lock = threading.Lock()  # one reader at a time
+        self._lock = threading.Lock()  # one reader at a time (a fresh one in a forked child)
+        _detectors.add(self)
         self._seq = 0  # values and steps read so far
         self._read_calls = 0  # steps among them
         self._read_step = math.nan  # the newest of them, and its time
@@ -1480,3 +1487,15 @@ class Detector:
         gap = self.interval()
         if not math.isnan(gap):
             yield INTERVAL, (), gap
+
+
+_detectors: weakref.WeakSet[Detector] = weakref.WeakSet()
+
+
+def _after_fork_in_child() -> None:
+    """A parent thread may have been reading a detector at the fork: fresh locks."""
+    for det in list(_detectors):
+        det._lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -225,7 +225,7 @@ def observe_episodes(returns: Any, lengths: Any, success: Any = None) -> None:
 def observe_features(kind: str, /, **features: Any) -> None:
     """Samples of drift features (input, observation or behaviour); see
     ``Exporter.observe_features``."""
-    exp = _current
+    exp = _recording()
     if exp is not None:
         exp.observe_features(kind, **features)
 
@@ -233,7 +233,7 @@ def observe_features(kind: str, /, **features: Any) -> None:
 def observe_prompts(**prompts: Any) -> None:
     """A batch of prompts' lengths, source tags and difficulty as drift inputs; see
     ``Exporter.observe_prompts``."""
-    exp = _current
+    exp = _recording()
     if exp is not None:
         exp.observe_prompts(**prompts)
 
@@ -241,7 +241,7 @@ def observe_prompts(**prompts: Any) -> None:
 def observe_versions(**versions: Any) -> None:
     """The run's environment or grader version now (a change is an input drift); see
     ``Exporter.observe_versions``."""
-    exp = _current
+    exp = _recording()
     if exp is not None:
         exp.observe_versions(**versions)
 

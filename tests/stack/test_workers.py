@@ -247,3 +247,23 @@ def test_close_removes_the_socket_and_the_variable(hub: workers.WorkerHub) -> No
 def test_serve_needs_an_exporter() -> None:
     with pytest.raises(ValueError, match=r"rlpulse.start\(\) first"):
         workers.serve()
+
+
+def test_a_worker_feeds_the_ranks_drift_features(hub: workers.WorkerHub) -> None:
+    """A reward or environment worker reports what it sees (prompts' sources, versions, its
+    own features); the rank's exporter scores them."""
+    w = workers.worker_client(str(hub.address), flush_interval=60)
+    for _ in range(3):
+        w.observe_prompts(sources=["gsm8k", "math"] * 250, lengths=[10.0, 20.0] * 250)
+    w.observe_features("observation", obs=[[0.0, 1.0], [1.0, 0.0]] * 700)
+    w.observe_versions(grader="g1")
+    w.observe_versions(grader="g2")
+    assert w.flush()
+    text = scrape(hub.exporter.url)
+    feats = hub.exporter.drift.features
+    assert feats[("input", "source")].samples == 1500
+    assert feats[("observation", "obs[1]")].samples == 1400
+    score = catalog.get("rl_drift_score").name
+    assert value(text, score, kind="input", feature="version:grader") == 100  # a new version
+    assert value(text, score, kind="input", feature="source") == 0
+    w.close()

@@ -55,7 +55,10 @@ def test_the_facade_the_exporter_and_the_worker_client_offer_every_recording_cal
         "log",
         "observe",
         "observe_episodes",
+        "observe_features",
+        "observe_prompts",
         "observe_rollouts",
+        "observe_versions",
         "phase",
         "set",
     ]

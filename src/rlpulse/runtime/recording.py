@@ -8,13 +8,25 @@ bad input (unless ``strict``) or keeps a reference to a logged object.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
 from typing import Any, Protocol
 
 # The calls a worker sends to its rank's exporter (``phase`` is timed in the worker and sent
 # as ``observe``).
-SENT = frozenset({"log", "count", "set", "observe", "observe_rollouts", "observe_episodes"})
+SENT = frozenset(
+    {
+        "log",
+        "count",
+        "set",
+        "observe",
+        "observe_rollouts",
+        "observe_episodes",
+        "observe_features",
+        "observe_prompts",
+        "observe_versions",
+    }
+)
 
 
 class Recording(Protocol):
@@ -52,6 +64,19 @@ class Recording(Protocol):
 
     def observe_episodes(self, returns: Any, lengths: Any, success: Any = None) -> None:
         """Finished episodes (classic RL)."""
+
+    def observe_features(
+        self, kind: str, /, *, categorical: Iterable[str] = (), **features: Any
+    ) -> None:
+        """Samples of drift features (input, observation or behaviour)."""
+
+    def observe_prompts(
+        self, *, lengths: Any = None, sources: Any = None, difficulty: Any = None
+    ) -> None:
+        """A batch of prompts' lengths, source tags and difficulty as drift inputs."""
+
+    def observe_versions(self, **versions: Any) -> None:
+        """The versions of the run's parts now (a change is an input drift)."""
 
     def phase(self, name: str) -> AbstractContextManager[Any]:
         """Time a phase (``with rec.phase("rollout"): ...``) into rl_phase_duration_seconds."""

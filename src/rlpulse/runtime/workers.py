@@ -53,7 +53,7 @@ import struct
 import threading
 import time
 import weakref
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import (
     Connection,
@@ -398,6 +398,23 @@ class WorkerClient:
     def observe_episodes(self, returns: Any, lengths: Any, success: Any = None) -> None:
         """Finished episodes (classic RL)."""
         self._call("observe_episodes", (returns, lengths, success), {})
+
+    def observe_features(
+        self, kind: str, /, *, categorical: Iterable[str] = (), **features: Any
+    ) -> None:
+        """Samples of drift features; see ``Exporter.observe_features``."""
+        self._call("observe_features", (kind,), dict(features, categorical=tuple(categorical)))
+
+    def observe_prompts(
+        self, *, lengths: Any = None, sources: Any = None, difficulty: Any = None
+    ) -> None:
+        """A batch of prompts as drift inputs; see ``Exporter.observe_prompts``."""
+        self._call("observe_prompts", (), {"lengths": lengths, "sources": sources,
+                                           "difficulty": difficulty})  # fmt: skip
+
+    def observe_versions(self, **versions: Any) -> None:
+        """The versions of the run's parts now; see ``Exporter.observe_versions``."""
+        self._call("observe_versions", (), versions)
 
     @contextlib.contextmanager
     def phase(self, name: str) -> Iterator[None]:

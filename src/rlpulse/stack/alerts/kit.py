@@ -141,19 +141,21 @@ class Knob:
 def _field(name: str, knob: Knob | Any) -> tuple[str, Any, Any]:
     """A knobs dataclass field: a ``Knob``, or a new default of a knob every alert has."""
     if not isinstance(knob, Knob):
-        inherited = {f.name: f for f in dataclasses.fields(AlertConfig)}[name]
+        inherited = {f.name: f for f in dataclasses.fields(AlertConfig)}.get(name)
+        if inherited is None:
+            raise TypeError(f"{name}: a knob of an alert's own is a Knob(default, doc)")
         knob = Knob(knob, doc(inherited))
     return (name, knob.type, field(default=knob.default, metadata=_doc(knob.doc, knob.choices)))
 
 
-def knobs_class(name: str, doc: str, settings: Mapping[str, Knob | Any]) -> type[AlertConfig]:
+def knobs_class(name: str, sentence: str, settings: Mapping[str, Knob | Any]) -> type[AlertConfig]:
     """The config section of alert ``name``: ``AlertConfig`` with ``settings`` in order (a
-    ``Knob``, or a new default of a knob every alert has), ``doc`` its sentence."""
+    ``Knob``, or a new default of a knob every alert has), ``sentence`` its doc line."""
     fields = [_field(n, k) for n, k in settings.items()]
     cls = dataclasses.make_dataclass(
         f"{name.removeprefix('RL')}Knobs", fields, bases=(AlertConfig,), frozen=True
     )
-    cls.__doc__ = doc
+    cls.__doc__ = sentence
     return cls
 
 

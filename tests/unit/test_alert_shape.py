@@ -9,55 +9,41 @@ from typing import get_type_hints
 
 import pytest
 
-from rlpulse.stack.alerts import ALL, kit, meta
+from rlpulse.stack.alerts import ALL, gpu, kit, meta
 from rlpulse.stack.config import Config
 from rlpulse.stack.knobs import Duration
 from rlpulse.stack.query import Query
 
-TIERED = kit.ThresholdAlert(
-    name="RLExampleHigh",
-    key="example_high",
-    doc="An example.",
-    settings={
-        "for_": "5m",
-        "warning": kit.Knob(0.5, "Warning above this."),
-        "critical": kit.Knob(0.9, "Critical above this."),
-        "window": kit.Knob("1h", "A duration of its own."),
-    },
-    severity="tiered",
-    expr=lambda q, k: f"rl_example > $LEVEL unless rl_other[{k.window}]",
-    summary="Example.",
-    description="{{ $value }} (threshold $LEVEL).",
-    level_text=kit.pct,
-    runbook=kit.Runbook("Means.", "Panel.", ("Try.",)),
-)
+BY_KEY = {d.key: d for d in ALL}
 
 
 def test_a_declaration_makes_its_config_section_in_order_with_its_types() -> None:
-    knobs = TIERED.knobs
-    assert [f.name for f in dataclasses.fields(knobs)] == [
-        "enabled",
-        "for_",
-        "warning",
-        "critical",
-        "window",
-    ]
-    assert knobs() == knobs(enabled=True, for_="5m", warning=0.5, critical=0.9, window="1h")
+    knobs = BY_KEY["training_stalled"].knobs
+    names = [f.name for f in dataclasses.fields(knobs)]
+    assert names == ["enabled", "for_", "factor", "min_wait", "first_steps_wait"]
     hints = get_type_hints(knobs)
-    assert (hints["for_"], hints["window"], hints["warning"]) == (Duration, Duration, float)
-    assert knobs.__doc__ == "An example."
-    # a new default of a knob every alert has keeps that knob's sentence
-    for_ = next(f for f in dataclasses.fields(knobs) if f.name == "for_")
-    assert for_.metadata["doc"] == "How long the condition must hold before firing."
+    assert (hints["for_"], hints["min_wait"], hints["factor"]) == (Duration, Duration, float)
+    assert knobs().min_wait == "5m"
+    assert knobs.__doc__ == (
+        "No logged step for many of the run's own step intervals while the exporter is up."
+    )
+    # a new default of a knob every alert has ("for_": "5m") keeps that knob's sentence
+    memory = BY_KEY["gpu_memory_full"].knobs
+    for_ = next(f for f in dataclasses.fields(memory) if f.name == "for_")
+    assert (for_.default, for_.metadata["doc"]) == (
+        "5m",
+        "How long the condition must hold before firing.",
+    )
 
 
 def test_a_tiered_alert_is_a_rule_per_level_with_the_level_put_in() -> None:
-    k = TIERED.knobs(warning=0.6)
-    rules = list(TIERED.rules(Query(Config()), k))
-    assert [(a.severity, a.expr, a.description, a.for_) for a in rules] == [
-        ("warning", "rl_example > 0.6 unless rl_other[1h]", "{{ $value }} (threshold 60%).", "5m"),
-        ("critical", "rl_example > 0.9 unless rl_other[1h]", "{{ $value }} (threshold 90%).", "5m"),
+    d = BY_KEY["gpu_memory_full"]
+    rules = list(d.rules(Query(Config()), d.knobs(warning=0.9)))
+    assert [(a.severity, a.expr, a.for_) for a in rules] == [
+        ("warning", f"{gpu.MEMORY_RATIO} > 0.9", "5m"),
+        ("critical", f"{gpu.MEMORY_RATIO} > 0.99", "5m"),
     ]
+    assert [a.description.rsplit("(threshold ", 1)[1] for a in rules] == ["90%).", "99%)."]
 
 
 def test_a_knob_of_its_own_needs_its_sentence() -> None:

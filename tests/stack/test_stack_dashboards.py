@@ -226,6 +226,7 @@ def test_classic_dashboard_names_what_it_counts_and_collapses_what_does_not_appl
         ("Episodes", False),
         ("Learning", False),
         ("Time", False),
+        ("Drift", False),
         ("Policy-gradient updates", True),
     ]
     panel = by_title("rl-classic.json")
@@ -237,6 +238,7 @@ def test_classic_dashboard_names_what_it_counts_and_collapses_what_does_not_appl
         (panels.EXPLORATION, {"rl_hyperparameter", "rl_entropy"}),
         (panels.VALUES, {"rl_value_mean", "rl_explained_variance"}),
         (panels.CLASSIC_LOSSES, {"rl_policy_loss", "rl_loss", "rl_value_loss"}),
+        (panels.DRIFT, {"rl_drift_score"}),  # which observation or action moved
     ):
         found = set().union(*(metric_names(t["expr"]) for t in panel[title]["targets"]))
         assert found == metrics, title

@@ -54,6 +54,7 @@ _LOOPBACK = ("127.0.0.1", "::1", "localhost")
 FINISHED = catalog.get("rl_run_finished_timestamp_seconds")
 OUTCOME = catalog.get("rl_run_outcome")
 CHECKPOINT = catalog.get("rl_checkpoint_step")
+STEP = catalog.get("rl_step")
 MAX_REASON_CHARS = 120
 
 
@@ -535,7 +536,7 @@ class Exporter:
     def _rollout_drift(self, arrays: dict[str, np.ndarray], comps: dict[str, np.ndarray]) -> None:
         """A rollout batch's drift features: prompt lengths (input), response lengths and
         rewards (behaviour)."""
-        step = self.store.values[self.ingest._step.slot]
+        step = self._step_now()
         add = self.drift.add
         if "prompt_tokens" in arrays:
             add("input", "prompt_length", arrays["prompt_tokens"], step)
@@ -571,8 +572,12 @@ class Exporter:
             return
         self._calls.put(self._apply_features, (kind, snap), "observe_features")
 
+    def _step_now(self) -> float:
+        """The trainer's latest logged step (as the calls are applied, in call order)."""
+        return self.store.values[self.store.get(STEP.name).slot]
+
     def _apply_features(self, kind: drift.Kind, features: dict[str, Any]) -> None:
-        step = self.store.values[self.ingest._step.slot]
+        step = self._step_now()
         for name, values in features.items():
             if isinstance(values, Dropped):
                 self.drops(values.reason, name, values)
@@ -607,7 +612,7 @@ class Exporter:
         self._calls.put(self._apply_versions, (given,), "observe_versions")
 
     def _apply_versions(self, versions: dict[str, str]) -> None:
-        step = self.store.values[self.ingest._step.slot]
+        step = self._step_now()
         for part, version in versions.items():
             if not self.drift.version(part, version, step):
                 self.drops("drift_feature_cap", f"input/version:{part}", drift.MAX_FEATURES)

@@ -41,6 +41,7 @@ from rlpulse.stack.dashboards.training import (
     SEL,
     alerts_now,
     avg_run,
+    drift,
     learning_rate,
     liveness,
     outcome,
@@ -270,6 +271,7 @@ def build(uid: str) -> dict[str, Any]:
         Row("Episodes", [episode_return(), episode_length(), success_rate(), episode_rates()]),
         Row("Learning", [losses(), exploration(), values()]),
         Row("Time", [phase_times(), liveness()]),
+        Row("Drift", [drift()]),
         Row("Policy-gradient updates", [update_size(), learning_rate()], collapsed=True),
     ]
     return assemble(dashboard, rows)

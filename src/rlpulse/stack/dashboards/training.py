@@ -313,19 +313,18 @@ def eval_scores() -> timeseries.Panel:
     )
 
 
-def drift(cfg: Config) -> timeseries.Panel:
+def drift() -> timeseries.Panel:
     """The features furthest from their reference (``rl_drift_score``): which part moved."""
-    level = cfg.alerts.input_drift.threshold
     return graph(
         t.DRIFT,
         "short",
         "The 8 features whose distribution moved most from its reference (rlpulse.detect."
         "drift: the run's first 1,000 samples of it, or a pinned reference), as a population "
-        f"stability index: 0.1 a small shift, {level:g} (RLInputDrift's level for inputs) a "
-        "large one, 100 a feature that varied and now reads one value or a new environment or "
-        "grader version. kind: input (prompts, their source and difficulty, versions), "
-        "observation (moves as the policy learns: context), behaviour (actions, response "
-        "lengths, rewards: context).",
+        "stability index: 0.1 a small shift, 0.25 a large one (RLInputDrift warns above its "
+        "level for inputs), 100 a feature that varied and now reads one value or a new "
+        "environment or grader version. kind: input (prompts, their source and difficulty, "
+        "versions), observation (moves as the policy learns: context, warns only when dead), "
+        "behaviour (actions, response lengths, rewards: context).",
         [
             Target(
                 f"topk(8, max by (kind, feature) ({SEL('rl_drift_score')}))",
@@ -640,7 +639,7 @@ def build(uid: str, cfg: Config) -> dict[str, Any]:
         ),
         Row("What the alerts test", alert_signals(cfg)),
         Row("Reward", [reward_band(), reward_components(), reward_spread(), eval_scores()]),
-        Row("Drift", [drift(cfg)]),
+        Row("Drift", [drift()]),
         Row(
             "Policy: entropy and divergence",
             [entropy(), kl_reference(), update_kl_and_clipping(), train_inference_mismatch()],

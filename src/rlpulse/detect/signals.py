@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import functools
 import itertools
+import logging
 import math
 import os
 import statistics
@@ -53,6 +54,7 @@ from rlpulse import catalog, keys
 from rlpulse.detect import band, windows
 from rlpulse.detect.windows import TRAIL, Held, Trail
 
+log = logging.getLogger("rlpulse")
 SIGNAL = catalog.get("rl_step_signal")
 BASELINE = catalog.get("rl_step_signal_baseline")
 INTERVAL = catalog.get("rl_step_interval_seconds")
@@ -96,7 +98,8 @@ class Track:
     sliding windows: per *row* (row 0 the state before the batch, row r the state after its
     r-th value) the smoothed and sustained medians, the peak, floor and start. ``at(r)`` puts a
     row's statistics in the attributes the per-value signals read (``last``, ``smoothed`` ...).
-    It keeps the last ``NOISE_SPAN * history + 1`` values (1.6 kB at the default windows)."""
+    It keeps the last ``NOISE_SPAN * history + 1 + GAIN_NOISE_LAG`` values (1.7 kB at the default
+    windows)."""
 
     def __init__(self, w: StepWindows) -> None:
         self.w = w
@@ -504,6 +507,14 @@ class _Cusum:
             self.total += value
 
 
+def _cusum_steps(q: float, fail: float) -> tuple[float, float]:
+    """A CUSUM's log10 likelihood ratio step for a reading below and one above the typical
+    level: each below with ``fail`` against the run's own ``q`` (-inf both: no such collapse)."""
+    if not 0 < q < fail:
+        return -math.inf, -math.inf
+    return math.log10(fail / q), math.log10((1 - fail) / (1 - q))
+
+
 class Drops:
     """A discrete reward's drop (a 0/1 episode success, a grader's few score levels), whose
     single readings are too noisy for a smoothed level: CUSUMs of the readings below its
@@ -522,6 +533,7 @@ class Drops:
         self.counts: dict[float, int] = {}  # of the values in ``span`` (a few)
         self.start = self.typical = self.q = math.nan
         self.cusums = (_Cusum(), _Cusum())  # all lost, half lost
+        self._q, self._steps = math.nan, ((math.nan, math.nan),) * 2
 
     def add(self, value: float) -> None:
         if len(self.first) < DISCRETE_START:
@@ -542,13 +554,12 @@ class Drops:
             self.typical = math.fsum(v * c for v, c in counts.items()) / n
             self.q = sum(c for v, c in counts.items() if v < self.typical) / n
         q = self.q
-        for cusum, fail in zip(self.cusums, (DISCRETE_FAIL, (q + DISCRETE_FAIL) / 2), strict=True):
-            if not 0 < q < fail:
-                cusum.add(value, -math.inf)
-            elif value < self.typical:
-                cusum.add(value, math.log10(fail / q))
-            else:
-                cusum.add(value, math.log10((1 - fail) / (1 - q)))
+        if q != self._q:  # each CUSUM's step below and above the typical level, per q
+            half = (q + DISCRETE_FAIL) / 2
+            self._q, self._steps = q, (_cusum_steps(q, DISCRETE_FAIL), _cusum_steps(q, half))
+        below = value < self.typical
+        for cusum, (down, up) in zip(self.cusums, self._steps, strict=True):
+            cusum.add(value, down if below else up)
 
     def lost(self) -> tuple[float, int]:
         """The drop of the readings a CUSUM past ``DISCRETE_CHANCE`` counts (at least the last
@@ -1212,7 +1223,10 @@ class Detector:
             k = int(np.count_nonzero(steps))
             times = np.array(self._times[:k], float)
             del self._ids[:n], self._values[:n], self._times[:k]
-            self._read(ids, values, steps, times)
+            try:
+                self._read(ids, values, steps, times)
+            except Exception:  # a bug, not the trainer's: a scrape still answers
+                log.warning("rlpulse: reading the step detector's values failed", exc_info=True)
 
     def _read(
         self, ids: np.ndarray, values: np.ndarray, steps: np.ndarray, times: np.ndarray

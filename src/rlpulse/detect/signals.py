@@ -1079,6 +1079,7 @@ class Detector:
     def __init__(self, windows: StepWindows | None = None) -> None:
         self.w = windows or StepWindows()
         self._tracks: dict[SeriesKey, Track] = {}
+        self._plain: dict[SeriesKey, Track] = {}  # watched series ``observe`` hands on as they are
         self._series: list[tuple[Track, SeriesKey, tuple[Signal, ...], str]] = []  # by id
         self._held: dict[tuple[str, str], Held] = {}
         self._trails: dict[tuple[str, str], Trail] = {}
@@ -1126,6 +1127,13 @@ class Detector:
     # -- input
     def observe(self, metric: str, labels: tuple[str, ...], value: float) -> None:
         """A value written to ``metric`` with its own label values (catalog order)."""
+        track = self._plain.get((metric, labels))
+        if track is not None:  # (a watched series seen here before: ``_add`` at once)
+            self._ids.append(track.id)
+            self._values.append(value)
+            if len(self._values) >= SETTLE_AT:
+                self.settle()
+            return
         if metric == _REWARD_STD:
             if not self._zero_std_direct and math.isfinite(value):
                 self._add(ZERO_STD, (), 1.0 if value == 0 else 0.0)
@@ -1144,7 +1152,7 @@ class Detector:
         if metric == OBJECTIVE and labels[-1:] == ("train",):
             return  # a score on the training split is not a held-out objective
         if metric in WATCHED:
-            self._add(metric, labels, value)
+            self._plain[(metric, labels)] = self._add(metric, labels, value)
 
     def _outcome(self, labels: tuple[str, ...], value: float) -> None:
         self._outcomes[labels] = value
@@ -1181,7 +1189,7 @@ class Detector:
         value: float,
         signals: tuple[Signal, ...] | None = None,
         series: str | None = None,
-    ) -> None:
+    ) -> Track:
         track = self._tracks.get((metric, labels))
         if track is None:
             track = self._track((metric, labels), signals, series)
@@ -1189,6 +1197,7 @@ class Detector:
         self._values.append(value)
         if len(self._values) >= SETTLE_AT:
             self.settle()
+        return track
 
     def _track(
         self, key: SeriesKey, signals: tuple[Signal, ...] | None, series: str | None

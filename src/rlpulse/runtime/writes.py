@@ -16,6 +16,7 @@ from rlpulse.runtime.drops import Drops
 from rlpulse.runtime.store import Series, Store
 
 _NO_LABELS: Mapping[str, str] = {}
+_UNSEEN = ("", ())  # a slot ``Writes.signal`` has not looked up yet
 
 
 class Writes:
@@ -31,11 +32,11 @@ class Writes:
 
     def signal(self, slot: int, value: float) -> None:
         """Hand a value written to a watched series to the step-indexed detector."""
-        watch = self._watch
-        if slot not in watch:
+        entry = self._watch.get(slot, _UNSEEN)
+        if entry is _UNSEEN:
             s = self.store.by_slot[slot]
-            watch[slot] = (s.metric.name, s.labels) if s.metric.name in signals.OBSERVED else None
-        entry = watch[slot]
+            entry = (s.metric.name, s.labels) if s.metric.name in signals.OBSERVED else None
+            self._watch[slot] = entry
         if entry is not None:
             if entry[0] in signals.REWARDS and value - value == 0:
                 self._finite.add(slot)

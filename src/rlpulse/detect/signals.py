@@ -300,7 +300,7 @@ _STATE = ("last", "smoothed", "peak", "floor", "start", "level", "level_peak", "
 
 def _first(values: np.ndarray, where: np.ndarray) -> float:
     """The first of ``values`` where ``where`` holds (NaN if nowhere)."""
-    at = np.flatnonzero(where)
+    at = where.nonzero()[0]
     return float(values[at[0]]) if len(at) else math.nan
 
 
@@ -370,8 +370,8 @@ def _ratio(num: float, den: float) -> float:
 
 def _ratios(num: np.ndarray, den: np.ndarray) -> np.ndarray:
     """``_ratio`` of each pair."""
-    with np.errstate(all="ignore"):
-        return np.where((den > 0) & np.isfinite(num), num / den, math.nan)
+    out = np.full(len(num), math.nan)
+    return np.divide(num, den, out=out, where=(den > 0) & np.isfinite(num))
 
 
 # ---- signal definitions --------------------------------------------------------------------------
@@ -758,11 +758,9 @@ def _zero_std(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair
         r = reward.rows
         top, start = r["peak"][at], r["start"][at]
         low = np.minimum(r["floor"][at], start)
-        with np.errstate(invalid="ignore"):
-            best[at >= 0] = ((top > start) & (r["smoothed"][at] >= top - 0.05 * (top - low)))[
-                at >= 0
-            ]
-        peak[at >= 0] = top[at >= 0]
+        mine = at >= 0
+        best[mine] = ((top > start) & (r["smoothed"][at] >= top - 0.05 * (top - low)))[mine]
+        peak[mine] = top[mine]
     return np.where(seen, np.where(best, 0.0, share), math.nan), np.where(seen, peak, math.nan)
 
 
@@ -1255,7 +1253,8 @@ class Detector:
         order = np.argsort(ids, kind="stable")
         order = order[ids[order] != STEP]
         read: list[tuple[Track, np.ndarray]] = []
-        for where in np.split(order, np.flatnonzero(np.diff(ids[order])) + 1) if len(order) else ():
+        cuts = [0, *((ids[order][1:] != ids[order][:-1]).nonzero()[0] + 1).tolist(), len(order)]
+        for where in (order[a:b] for a, b in itertools.pairwise(cuts) if b > a):
             track = self._series[int(ids[where[0]])][0]
             v = values[where]
             finite = np.isfinite(v)

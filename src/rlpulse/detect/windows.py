@@ -32,10 +32,10 @@ def _offsets(w: int) -> np.ndarray:
 
 
 def medians(ordered: np.ndarray, counts: np.ndarray) -> np.ndarray:
-    """The median of the first ``counts`` values of each ascending row (NaN where 0): bit for
-    bit ``_median`` of each."""
+    """The median of the first ``counts`` values of each ascending row (NaN where 0; counts
+    never fall from one row to the next): bit for bit ``_median`` of each."""
     w = ordered.shape[1]
-    if w and counts.min() == w:  # every row full (a series past its first values)
+    if w and counts[0] == w:  # every row full (counts ascend: a series past its first values)
         mid = w // 2
         return ordered[:, mid] if w % 2 else (ordered[:, mid - 1] + ordered[:, mid]) / 2
     rows = np.arange(len(counts))
@@ -80,13 +80,13 @@ class Held:
         # it); an older one stays if it is worse than all of them
         if self.above:
             later = np.maximum.accumulate(values[::-1])[::-1]
-            new = np.flatnonzero(values[:-1] > later[1:])
+            new = (values[:-1] > later[1:]).nonzero()[0]
             cand = [c for c in self.cand if c[2] > later[0]]
         else:
             later = np.minimum.accumulate(values[::-1])[::-1]
-            new = np.flatnonzero(values[:-1] < later[1:])
+            new = (values[:-1] < later[1:]).nonzero()[0]
             cand = [c for c in self.cand if c[2] < later[0]]
-        new = np.append(new, k - 1)
+        new = np.concatenate((new, [k - 1]))
         cand += zip(
             (new + self.n + 1).tolist(), stamps[new].tolist(), values[new].tolist(), strict=True
         )

@@ -17,7 +17,6 @@ import re
 import signal
 import statistics
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -26,7 +25,15 @@ from typing import Any
 
 import yaml
 
-from harness.stackutil import Sink, free_port, interruptible, results, wait_for
+from harness.stackutil import (
+    RLPULSE,
+    Sink,
+    free_port,
+    interruptible,
+    results,
+    rlpulse,
+    wait_for,
+)
 from harness.trainings import Run
 from rlpulse.offline.logs import read_log
 from rlpulse.offline.replay import DEFAULT_STEP_SECONDS, ReplayResult, replay_runs
@@ -273,7 +280,7 @@ class LiveStack:
         of the stack; stopped with Ctrl-C (SIGINT) afterwards, which finishes its run."""
         port = free_port()
         proc = subprocess.Popen(
-            [_binary(), "tail-tensorboard", "--wait", "--interval", "0.2", "--addr", "127.0.0.1",
+            [RLPULSE, "tail-tensorboard", "--wait", "--interval", "0.2", "--addr", "127.0.0.1",
              "--port", str(port), "--run-id", run_id, "--framework", "cleanrl", str(logdir)],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, preexec_fn=interruptible,
         )  # fmt: skip
@@ -290,16 +297,6 @@ class LiveStack:
                 proc.wait()
 
 
-def _binary() -> str:
-    return str(Path(sys.executable).with_name("rlpulse"))
-
-
-def _rlpulse(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [_binary(), *args], capture_output=True, text=True, timeout=120, check=False
-    )
-
-
 @contextlib.contextmanager
 def live_stack(workdir: Path) -> Iterator[LiveStack]:
     """The fast local stack, scraping only the file_sd targets this process registers."""
@@ -308,7 +305,7 @@ def live_stack(workdir: Path) -> Iterator[LiveStack]:
     (workdir / "routing_key").write_text(ROUTING_KEY + "\n")
     (workdir / "overrides.yml").write_text(yaml.safe_dump({"scrape": {"static_targets": []}}))
     prom_port = free_port()
-    up = _rlpulse(
+    up = rlpulse(
         "stack", "up", "--fast", "--dir", str(d), "--config", str(workdir / "overrides.yml"),
         "--pagerduty-url", sink.url, "--pagerduty-key-file", str(workdir / "routing_key"),
         "--prometheus-port", str(prom_port), "--alertmanager-port", str(free_port()),
@@ -320,7 +317,7 @@ def live_stack(workdir: Path) -> Iterator[LiveStack]:
     try:
         yield LiveStack(d, f"http://127.0.0.1:{prom_port}", sink)
     finally:
-        _rlpulse("stack", "down", "--dir", str(d))
+        rlpulse("stack", "down", "--dir", str(d))
         sink.shutdown()
 
 

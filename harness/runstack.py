@@ -27,19 +27,19 @@ SETTLE_S = 5  # past RLTargetDown's `for` with the fast preset, a few evaluation
 
 
 @contextlib.contextmanager
-def watching(workdir: Path, port: int) -> Iterator[str]:
-    """Prometheus scraping ``127.0.0.1:port`` every second with the fast rules; its URL."""
+def watching(workdir: Path, *ports: int) -> Iterator[str]:
+    """Prometheus scraping ``127.0.0.1:PORT`` for each port every second (job ``rlpulse``) with
+    the fast rules; its URL."""
     rule_files = []
     for rel, text in rules.render(config.fast()).items():
         path = workdir / Path(rel).name
         path.write_text(text)
         rule_files.append(str(path))
+    targets = [f"127.0.0.1:{port}" for port in ports]
     prom_config = {
         "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
         "rule_files": rule_files,
-        "scrape_configs": [
-            {"job_name": "rlpulse", "static_configs": [{"targets": [f"127.0.0.1:{port}"]}]}
-        ],
+        "scrape_configs": [{"job_name": "rlpulse", "static_configs": [{"targets": targets}]}],
     }
     with prometheus(workdir, prom_config) as prom:
         yield prom

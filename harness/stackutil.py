@@ -49,6 +49,30 @@ def free_port() -> int:
         return port
 
 
+@contextlib.contextmanager
+def taken_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that a socket listens on until the ``with`` ends."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        yield s.getsockname()[1]
+
+
+RLPULSE = str(Path(sys.executable).with_name("rlpulse"))  # the installed CLI
+
+
+def rlpulse(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``rlpulse`` CLI (extra ``env`` on top of this process's)."""
+    return subprocess.run(
+        [RLPULSE, *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **(env or {})},
+        check=False,
+    )
+
+
 def api(url: str, data: Any = None, timeout: float = 10) -> Any:
     """GET (or POST ``data`` as JSON to) ``url``; the decoded JSON reply (None when empty)."""
     body = None if data is None else json.dumps(data).encode()

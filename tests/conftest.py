@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import subprocess
@@ -10,11 +11,14 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import settings
 from prometheus_client.parser import text_string_to_metric_families
 
+from rlpulse.offline.logs import read_log
+from rlpulse.offline.replay.timeline import Timeline, build
 from rlpulse.runtime.exporter import Exporter
 
 # Property tests draw the same examples on every run (CI, a fresh clone): a submission never
@@ -73,6 +77,20 @@ def value(text: str, name: str, /, **labels: str) -> float:
     ]
     assert len(hits) == 1, f"{name}{labels}: {len(hits)} samples"
     return hits[0]
+
+
+def replay_jsonl(path: Path, rows: list[dict[str, Any]]) -> Timeline:
+    """``rows`` written to ``path`` as JSONL and replayed as a TRL run (a minute a step, scraped
+    every 15 s): the series Prometheus would have stored."""
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return build(
+        read_log(path),
+        run_id="run",
+        framework="trl",
+        job="rlpulse",
+        scrape_interval=15.0,
+        step_seconds=60.0,
+    )
 
 
 def promtool_check_metrics(text: str) -> subprocess.CompletedProcess[str]:

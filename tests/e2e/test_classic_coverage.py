@@ -26,15 +26,16 @@ from urllib.parse import urlencode
 import pytest
 
 from harness.doc_blocks import REPO, marked
-from harness.stackutil import api, free_port, interruptible, prometheus, results, wait_for
+from harness.runstack import watching
+from harness.stackutil import api, free_port, interruptible, results, wait_for
 from harness.trainings import train_cleanrl_ppo, train_q_learning, train_sb3
 from rlpulse.runtime.exporter import Exporter
-from rlpulse.stack import config, dashboards, rules
+from rlpulse.stack import config, dashboards
 
 MIN_COVERAGE = 0.8
 KINDS = ("q-learning", "sb3-ppo", "cleanrl-ppo", "tutorial")
 ASSERTED = KINDS[:3]  # the tutorial logs two keys: its number is printed, not held to 80 %
-JOB = "rlpulse"
+JOB = "rlpulse"  # the job harness.runstack.watching scrapes under
 LINGER_SCRAPES = 3  # scrapes of a run after its training ends, before it finishes
 
 
@@ -107,21 +108,6 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, di
     run's time range."""
     tmp = tmp_path_factory.mktemp("coverage")
     ports = {kind: free_port() for kind in KINDS}
-    rule_files = []
-    for rel, text in rules.render(config.fast()).items():
-        path = tmp / Path(rel).name
-        path.write_text(text)
-        rule_files.append(str(path))
-    prom_config = {
-        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
-        "rule_files": rule_files,
-        "scrape_configs": [
-            {
-                "job_name": JOB,
-                "static_configs": [{"targets": [f"127.0.0.1:{p}" for p in ports.values()]}],
-            }
-        ],
-    }
     trainings: dict[str, Callable[[str], None]] = {
         "q-learning": lambda prom: exporter_run(
             prom,
@@ -144,7 +130,7 @@ def measured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, di
         train(prom)
         return start - 2, time.time() + 2
 
-    with prometheus(tmp, prom_config) as prom, ThreadPoolExecutor(len(KINDS)) as pool:
+    with watching(tmp, *ports.values()) as prom, ThreadPoolExecutor(len(KINDS)) as pool:
         running = {kind: pool.submit(timed, train, prom) for kind, train in trainings.items()}
         ranges = {kind: future.result() for kind, future in running.items()}
         time.sleep(2)  # the recording rules' last evaluation over the ended runs

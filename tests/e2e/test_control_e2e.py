@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import subprocess
-import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ pytest.importorskip("stable_baselines3")
 
 from harness.amutil import silence
 from harness.runstack import alerts_once_settled, last
-from harness.stackutil import ROOT, Sink, demo_argv, free_port, results, wait_for
+from harness.stackutil import ROOT, Sink, demo_argv, free_port, results, rlpulse, wait_for
 from rlpulse import control
 from rlpulse.runtime.exporter import Exporter
 
@@ -60,11 +59,6 @@ class Stack:
         return results(self.prometheus, expr)
 
 
-def _rlpulse(*args: str) -> subprocess.CompletedProcess[str]:
-    binary = str(Path(sys.executable).with_name("rlpulse"))
-    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120, check=False)
-
-
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     tmp = tmp_path_factory.mktemp("control-e2e")
@@ -72,7 +66,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     (tmp / "routing_key").write_text(ROUTING_KEY + "\n")
     (tmp / "overrides.yml").write_text(yaml.safe_dump({"scrape": {"static_targets": []}}))
     prom, am = free_port(), free_port()
-    up = _rlpulse(
+    up = rlpulse(
         "stack", "up", "--fast", "--dir", str(tmp / "stack"),
         "--config", str(tmp / "overrides.yml"),
         "--pagerduty-url", sink.url, "--pagerduty-key-file", str(tmp / "routing_key"),
@@ -83,7 +77,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     try:
         yield Stack(tmp / "stack", f"http://127.0.0.1:{prom}", f"http://127.0.0.1:{am}", sink)
     finally:
-        _rlpulse("stack", "down", "--dir", str(tmp / "stack"))
+        rlpulse("stack", "down", "--dir", str(tmp / "stack"))
         sink.shutdown()
 
 

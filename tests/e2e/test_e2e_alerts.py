@@ -15,7 +15,6 @@ import re
 import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -38,6 +37,7 @@ from harness.stackutil import (
     free_port,
     query,
     results,
+    rlpulse,
     wait_for,
     wait_for_data,
 )
@@ -163,12 +163,6 @@ class E2E:
         return wait_for(probe, timeout, f"a PagerDuty {action} of {alertname} for {run}")
 
 
-def _rlpulse(*args: str) -> subprocess.CompletedProcess[str]:
-    """Run the installed ``rlpulse`` CLI."""
-    binary = str(Path(sys.executable).with_name("rlpulse"))
-    return subprocess.run([binary, *args], capture_output=True, text=True, timeout=120, check=False)
-
-
 @pytest.fixture(scope="module")
 def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
     """``rlpulse stack up --fast`` paging the stand-in, and every scenario training at once."""
@@ -185,7 +179,7 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
         "--inbox-port", str(free_port()), "--rollouts-port", str(free_port()),
         "--data-dir", str(tmp / "data"),
     ]  # fmt: skip
-    run = _rlpulse(*up_argv)
+    run = rlpulse(*up_argv)
     assert run.returncode == 0, run.stdout + run.stderr
     trainers = {
         name: Trainer(name, f"e2e-{name}", free_port(), spec.steps, tmp / f"{name}.log")
@@ -216,7 +210,7 @@ def e2e(tmp_path_factory: pytest.TempPathFactory) -> Iterator[E2E]:
             if t.proc is not None and t.proc.poll() is None:
                 t.proc.kill()
                 t.proc.wait()
-        _rlpulse("stack", "down", "--dir", str(d))
+        rlpulse("stack", "down", "--dir", str(d))
         pagerduty.shutdown()
 
 
@@ -451,7 +445,7 @@ def test_prometheus_restart_mid_run_resumes_scraping_and_counters_stay_monotonic
     assert stop(e2e.dir, "prometheus")
     stopped = time.time()
     time.sleep(3)  # the trainer keeps training while nobody scrapes it
-    again = _rlpulse(*e2e.up_argv)  # restarts only what is down
+    again = rlpulse(*e2e.up_argv)  # restarts only what is down
     assert again.returncode == 0, again.stdout + again.stderr
     restarted = time.time()
     wait_for_data(e2e.prometheus, f"timestamp({steps}{sel}) > {restarted:.3f}", 30)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import stat
 import subprocess
 import sys
@@ -23,6 +22,8 @@ from harness.stackutil import (
     free_port,
     interruptible,
     ready,
+    rlpulse,
+    taken_port,
     wait_for,
     wait_for_data,
 )
@@ -31,20 +32,7 @@ from rlpulse.offline.stackrun import INSTALL, alive, running_pid
 from rlpulse.runtime.exporter import Exporter
 from rlpulse.stack.config import Config
 
-RLPULSE = str(Path(sys.executable).with_name("rlpulse"))
 SERVICES = ("prometheus", "alertmanager", "inbox", "rollouts", "pushgateway")  # all installed
-
-
-def rlpulse(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the installed ``rlpulse`` CLI."""
-    return subprocess.run(
-        [RLPULSE, *args],
-        capture_output=True,
-        text=True,
-        timeout=120,
-        env={**os.environ, **(env or {})},
-        check=False,
-    )
 
 
 def ports() -> dict[str, int]:
@@ -188,10 +176,8 @@ def test_port_zero_is_refused_before_anything_starts(tmp_path: Path) -> None:
 
 
 def test_a_port_in_use_is_named(tmp_path: Path) -> None:
-    with socket.socket() as busy:
-        busy.bind(("127.0.0.1", 0))
-        busy.listen()
-        p = {**ports(), "alertmanager": busy.getsockname()[1]}
+    with taken_port() as busy:
+        p = {**ports(), "alertmanager": busy}
         run = rlpulse(*up_args(tmp_path / "stack", p))
     assert run.returncode == 2
     assert f"127.0.0.1:{p['alertmanager']} is already in use" in run.stderr
@@ -266,10 +252,7 @@ def test_scripts_demo_keep_leaves_the_stack_and_runs_alone_without_binaries(
     demo = [str(ROOT / "scripts" / "demo"), "--steps", "5", "--step-delay", "0"]
     demo += ["--port", str(port)]
     try:
-        with socket.socket() as busy:  # the inbox's port is taken: a stack option, passed on
-            busy.bind(("127.0.0.1", 0))
-            busy.listen()
-            taken = busy.getsockname()[1]
+        with taken_port() as taken:  # the inbox's port is taken: a stack option, passed on
             kept = subprocess.run(
                 [*demo, "--keep", "--inbox-port", str(taken)],
                 capture_output=True,

@@ -52,6 +52,18 @@ def training(run_id: str) -> Iterator[Exporter]:
         exp.close()
 
 
+@contextmanager
+def scraped_training(tmp_path: Path, run_id: str) -> Iterator[tuple[Exporter, LocalStack]]:
+    """A ``training`` under the local stack, entered once Prometheus has scraped it."""
+    with (
+        training(run_id) as exp,
+        local_stack(tmp_path, [f"127.0.0.1:{exp.port}"]) as stack,
+    ):
+        prom = stack.url("prometheus")
+        wait_for(lambda: results(prom, f'rl_step{{run_id="{run_id}"}}'), 30, "the first scrape")
+        yield exp, stack
+
+
 def _firing(stack: LocalStack, run_id: str) -> bool:
     alerts = api(stack.url("prometheus") + "/api/v1/alerts")["data"]["alerts"]
     return any(
@@ -77,12 +89,7 @@ def _notification_errors(stack: LocalStack) -> float:
 
 def test_alertmanager_down_while_an_alert_fires(tmp_path: Path) -> None:
     run = "am-down"
-    with (
-        training(run) as exp,
-        local_stack(tmp_path, [f"127.0.0.1:{exp.port}"]) as stack,
-    ):
-        prom = stack.url("prometheus")
-        wait_for(lambda: results(prom, f'rl_step{{run_id="{run}"}}'), 30, "the first scrape")
+    with scraped_training(tmp_path, run) as (exp, stack):
         stack.stop("alertmanager")
         exp.log({"rl_loss": float("nan")})  # diverged while nobody can be paged
         wait_for(lambda: _firing(stack, run), 30, f"{ALERT} firing in Prometheus")
@@ -115,13 +122,9 @@ def _samples(prom: str, expr: str, seconds: float) -> list[tuple[float, float]]:
 
 def test_prometheus_restarted_mid_run(tmp_path: Path) -> None:
     run = "prom-restart"
-    with (
-        training(run) as exp,
-        local_stack(tmp_path, [f"127.0.0.1:{exp.port}"]) as stack,
-    ):
+    start = time.time()
+    with scraped_training(tmp_path, run) as (exp, stack):
         prom = stack.url("prometheus")
-        start = time.time()
-        wait_for(lambda: results(prom, f'rl_step{{run_id="{run}"}}'), 30, "the first scrape")
         exp.log({"rl_loss": float("nan")})
         wait_for(lambda: stack.pages(ALERT), 60, "the page before the restart")
         stack.stop("prometheus")

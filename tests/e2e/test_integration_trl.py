@@ -34,6 +34,14 @@ from tests.conftest import promtool_check_metrics, samples, scrape, value
 SPECIALS = ["[PAD]", "[UNK]", "[BOS]", "[EOS]"]
 STEP = catalog.get("rl_step").name
 PHASE = catalog.get("rl_phase_duration_seconds").name
+# a few steps on the CPU: no reporters, checkpoints or progress bars
+TINY_CPU_RUN: dict[str, Any] = {
+    "learning_rate": 1e-3,
+    "report_to": "none",
+    "use_cpu": True,
+    "save_strategy": "no",
+    "disable_tqdm": True,
+}
 
 
 def char_tokenizer() -> PreTrainedTokenizerFast:
@@ -91,11 +99,7 @@ def test_trainer_loop_exports_what_it_logs(tmp_path: Path, exporter: Exporter) -
         max_steps=6,
         per_device_train_batch_size=4,
         logging_steps=2,
-        learning_rate=1e-3,
-        report_to="none",
-        use_cpu=True,
-        save_strategy="no",
-        disable_tqdm=True,
+        **TINY_CPU_RUN,
     )
     callback = RlpulseCallback(exporter)
     trainer = Trainer(
@@ -182,11 +186,7 @@ def test_grpo_trainer_exports_rewards_kl_and_lengths(
         max_completion_length=8,
         beta=0.1,
         logging_steps=1,
-        learning_rate=1e-3,
-        report_to="none",
-        use_cpu=True,
-        save_strategy="no",
-        disable_tqdm=True,
+        **TINY_CPU_RUN,
     )
     model_dir = tmp_path / "tiny-gpt2"  # a local path: GRPO builds its reference model from it
     tiny_gpt2(tokenizer).save_pretrained(model_dir)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import socket
 import ssl
 import threading
 import time
@@ -15,6 +14,7 @@ import numpy as np
 import pytest
 
 import rlpulse
+from harness.stackutil import free_port, taken_port
 from rlpulse import catalog
 from rlpulse.runtime.exporter import Exporter, PortInUseError
 from tests.conftest import (
@@ -150,10 +150,7 @@ def test_a_taken_port_falls_back_to_a_free_one_and_says_so(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, "rlpulse")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        s.listen()
-        port = s.getsockname()[1]
+    with taken_port() as port:
         exp = Exporter(port=port, addr="127.0.0.1", gpu=False, host=False).start()
         try:
             assert exp.port not in (port, 0)  # training goes on, served elsewhere
@@ -192,9 +189,7 @@ def test_log_without_a_dict_is_counted_and_told_in_the_users_terms(
 
 
 def test_rank_and_port_come_from_the_launcher(monkeypatch: pytest.MonkeyPatch) -> None:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        base = s.getsockname()[1]
+    base = free_port()
     monkeypatch.setenv("RANK", "5")
     monkeypatch.setenv("LOCAL_RANK", "1")
     monkeypatch.setenv("RLPULSE_PORT", str(base - 1))

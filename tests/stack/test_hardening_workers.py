@@ -9,7 +9,6 @@ import socket
 import struct
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -22,15 +21,6 @@ from tests.conftest import scrape, value
 
 STEPS = catalog.get("rl_env_steps_total").name
 FORKS = 20
-
-
-@pytest.fixture
-def hub() -> Iterator[workers.WorkerHub]:
-    exp = Exporter(port=0, run_id="hard-workers", gpu=False, host=False, process=False).start()
-    hub = workers.serve(exp)
-    yield hub
-    hub.close()
-    exp.close()
 
 
 def _fork_while(busy: threading.Event, child: object) -> list[int]:

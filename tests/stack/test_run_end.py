@@ -62,6 +62,18 @@ def _child(body: str, **env: str) -> Iterator[subprocess.Popen[str]]:
         proc.wait(timeout=30)
 
 
+def _run(script: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run ``script`` (dedented) to its end in a fresh interpreter; fails if it fails."""
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ, **env},
+    )
+
+
 def _end(body: str, **env: str) -> Ended:
     """Run ``body`` in a child after one scrape; scrape, as Prometheus would, until it exits."""
     with _child(body, **env) as proc:
@@ -197,13 +209,7 @@ def test_log_before_start_and_a_second_start_are_told_once() -> None:
     rlpulse.start(port=0, addr="127.0.0.1", gpu=False, host=False)  # same arguments: silent
     rlpulse.start(port=0, addr="127.0.0.1", run_id="other", gpu=False, host=False)
     """
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
+    out = _run(script)
     assert out.stderr.count("while no exporter runs") == 1
     assert out.stderr.count("start() called again with other arguments") == 1
 
@@ -220,14 +226,7 @@ def test_exporters_ending_at_exit_share_one_wait() -> None:
         exp = Exporter(0, addr="127.0.0.1", run_id=run, gpu=False, host=False).start()
         urllib.request.urlopen(urllib.request.Request(exp.url, headers=head)).read()
     """
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-        env={**os.environ, "RLPULSE_FINAL_WAIT": "2"},
-    )
+    out = _run(script, RLPULSE_FINAL_WAIT="2")
     waits = [line for line in out.stderr.splitlines() if "waiting up to" in line]
     assert len(waits) == 1 and "waiting up to 2 s" in waits[0], out.stderr  # either run first
 
@@ -240,13 +239,6 @@ def test_a_registered_target_expects_a_scrape(tmp_path: Path) -> None:
     exp = rlpulse.start(port=0, addr="127.0.0.1", run_id="reg", gpu=False, host=False)
     targets.register({str(tmp_path)!r}, exp)
     """
-    out = subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-        env={**os.environ, "RLPULSE_FINAL_WAIT": "0.5"},
-    )
+    out = _run(script, RLPULSE_FINAL_WAIT="0.5")
     assert "run reg ended; waiting up to" in out.stderr
     assert not list(tmp_path.iterdir())  # the target file is gone with the run

@@ -12,7 +12,6 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from multiprocessing.connection import Client
 from pathlib import Path
 
@@ -32,15 +31,6 @@ REWARD = catalog.get("rl_reward_mean").name
 DROPPED = catalog.get("rlpulse_dropped_values_total").name
 STEP = catalog.get("rl_step").name
 LAST_LOG = catalog.get("rl_last_step_timestamp_seconds").name
-
-
-@pytest.fixture
-def hub() -> Iterator[workers.WorkerHub]:
-    exp = Exporter(port=0, run_id="workers", gpu=False, host=False, process=False).start()
-    hub = workers.serve(exp)
-    yield hub
-    hub.close()
-    exp.close()
 
 
 def _report(n: int, seed: int) -> None:

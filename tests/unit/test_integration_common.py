@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import logging
 import math
-import socket
 import subprocess
 import sys
 
@@ -13,6 +12,7 @@ import pytest
 import torch
 
 import rlpulse
+from harness.stackutil import taken_port
 from rlpulse.integrations.common import exporter_for, numbers, scalar
 from tests.conftest import scrape
 
@@ -55,10 +55,7 @@ def test_a_taken_port_falls_back_to_a_free_one_and_training_goes_on(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     caplog.set_level(logging.INFO, "rlpulse")
-    with socket.socket() as taken:
-        taken.bind(("127.0.0.1", 0))
-        taken.listen()
-        port = taken.getsockname()[1]
+    with taken_port() as port:
         exp = exporter_for(None, "trl", port=port, addr="127.0.0.1", gpu=False, host=False)
         try:
             assert exp is not None and exp.serving and exp.port != port

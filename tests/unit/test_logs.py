@@ -18,6 +18,7 @@ from rlpulse.offline.logs import (
     resolve_format,
 )
 from rlpulse.offline.logs import trl as trl_module
+from tests.conftest import replay_jsonl
 
 
 @needs_corpus
@@ -429,20 +430,9 @@ def test_a_null_is_non_finite_in_every_json_reader(tmp_path: Path) -> None:
 
 def test_a_null_loss_in_a_trl_keyed_jsonl_pages_like_nan(tmp_path: Path) -> None:
     """A JSONL with null for the loss and grad norm replays as non-finite (RLNonFiniteLoss)."""
-    from rlpulse.offline.replay.timeline import build
-
-    log = tmp_path / "run.jsonl"
     rows = [{"step": s, "loss": 0.5, "grad_norm": 1.0, "reward": 0.3} for s in range(10)]
     rows += [{"step": s, "loss": None, "grad_norm": None, "reward": 0.3} for s in range(10, 15)]
-    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    tl = build(
-        read_log(log),
-        run_id="r",
-        framework="trl",
-        job="rlpulse",
-        scrape_interval=15.0,
-        step_seconds=60.0,
-    )
+    tl = replay_jsonl(tmp_path / "run.jsonl", rows)
     counts = [v for k in tl.keys_of("rl_nonfinite_values_total") for v in tl.values(k)]
     assert max(v for v in counts if v is not None) >= 5
 

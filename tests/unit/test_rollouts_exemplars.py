@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import subprocess
 import time
 import urllib.request
@@ -16,6 +15,7 @@ import numpy as np
 import pytest
 from prometheus_client.openmetrics.parser import text_string_to_metric_families
 
+from harness.stackutil import free_port
 from rlpulse import catalog
 from rlpulse.rollouts import Recorder, SamplingConfig
 from rlpulse.rollouts.query import find
@@ -90,12 +90,6 @@ def test_exemplar_ids_resolve_to_stored_rollouts(trainer):
         assert rec["metadata"]["latency_seconds"] == pytest.approx(value)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def test_real_prometheus_stores_the_exemplars(trainer, tmp_path):
     exp, data_dir = trainer
     binary = shutil.which("prometheus")
@@ -106,7 +100,7 @@ def test_real_prometheus_stores_the_exemplars(trainer, tmp_path):
         "scrape_configs:\n"
         f"  - job_name: rlpulse\n    static_configs: [{{targets: ['127.0.0.1:{exp.port}']}}]\n"
     )
-    port = _free_port()
+    port = free_port()
     proc = subprocess.Popen(
         [
             binary,

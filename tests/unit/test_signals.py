@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import math
 import random
 import subprocess
@@ -11,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from rlpulse.detect.signals import SIGNALS, Detector
-from rlpulse.offline.logs import read_log
-from rlpulse.offline.replay.timeline import build
 from rlpulse.runtime.exporter import Exporter
+from tests.conftest import replay_jsonl
 
 
 def _exporter(**options: Any) -> Exporter:
@@ -238,16 +236,7 @@ def test_a_replayed_log_and_a_live_run_compute_the_same_signals(tmp_path: Path) 
     for step, row in enumerate(rows):  # scraped after every step, as the replay's clock does
         live.log(row, step=step)
         live_final = _signals(live)
-    log = tmp_path / "run.jsonl"
-    log.write_text("".join(json.dumps({"step": s, **r}) + "\n" for s, r in enumerate(rows)))
-    tl = build(
-        read_log(log),
-        run_id="run",
-        framework="trl",
-        job="rlpulse",
-        scrape_interval=15.0,
-        step_seconds=60.0,
-    )
+    tl = replay_jsonl(tmp_path / "run.jsonl", [{"step": s, **r} for s, r in enumerate(rows)])
     replayed = {}
     for key in tl.keys_of("rl_step_signal"):
         labels = dict(part.split("=", 1) for part in key[key.index("{") + 1 : -1].split(","))
@@ -638,6 +627,7 @@ def test_a_child_forked_while_the_detector_was_read_can_read_it() -> None:
     code = """
 import os
 from rlpulse.runtime.exporter import Exporter
+from tests.conftest import replay_jsonl
 exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False)
 exp.log({"rl_entropy": 1.0}, step=1)
 exp.flush()

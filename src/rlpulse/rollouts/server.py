@@ -53,6 +53,7 @@ MILLISECONDS = 1e10
 MAX_LIMIT = 1000
 Params = dict[str, list[str]]
 DataDir = str | os.PathLike[str] | None
+Answer = Callable[[DataDir, Params], Response]
 
 
 class BadRequest(ValueError):
@@ -182,29 +183,41 @@ def _rollout(data_dir: DataDir, params: Params) -> Response:
     return _json({"run": hit[0], "rollout": hit[1]})
 
 
-_ROUTES: dict[str, Callable[[DataDir, Params], Response]] = {
+_ROUTES: dict[str, Answer] = {
     "/runs": _runs,
     "/rollouts": _rollouts,
     "/rollout": _rollout,
 }
 
 
-def _handler(data_dir: DataDir, answer: Callable[[DataDir, Params], Response]) -> Handler:
-    def serve(request: Request) -> Response:
-        try:
-            return answer(data_dir, request.query)
-        except BadRequest as exc:
-            return _json({"error": str(exc)}, 400)
-        except FileNotFoundError as exc:
-            return _json({"error": str(exc)}, 404)
+def route_table(
+    data_dir: DataDir, answers: dict[str, Answer], error: Callable[[Exception, int], Response]
+) -> dict[str, Handler]:
+    """Each path's answer as a handler reading ``data_dir``; a refused query is ``error(exc,
+    400)``, a missing run or store ``error(exc, 404)``."""
 
-    return serve
+    def handler(answer: Answer) -> Handler:
+        def serve(request: Request) -> Response:
+            try:
+                return answer(data_dir, request.query)
+            except BadRequest as exc:
+                return error(exc, 400)
+            except FileNotFoundError as exc:
+                return error(exc, 404)
+
+        return serve
+
+    return {path: handler(answer) for path, answer in answers.items()}
+
+
+def _json_error(exc: Exception, status: int) -> Response:
+    return _json({"error": str(exc)}, status)
 
 
 def routes(data_dir: DataDir = None) -> dict[str, Handler]:
     """The API as a route table for ``rlpulse.runtime.http.Server``
     (``server.routes.update(...)``)."""
-    return {path: _handler(data_dir, answer) for path, answer in _ROUTES.items()}
+    return route_table(data_dir, _ROUTES, _json_error)
 
 
 def serve(

@@ -21,15 +21,22 @@ import datetime
 import html
 import json
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlencode
 
 from rlpulse.rollouts import query as q
 from rlpulse.rollouts.escape import terminal
 from rlpulse.rollouts.paths import list_runs
-from rlpulse.rollouts.server import BadRequest, DataDir, Params, parse_filter
-from rlpulse.runtime.http import Request, Response
+from rlpulse.rollouts.server import (
+    Answer,
+    BadRequest,
+    DataDir,
+    Params,
+    parse_filter,
+    route_table,
+)
+from rlpulse.runtime.http import Handler, Response
 
 HTML = "text/html; charset=utf-8"
 DASH = "\u2013"  # an empty cell, a range
@@ -405,7 +412,7 @@ def _ready(data_dir: DataDir, params: Params) -> Response:
     return Response(b"ok\n", "text/plain; charset=utf-8", 200, dict(HEADERS))
 
 
-_PAGES: dict[str, Callable[[DataDir, Params], Response]] = {
+_PAGES: dict[str, Answer] = {
     "/": _index,
     "/view": _view,
     "/compare": _compare,
@@ -414,18 +421,13 @@ _PAGES: dict[str, Callable[[DataDir, Params], Response]] = {
 }
 
 
-def _handler(data_dir: DataDir, answer: Callable[[DataDir, Params], Response]) -> Any:
-    def serve(request: Request) -> Response:
-        try:
-            return answer(data_dir, request.query)
-        except BadRequest as exc:
-            return page("bad request", f"<p class=bad>{e(exc)}</p>", 400)
-        except FileNotFoundError as exc:
-            return page("not found", f"<p class=bad>{e(exc)}</p>", 404)
-
-    return serve
+_ERRORS = {400: "bad request", 404: "not found"}
 
 
-def routes(data_dir: DataDir = None) -> dict[str, Any]:
+def _error_page(exc: Exception, status: int) -> Response:
+    return page(_ERRORS[status], f"<p class=bad>{e(exc)}</p>", status)
+
+
+def routes(data_dir: DataDir = None) -> dict[str, Handler]:
     """The viewer's pages as a route table for ``rlpulse.runtime.http.Server``."""
-    return {path: _handler(data_dir, answer) for path, answer in _PAGES.items()}
+    return route_table(data_dir, _PAGES, _error_page)

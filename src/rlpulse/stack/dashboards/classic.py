@@ -21,9 +21,7 @@ from rlpulse.stack.dashboards.common import (
     Row,
     Selector,
     Target,
-    alerts_annotation,
     assemble,
-    datasource_variable,
     graph,
     label_variable,
     new_dashboard,
@@ -243,19 +241,17 @@ def phase_times() -> timeseries.Panel:
 
 def build(uid: str) -> dict[str, Any]:
     """The classic-RL dashboard as Grafana JSON."""
-    dashboard = (
-        new_dashboard(
-            uid,
-            t.CLASSIC,
-            "One classic-RL run (Gymnasium, SB3, CleanRL, a tabular loop): episodes, "
-            "exploration, losses and where the time goes; firing alerts as annotations.",
-            ["rl", "classic"],
-        )
-        .with_variable(datasource_variable())
-        .with_variable(label_variable("job", "Job", "rl_run_info", Selector(())))
-        .with_variable(newest_run_variable(Selector(("job",))))
-        .with_variable(label_variable("rank", "Rank", "rl_run_info", Selector(("job", "run_id"))))
-        .annotation(alerts_annotation(SEL))
+    dashboard = new_dashboard(
+        uid,
+        t.CLASSIC,
+        "One classic-RL run (Gymnasium, SB3, CleanRL, a tabular loop): episodes, "
+        "exploration, losses and where the time goes; firing alerts as annotations.",
+        ["rl", "classic"],
+        SEL,
+        [
+            newest_run_variable(Selector(("job",))),
+            label_variable("rank", "Rank", "rl_run_info", Selector(("job", "run_id"))),
+        ],
     )
     rows = [
         Row(

@@ -17,6 +17,7 @@ from grafana_foundation_sdk.builders import common as cb
 from grafana_foundation_sdk.builders import dashboard as db
 from grafana_foundation_sdk.builders import heatmap, stat, table, timeseries, trend
 from grafana_foundation_sdk.builders import prometheus as promb
+from grafana_foundation_sdk.cog import builder as cogbuilder
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
@@ -695,9 +696,17 @@ def phase_wall_share(sel: Selector, alive: str) -> list[Target]:
     return [Target(share, "{{phase}}"), Target(rest, "untimed")]
 
 
-def new_dashboard(uid: str, title: str, description: str, tags: Sequence[str]) -> db.Dashboard:
-    """A dashboard with the defaults all rlpulse dashboards share."""
-    return (
+def new_dashboard(
+    uid: str,
+    title: str,
+    description: str,
+    tags: Sequence[str],
+    alerts: Selector,
+    variables: Sequence[cogbuilder.Builder[dm.VariableModel]],
+) -> db.Dashboard:
+    """A dashboard with the defaults all rlpulse dashboards share: a data source and a job to
+    pick, then ``variables``; the firing alerts of the series ``alerts`` selects as annotations."""
+    dashboard = (
         db.Dashboard(title)
         .uid(uid)
         .description(description)
@@ -708,4 +717,10 @@ def new_dashboard(uid: str, title: str, description: str, tags: Sequence[str]) -
         .refresh("30s")
         .timezone("browser")
         .link(dashboard_links())
+        .with_variable(datasource_variable())
+        .with_variable(label_variable("job", "Job", "rl_run_info", Selector(())))
+        .annotation(alerts_annotation(alerts))
     )
+    for variable in variables:
+        dashboard.with_variable(variable)
+    return dashboard

@@ -25,9 +25,7 @@ from rlpulse.stack.dashboards.common import (
     Row,
     Selector,
     Target,
-    alerts_annotation,
     assemble,
-    datasource_variable,
     graph,
     grid,
     label_variable,
@@ -175,17 +173,13 @@ def hyperparameters() -> table.Panel:
 
 def build(uid: str, cfg: Config) -> dict[str, Any]:
     """The run-comparison dashboard as Grafana JSON."""
-    dashboard = (
-        new_dashboard(
-            uid,
-            t.COMPARISON,
-            "Key curves of several runs overlaid, with their metadata and hyperparameters.",
-            ["rl", "comparison"],
-        )
-        .with_variable(datasource_variable())
-        .with_variable(label_variable("job", "Job", "rl_run_info", Selector(())))
-        .with_variable(label_variable("run_id", "Runs", "rl_run_info", Selector(("job",))))
-        .annotation(alerts_annotation(SEL))
+    dashboard = new_dashboard(
+        uid,
+        t.COMPARISON,
+        "Key curves of several runs overlaid, with their metadata and hyperparameters.",
+        ["rl", "comparison"],
+        SEL,
+        [label_variable("run_id", "Runs", "rl_run_info", Selector(("job",)))],
     )
     rows = [
         Row("Runs", [run_metadata(), hyperparameters()]),

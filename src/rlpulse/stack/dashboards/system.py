@@ -22,9 +22,7 @@ from rlpulse.stack.dashboards.common import (
     Selector,
     Target,
     alert_levels,
-    alerts_annotation,
     assemble,
-    datasource_variable,
     graph,
     label_variable,
     latency_heatmap,
@@ -385,20 +383,18 @@ def unmapped_keys() -> timeseries.Panel:
 
 def build(uid: str, cfg: Config) -> dict[str, Any]:
     """The RL system dashboard as Grafana JSON; alert levels from ``cfg``."""
-    dashboard = (
-        new_dashboard(
-            uid,
-            t.SYSTEM,
-            "GPUs, host, rollout latency, phase times, grader, tools and exporter health.",
-            ["rl", "system"],
-        )
-        .with_variable(datasource_variable())
-        .with_variable(label_variable("job", "Job", "rl_run_info", Selector(())))
-        .with_variable(label_variable("run_id", "Run", "rl_run_info", Selector(("job",))))
-        .with_variable(label_variable("rank", "Rank", "rl_run_info", Selector(("job", "run_id"))))
-        .with_variable(label_variable("node", "Node", "rl_run_info", Selector(("job", "run_id"))))
-        .with_variable(label_variable("gpu", "GPU", "rl_gpu_utilization_ratio", NODE_SEL))
-        .annotation(alerts_annotation(SEL))
+    dashboard = new_dashboard(
+        uid,
+        t.SYSTEM,
+        "GPUs, host, rollout latency, phase times, grader, tools and exporter health.",
+        ["rl", "system"],
+        SEL,
+        [
+            label_variable("run_id", "Run", "rl_run_info", Selector(("job",))),
+            label_variable("rank", "Rank", "rl_run_info", Selector(("job", "run_id"))),
+            label_variable("node", "Node", "rl_run_info", Selector(("job", "run_id"))),
+            label_variable("gpu", "GPU", "rl_gpu_utilization_ratio", NODE_SEL),
+        ],
     )
     rows = [
         Row(

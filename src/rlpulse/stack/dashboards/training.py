@@ -38,9 +38,7 @@ from rlpulse.stack.dashboards.common import (
     Selector,
     Target,
     alert_levels,
-    alerts_annotation,
     assemble,
-    datasource_variable,
     firing_alerts,
     graph,
     label_variable,
@@ -609,23 +607,20 @@ def liveness() -> timeseries.Panel:
 
 def build(uid: str, cfg: Config) -> dict[str, Any]:
     """The RL training dashboard as Grafana JSON; alert levels from ``cfg``."""
-    dashboard = (
-        new_dashboard(
-            uid,
-            t.TRAINING,
-            "One run's training curves and, first, the step signals its alerts test against "
-            "their thresholds; firing alerts as annotations.",
-            ["rl", "training"],
-        )
-        .with_variable(datasource_variable())
-        .with_variable(label_variable("job", "Job", "rl_run_info", Selector(())))
-        .with_variable(newest_run_variable(Selector(("job",))))
-        .with_variable(label_variable("rank", "Rank", "rl_run_info", Selector(("job", "run_id"))))
-        .with_variable(rollouts_variable(cfg.links.rollouts_url))
-        .annotation(alerts_annotation(SEL))
+    dashboard = new_dashboard(
+        uid,
+        t.TRAINING,
+        "One run's training curves and, first, the step signals its alerts test against "
+        "their thresholds; firing alerts as annotations.",
+        ["rl", "training"],
+        SEL,
+        [
+            newest_run_variable(Selector(("job",))),
+            label_variable("rank", "Rank", "rl_run_info", Selector(("job", "run_id"))),
+            rollouts_variable(cfg.links.rollouts_url),
+            *step_range_variables(REC(rules.aggregate_name("run", rules.STEP, "max"))),
+        ],
     )
-    for variable in step_range_variables(REC(rules.aggregate_name("run", rules.STEP, "max"))):
-        dashboard.with_variable(variable)
     rows = [
         Row(
             "Run status",

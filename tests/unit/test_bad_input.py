@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -36,16 +38,21 @@ RECORDED: list[tuple[str, Any, float]] = [
 NON_FINITE = [float("nan"), float("inf"), -float("inf"), np.float64("nan")]
 
 
-def _exp(strict: bool = False) -> Exporter:
-    return Exporter(port=0, run_id="bad", gpu=False, host=False, strict=strict).start()
+@contextmanager
+def _exp(**options: Any) -> Iterator[Exporter]:
+    """A started exporter, closed when the ``with`` ends."""
+    exp = Exporter(port=0, run_id="bad", gpu=False, host=False, **options).start()
+    try:
+        yield exp
+    finally:
+        exp.close()
 
 
 @pytest.mark.parametrize(("case", "bad", "reason"), BAD_VALUES, ids=[c[0] for c in BAD_VALUES])
 def test_bad_value_is_counted_and_logged_once(
     case: str, bad: Any, reason: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    exp = _exp()
-    try:
+    with _exp() as exp:
         with caplog.at_level(logging.WARNING, logger="rlpulse"):
             for _ in range(3):
                 exp.log({"rl_entropy": bad, "rl_kl_reference": 0.1})
@@ -54,28 +61,19 @@ def test_bad_value_is_counted_and_logged_once(
         assert value(text, "rl_kl_reference") == 0.1  # the good key in the same dict survives
         warnings = [r for r in caplog.records if "rl_entropy" in r.getMessage()]
         assert len(warnings) == 1 and reason in warnings[0].getMessage()
-    finally:
-        exp.close()
 
 
 @pytest.mark.parametrize(("case", "bad", "reason"), BAD_VALUES, ids=[c[0] for c in BAD_VALUES])
 def test_bad_value_raises_in_strict_mode_naming_the_key(case: str, bad: Any, reason: str) -> None:
-    exp = _exp(strict=True)
-    try:
-        with pytest.raises(ValueError, match=rf"'rl_entropy'.*{reason}"):
-            exp.log({"rl_entropy": bad})
-    finally:
-        exp.close()
+    with _exp(strict=True) as exp, pytest.raises(ValueError, match=rf"'rl_entropy'.*{reason}"):
+        exp.log({"rl_entropy": bad})
 
 
 @pytest.mark.parametrize(("case", "good", "expected"), RECORDED, ids=[c[0] for c in RECORDED])
 def test_numeric_types_are_recorded(case: str, good: Any, expected: float) -> None:
-    exp = _exp(strict=True)
-    try:
+    with _exp(strict=True) as exp:
         exp.log({"rl_entropy": good})
         assert value(scrape(exp.url), "rl_entropy") == expected
-    finally:
-        exp.close()
 
 
 def test_zero_d_tensor_like_is_recorded() -> None:
@@ -85,18 +83,14 @@ def test_zero_d_tensor_like_is_recorded() -> None:
         def __float__(self) -> float:
             return 0.75
 
-    exp = _exp(strict=True)
-    try:
+    with _exp(strict=True) as exp:
         exp.log({"rl_entropy": Tensor0d()})
         assert value(scrape(exp.url), "rl_entropy") == 0.75
-    finally:
-        exp.close()
 
 
 @pytest.mark.parametrize("bad", NON_FINITE, ids=["nan", "inf", "-inf", "np-nan"])
 def test_non_finite_is_recorded_and_counted(bad: float) -> None:
-    exp = _exp()
-    try:
+    with _exp() as exp:
         exp.log({"rl_grad_norm_total_is_not_a_key": 1.0})
         exp.log({"rl_loss": bad})
         exp.log({"rl_loss": bad})
@@ -104,17 +98,11 @@ def test_non_finite_is_recorded_and_counted(bad: float) -> None:
         got = value(text, "rl_loss")
         assert math.isnan(got) if math.isnan(bad) else got == bad
         assert value(text, "rl_nonfinite_values_total", metric="rl_loss") == 2
-    finally:
-        exp.close()
 
 
 def test_non_finite_raises_when_strict() -> None:
-    exp = _exp(strict=True)
-    try:
-        with pytest.raises(ValueError, match="rl_loss: non-finite"):
-            exp.log({"rl_loss": float("nan")})
-    finally:
-        exp.close()
+    with _exp(strict=True) as exp, pytest.raises(ValueError, match="rl_loss: non-finite"):
+        exp.log({"rl_loss": float("nan")})
 
 
 @pytest.mark.parametrize(
@@ -125,65 +113,49 @@ def test_non_finite_raises_when_strict() -> None:
 def test_samples_a_histogram_cannot_sum_are_counted_not_observed(latencies: list[float]) -> None:
     """NaN/Inf stay out of histograms; so do finite samples past 1e300: two of 1e308 sum to
     inf, and _sum would read +Inf for the rest of the run (every rate() over it NaN)."""
-    exp = _exp()
-    try:
+    with _exp() as exp:
         exp.observe_rollouts(latency_seconds=latencies)
         text = scrape(exp.url)
         assert value(text, "rl_rollout_duration_seconds_count") == 1
         assert value(text, "rl_rollout_duration_seconds_sum") == 0.1
         n = value(text, "rl_nonfinite_values_total", metric="rl_rollout_duration_seconds")
         assert n == 2
-    finally:
-        exp.close()
 
 
 def test_negative_counter_increment_is_dropped() -> None:
-    exp = _exp()
-    try:
+    with _exp() as exp:
         exp.count("rl_env_steps_total", 10)
         exp.count("rl_env_steps_total", -3)
         exp.count("rl_env_steps_total", float("nan"))
         text = scrape(exp.url)
         assert value(text, "rl_env_steps_total") == 10
         assert value(text, "rlpulse_dropped_values_total", reason="negative_increment") == 2
-    finally:
-        exp.close()
-    strict = _exp(strict=True)
-    try:
-        with pytest.raises(ValueError, match=r"rl_env_steps_total.*negative_increment"):
-            strict.count("rl_env_steps_total", -1)
-    finally:
-        strict.close()
+    refused = r"rl_env_steps_total.*negative_increment"
+    with _exp(strict=True) as strict, pytest.raises(ValueError, match=refused):
+        strict.count("rl_env_steps_total", -1)
 
 
 def test_cumulative_counter_key_going_backwards_is_dropped() -> None:
-    exp = _exp()
-    try:
+    with _exp() as exp:
         exp.log({"rl_episodes_total": 5})
         exp.log({"rl_episodes_total": 4})
         text = scrape(exp.url)
         assert value(text, "rl_episodes_total") == 5
         assert value(text, "rlpulse_dropped_values_total", reason="negative_increment") == 1
-    finally:
-        exp.close()
 
 
 def test_unknown_keys_are_kept_up_to_a_cap() -> None:
-    exp = Exporter(port=0, gpu=False, host=False, unmapped_cap=5).start()
-    try:
+    with _exp(unmapped_cap=5) as exp:
         exp.log({f"custom/key_{i}": float(i) for i in range(8)})
         text = scrape(exp.url)
         assert value(text, "rl_unmapped_metric", key="custom/key_4") == 4
         assert value(text, "rlpulse_label_overflow_total", label="key") == 3
         assert value(text, "rlpulse_dropped_values_total", reason="unmapped_key_cap") == 3
         assert "custom/key_6" not in text
-    finally:
-        exp.close()
 
 
 def test_a_flood_of_label_values_is_capped() -> None:
-    exp = Exporter(port=0, gpu=False, host=False, label_cap=10).start()
-    try:
+    with _exp(label_cap=10) as exp:
         for i in range(1000):
             exp.count("rl_tool_calls_total", 1, tool=f"tool-{i}")
             exp.observe_rollouts(rewards=[1.0], components={f"c{i}": [0.5]})
@@ -193,8 +165,6 @@ def test_a_flood_of_label_values_is_capped() -> None:
         assert value(text, "rl_tool_calls_total", tool="__overflow__") == 990
         comps = [ln for ln in text.splitlines() if ln.startswith("rl_reward_component_mean{")]
         assert len(comps) == 11
-    finally:
-        exp.close()
 
 
 @pytest.mark.parametrize(
@@ -206,11 +176,8 @@ def test_a_flood_of_label_values_is_capped() -> None:
     ],
 )
 def test_bad_config_is_counted_or_raised(kwargs: dict[str, Any], reason: str, needle: str) -> None:
-    exp = Exporter(port=0, gpu=False, host=False, **kwargs).start()
-    try:
+    with _exp(**kwargs) as exp:
         assert value(scrape(exp.url), "rlpulse_dropped_values_total", reason=reason) == 1
-    finally:
-        exp.close()
     with pytest.raises(ValueError, match=rf"{needle}.*{reason}"):
         Exporter(port=0, gpu=False, host=False, strict=True, **kwargs)
 
@@ -231,15 +198,8 @@ def test_bad_config_is_counted_or_raised(kwargs: dict[str, Any], reason: str, ne
     ],
 )
 def test_bad_calls_never_raise_by_default(call: Any, reason: str) -> None:
-    exp = _exp()
-    try:
+    with _exp() as exp:
         call(exp)
         assert value(scrape(exp.url), "rlpulse_dropped_values_total", reason=reason) >= 1
-    finally:
-        exp.close()
-    strict = _exp(strict=True)
-    try:
-        with pytest.raises((ValueError, TypeError, AttributeError)):
-            call(strict)
-    finally:
-        strict.close()
+    with _exp(strict=True) as strict, pytest.raises((ValueError, TypeError, AttributeError)):
+        call(strict)

@@ -33,6 +33,13 @@ def _feed(exp: Exporter, rows: list[dict[str, float]], start: int = 0) -> None:
         exp.log(row, step=start + i)
 
 
+def _fed(rows: list[dict[str, float]]) -> dict[tuple[str, str], float]:
+    """The signals a scrape reads once a fresh run has logged ``rows``, a step each."""
+    exp = _exporter()
+    _feed(exp, rows)
+    return _signals(exp)
+
+
 def _clocked(seconds_per_step: float) -> Exporter:
     """An exporter whose run clock advances ``seconds_per_step`` per logged step."""
     exp = _exporter()
@@ -42,15 +49,13 @@ def _clocked(seconds_per_step: float) -> Exporter:
 
 
 def test_entropy_collapse_against_the_runs_peak() -> None:
-    exp = _exporter()
-    _feed(exp, [{"entropy": 1.0}] * 10 + [{"entropy": 0.05}] * 3)
-    assert _signals(exp)[("entropy_ratio_to_peak", "")] == 0.05
+    sig = _fed([{"entropy": 1.0}] * 10 + [{"entropy": 0.05}] * 3)
+    assert sig[("entropy_ratio_to_peak", "")] == 0.05
 
 
 def test_entropy_blowup_against_the_runs_start() -> None:
-    exp = _exporter()
-    _feed(exp, [{"entropy": 0.9}] * 10 + [{"entropy": 2.7}] * 3)
-    assert _signals(exp)[("entropy_ratio_to_start", "")] == 3.0
+    sig = _fed([{"entropy": 0.9}] * 10 + [{"entropy": 2.7}] * 3)
+    assert sig[("entropy_ratio_to_start", "")] == 3.0
 
 
 def test_a_one_step_spike_is_held_for_hold_steps_whenever_it_is_read() -> None:
@@ -101,12 +106,10 @@ def test_a_run_that_logs_no_step_holds_its_values_by_count() -> None:
 def test_grad_norm_spikes_are_relative_to_the_run() -> None:
     """A run whose stable norm is ~1e5 is not spiking; steps with ~0 norm make no spikes."""
     rng = random.Random(0)
-    exp = _exporter()
-    _feed(exp, [{"grad_norm": 1e5 * (1 + 0.2 * rng.random())} for _ in range(60)])
-    assert _signals(exp)[("grad_norm_spike_ratio", "policy")] < 2
-    exp = _exporter()
-    _feed(exp, [{"grad_norm": 0.001 if i % 2 else 0.4} for i in range(60)])
-    assert _signals(exp)[("grad_norm_spike_ratio", "policy")] < 2
+    sig = _fed([{"grad_norm": 1e5 * (1 + 0.2 * rng.random())} for _ in range(60)])
+    assert sig[("grad_norm_spike_ratio", "policy")] < 2
+    sig = _fed([{"grad_norm": 0.001 if i % 2 else 0.4} for i in range(60)])
+    assert sig[("grad_norm_spike_ratio", "policy")] < 2
 
 
 def test_kl_jumps_need_a_meaningful_level() -> None:
@@ -118,31 +121,23 @@ def test_kl_jumps_need_a_meaningful_level() -> None:
 
 
 def test_sustained_kl_needs_half_of_ten_values() -> None:
-    exp = _exporter()
-    _feed(exp, [{"kl": 10.0}] * 4 + [{"kl": 0.3}] * 6)
-    assert _signals(exp)[("kl_reference_level", "")] < 1
-    exp = _exporter()
-    _feed(exp, [{"kl": 0.3}] * 4 + [{"kl": 10.0}] * 6)
-    assert _signals(exp)[("kl_reference_level", "")] == 10.0
+    assert _fed([{"kl": 10.0}] * 4 + [{"kl": 0.3}] * 6)[("kl_reference_level", "")] < 1
+    assert _fed([{"kl": 0.3}] * 4 + [{"kl": 10.0}] * 6)[("kl_reference_level", "")] == 10.0
 
 
 def test_value_loss_ratio_never_divides_by_zero() -> None:
-    exp = _exporter()
-    _feed(exp, [{"value_loss": 0.0}] * 20 + [{"value_loss": 0.5}] * 3)
-    sig = _signals(exp)
+    sig = _fed([{"value_loss": 0.0}] * 20 + [{"value_loss": 0.5}] * 3)
     assert ("value_loss_ratio", "") not in sig or math.isfinite(sig[("value_loss_ratio", "")])
 
 
 def test_reward_collapse_after_learning_and_noise() -> None:
-    exp = _exporter()
     ramp = [{"reward": min(i / 20, 1.0)} for i in range(40)]
-    _feed(exp, ramp + [{"reward": 0.0}] * 3)  # below where it started: more than all lost
-    assert _signals(exp)[("reward_gain_lost_ratio", "reward_mean")] > 1.0
+    sig = _fed(ramp + [{"reward": 0.0}] * 3)  # below where it started: more than all lost
+    assert sig[("reward_gain_lost_ratio", "reward_mean")] > 1.0
     # a reward that only wiggles around 0 has gained nothing to lose
     rng = random.Random(1)
-    exp = _exporter()
-    _feed(exp, [{"reward": rng.choice([0.0, 0.0, 0.8])} for _ in range(60)])
-    assert _signals(exp)[("reward_gain_lost_ratio", "reward_mean")] == 0.0
+    sig = _fed([{"reward": rng.choice([0.0, 0.0, 0.8])} for _ in range(60)])
+    assert sig[("reward_gain_lost_ratio", "reward_mean")] == 0.0
 
 
 def test_reward_hacking_against_the_true_objective() -> None:
@@ -180,29 +175,21 @@ def test_a_declared_objective_alone_judges_hacking() -> None:
 def test_zero_std_from_reward_std_and_saturation() -> None:
     """Older TRL logs no zero-std share: reward_std == 0 is the evidence. A run saturated at its
     best reward has one reward per group and nothing to fix."""
-    exp = _exporter()
-    _feed(exp, [{"reward": 0.1, "reward_std": 0.0}] * 12)
-    assert _signals(exp)[("zero_std_unsolved_ratio", "")] == 1.0
-    exp = _exporter()
+    assert _fed([{"reward": 0.1, "reward_std": 0.0}] * 12)[("zero_std_unsolved_ratio", "")] == 1.0
     rows = [{"reward": min(i / 10, 1.0), "frac_reward_zero_std": 0.0} for i in range(12)]
-    _feed(exp, rows + [{"reward": 1.0, "frac_reward_zero_std": 1.0}] * 12)
-    assert _signals(exp)[("zero_std_unsolved_ratio", "")] == 0.0
+    sig = _fed(rows + [{"reward": 1.0, "frac_reward_zero_std": 1.0}] * 12)
+    assert sig[("zero_std_unsolved_ratio", "")] == 0.0
 
 
 def test_an_end_of_sequence_share_is_read_as_truncation() -> None:
-    exp = _exporter()
-    _feed(exp, [{"env/all/format_eos": 0.46}] * 5)
-    assert _signals(exp)[("truncation_level", "")] == 0.54
+    assert _fed([{"env/all/format_eos": 0.46}] * 5)[("truncation_level", "")] == 0.54
 
 
 def test_a_level_waits_for_the_steps_its_text_claims() -> None:
     """Issue 23.3: a 3-step smoke test has no "median of the last 5 logged steps"."""
-    exp = _exporter()
-    _feed(exp, [{"env/all/format_eos": 0.0}] * 3)
-    assert ("truncation_level", "") not in _signals(exp)
-    exp = _exporter()
-    _feed(exp, [{"reward": 0.1, "reward_std": 0.0}] * 9)  # "of the last 10 batches"
-    assert ("zero_std_unsolved_ratio", "") not in _signals(exp)
+    assert ("truncation_level", "") not in _fed([{"env/all/format_eos": 0.0}] * 3)
+    sig = _fed([{"reward": 0.1, "reward_std": 0.0}] * 9)  # "of the last 10 batches"
+    assert ("zero_std_unsolved_ratio", "") not in sig
 
 
 def test_eval_drop_beyond_the_readings_noise() -> None:

@@ -221,8 +221,8 @@ every 4th step sampled; real TRL GRPO on the tiny GPT-2 of the alert matrix, 16 
 - *an LLM prompt mix* (hard prompts 20% -> 70% at step 70, the `source` column reported from the
   reward function with `observe_prompts`, prompt lengths from the TRL callback): both inputs
   drifted at step 78 in both shifted seeds; the shift starves the groups of signal and
-  `RLZeroStdGroupsHigh`'s condition holds from step 97 and 82, its page naming "Input drift in
-  source since step 78. Input drift in prompt_length since step 78."; the synthetic stream's
+  `RLZeroStdGroupsHigh`'s condition holds from step 97 and 82, its page naming both ("Input
+  drift in source since step 78.", and prompt_length since the same step); the synthetic stream's
   shift at step 30 (64 prompts a step) shows at steps 39-43.
 
 "The page names" is what the run exported when the step alert's condition first held

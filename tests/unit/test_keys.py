@@ -241,13 +241,22 @@ def test_trl_corpus_reward_components_keep_their_function_names() -> None:
     }
 
 
+def _resolves_as(
+    found: set[str], table: dict[str, Expect], framework: str, default_agrees: bool = True
+) -> None:
+    """The keys a corpus file logs are ``table``'s, each resolving as the table says under
+    ``framework`` and, where ``default_agrees``, with no framework named."""
+    assert found == set(table), found ^ set(table)
+    for key, expected in table.items():
+        assert as_expect(keys.resolve(key, framework)) == expected, key
+        if default_agrees:
+            assert as_expect(keys.resolve(key)) == expected, key
+
+
 @needs_corpus
 def test_verl_console_keys() -> None:
     found = verl_keys(CORPUS / "verl" / next((CORPUS / "verl").iterdir()).name)
-    assert found == set(VERL_PPO), found ^ set(VERL_PPO)
-    for key, expected in VERL_PPO.items():
-        assert as_expect(keys.resolve(key, "verl")) == expected, key
-        assert as_expect(keys.resolve(key)) == expected, key
+    _resolves_as(found, VERL_PPO, "verl")
 
 
 @needs_corpus
@@ -255,19 +264,13 @@ def test_tinker_jsonl_keys() -> None:
     path = (
         CORPUS / "other" / "arvindcr4__tinker-rl-lab__experiments_results_arithmetic_metrics.jsonl"
     )
-    found = jsonl_keys(path)
-    assert found == set(TINKER), found ^ set(TINKER)
-    for key, expected in TINKER.items():
-        assert as_expect(keys.resolve(key, "tinker")) == expected, key
-        assert as_expect(keys.resolve(key)) == expected, key
+    _resolves_as(jsonl_keys(path), TINKER, "tinker")
 
 
 @needs_corpus
 def test_baselines_progress_csv_keys() -> None:
     found = csv_keys(CORPUS / "other" / "morikatron__GAIL_PPO__sample_result_ppo_progress.csv")
-    assert found == set(BASELINES_GAIL), found ^ set(BASELINES_GAIL)
-    for key, expected in BASELINES_GAIL.items():
-        assert as_expect(keys.resolve(key, "baselines")) == expected, key
+    _resolves_as(found, BASELINES_GAIL, "baselines", default_agrees=False)
 
 
 @needs_corpus

@@ -534,6 +534,7 @@ class Drops:
         self.start = self.typical = self.q = math.nan
         self.cusums = (_Cusum(), _Cusum())  # all lost, half lost
         self._q, self._steps = math.nan, ((math.nan, math.nan),) * 2
+        self._stale = True  # the counts changed since the typical level was worked out
 
     def add(self, value: float) -> None:
         if len(self.first) < DISCRETE_START:
@@ -543,16 +544,25 @@ class Drops:
         self.recent.append(value)
         span, counts = self.span, self.counts
         if len(span) == DISCRETE_SPAN:
+            if span[0] != value:  # (the same value in and out: the counts stay)
+                self._stale = True
             counts[span[0]] -= 1
+        else:
+            self._stale = True
         span.append(value)
         counts[value] = counts.get(value, 0) + 1
         if len(span) < DISCRETE_MIN or math.isnan(self.start):
             return
-        mean = math.fsum(self.recent) / len(self.recent)
-        if math.isnan(self.typical) or mean >= (self.start + self.typical) / 2:
+        # the typical level is a function of the counts alone: worked out again once they changed
+        # and while the mean of the last DISCRETE_START readings is in the gain's upper half
+        if self._stale and (
+            math.isnan(self.typical)
+            or math.fsum(self.recent) / len(self.recent) >= (self.start + self.typical) / 2
+        ):
             n = len(span)
             self.typical = math.fsum(v * c for v, c in counts.items()) / n
             self.q = sum(c for v, c in counts.items() if v < self.typical) / n
+            self._stale = False
         q = self.q
         if q != self._q:  # each CUSUM's step below and above the typical level, per q
             half = (q + DISCRETE_FAIL) / 2

@@ -89,6 +89,26 @@ class AfterStep(gym.Wrapper[Any, Any, Any, Any]):
         return obs, reward, terminated, truncated, info
 
 
+class DynamicsCause(gym.Wrapper[Any, Any, Any, Any]):
+    """CartPole changed under a trained agent: ``gravity`` x3 from env step 8,000 (new
+    dynamics), ``obs-dead`` from step 4,000 (the pole's angular velocity, obs[3], reads 0: a
+    dead sensor); any other scenario leaves the env as it is."""
+
+    def __init__(self, env: gym.Env[Any, Any], scenario: str) -> None:
+        super().__init__(env)
+        self.scenario, self.steps = scenario, 0
+
+    def step(self, action: Any) -> Any:
+        self.steps += 1
+        if self.scenario == "gravity" and self.steps == 8000:
+            self.env.unwrapped.gravity *= 3.0  # type: ignore[attr-defined]
+        obs, reward, term, trunc, info = self.env.step(action)
+        if self.scenario == "obs-dead" and self.steps >= 4000:
+            obs = np.array(obs, copy=True)
+            obs[3] = 0.0
+        return obs, reward, term, trunc, info
+
+
 def _hang_once() -> Callable[[float], float]:
     """A reward change that blocks the first step it sees for ``STALL_SECONDS``."""
     hung = False

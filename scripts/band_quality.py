@@ -36,31 +36,15 @@ BAND_ALERT = "RLOutsideReferenceBand"
 def train(scenario: str, seed: int, steps: int, work: str, algo: str = "ppo") -> str:
     """One run of ``algo``; the path of its progress.csv."""
     import gymnasium as gym
-    import numpy as np
     import stable_baselines3
     import torch
     from stable_baselines3.common.logger import configure
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from harness.trainings import SB3_ALGOS, SB3_LOG_INTERVAL
+    from harness.trainings import SB3_ALGOS, SB3_LOG_INTERVAL, DynamicsCause
 
     torch.set_num_threads(1)
-
-    class Cause(gym.Wrapper[Any, Any, Any, Any]):
-        def __init__(self, env: gym.Env[Any, Any]) -> None:
-            super().__init__(env)
-            self.steps = 0
-
-        def step(self, action: Any) -> Any:
-            self.steps += 1
-            if scenario == "gravity" and self.steps == 8000:
-                self.env.unwrapped.gravity *= 3.0  # type: ignore[attr-defined]
-            obs, reward, term, trunc, info = self.env.step(action)
-            if scenario == "obs-dead" and self.steps >= 4000:
-                obs = np.array(obs, copy=True)
-                obs[3] = 0.0
-            return obs, reward, term, trunc, info
 
     settings = dict(SB3_ALGOS[algo])
     if scenario == "lr-low":
@@ -68,7 +52,7 @@ def train(scenario: str, seed: int, steps: int, work: str, algo: str = "ppo") ->
     out = Path(work) / f"{algo}-{scenario}-s{seed}"
     if (out / "progress.csv").exists():  # --work DIR: a run trained before is read again
         return str(out / "progress.csv")
-    venv = DummyVecEnv([lambda: Monitor(Cause(gym.make("CartPole-v1")))])
+    venv = DummyVecEnv([lambda: Monitor(DynamicsCause(gym.make("CartPole-v1"), scenario))])
     venv.seed(seed)
     cls = getattr(stable_baselines3, algo.upper())
     model = cls("MlpPolicy", venv, seed=seed, device="cpu", **settings)

@@ -48,27 +48,12 @@ def train(algo: str, scenario: str, seed: int, steps: int) -> dict[str, Any]:
     from stable_baselines3.common.monitor import Monitor
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    from harness.trainings import SB3_ALGOS
+    from harness.trainings import SB3_ALGOS, DynamicsCause
     from rlpulse import Exporter
     from rlpulse.detect import drift
     from rlpulse.integrations.sb3 import RlpulseCallback
 
     torch.set_num_threads(1)
-
-    class Cause(gym.Wrapper[Any, Any, Any, Any]):
-        def __init__(self, env: gym.Env[Any, Any]) -> None:
-            super().__init__(env)
-            self.steps = 0
-
-        def step(self, action: Any) -> Any:
-            self.steps += 1
-            if scenario == "gravity" and self.steps == 8000:
-                self.env.unwrapped.gravity *= 3.0  # type: ignore[attr-defined]
-            obs, reward, term, trunc, info = self.env.step(action)
-            if scenario == "obs-dead" and self.steps >= 4000:
-                obs = np.array(obs, copy=True)
-                obs[3] = 0.0
-            return obs, reward, term, trunc, info
 
     exp = Exporter(port=0, run_id=f"{algo}-{scenario}-s{seed}", gpu=False, host=False,
                    process=False, final_wait=0)  # fmt: skip
@@ -94,7 +79,7 @@ def train(algo: str, scenario: str, seed: int, steps: int) -> dict[str, Any]:
                 if metric.name == "rl_failure_onset_step" and labels[0] not in paged:
                     paged[labels[0]] = (self.num_timesteps, drifted)
 
-    venv = DummyVecEnv([lambda: Monitor(Cause(gym.make("CartPole-v1")))])
+    venv = DummyVecEnv([lambda: Monitor(DynamicsCause(gym.make("CartPole-v1"), scenario))])
     venv.seed(seed)
     model = getattr(stable_baselines3, algo.upper())(
         "MlpPolicy", venv, seed=seed, device="cpu", **SB3_ALGOS[algo]

@@ -257,15 +257,10 @@ class Drift:
             )
         if not len(values):
             return True
-        feature = self.features.get((kind, name))
+        numeric = isinstance(values, np.ndarray)
+        feature = self._feature(kind, name, numeric)
         if feature is None:
-            if sum(k == kind for k, _ in self.features) >= MAX_FEATURES:
-                return False
-            numeric = isinstance(values, np.ndarray)
-            ref = self.pinned.get(f"{kind}/{name}")
-            if ref is not None and (ref.edges is not None) != numeric:
-                ref = None  # a pinned reference of the other type: the run's own is made
-            feature = self.features[(kind, name)] = Feature(kind, name, numeric, ref)
+            return False
         if isinstance(values, np.ndarray) != feature.numeric:
             return True  # numbers for a categorical feature (or texts for a numeric one): skipped
         if isinstance(values, np.ndarray):
@@ -280,15 +275,25 @@ class Drift:
         """The version of a part of the run (``environment``, ``grader``): a version other than
         the first is an input drift of feature ``version:<part>`` from ``step`` on (False: a
         new part past ``MAX_FEATURES``)."""
-        name = f"version:{part}"
         first = self.versions.setdefault(part, version)
-        feature = self.features.get(("input", name))
+        feature = self._feature("input", f"version:{part}", False)
         if feature is None:
-            if sum(k == "input" for k, _ in self.features) >= MAX_FEATURES:
-                return False
-            feature = self.features[("input", name)] = Feature("input", name, False, None)
+            return False
         feature._scored(0.0 if version == first else EVENT, step)
         return True
+
+    def _feature(self, kind: Kind, name: str, numeric: bool) -> Feature | None:
+        """The feature ``kind``/``name``, made on its first samples (its pinned reference if
+        one of its type is pinned); None when it is new past ``MAX_FEATURES`` of its kind."""
+        feature = self.features.get((kind, name))
+        if feature is None:
+            if sum(k == kind for k, _ in self.features) >= MAX_FEATURES:
+                return None
+            ref = self.pinned.get(f"{kind}/{name}")
+            if ref is not None and (ref.edges is not None) != numeric:
+                ref = None  # a pinned reference of the other type: the run's own is made
+            feature = self.features[(kind, name)] = Feature(kind, name, numeric, ref)
+        return feature
 
     def samples(self) -> Iterator[tuple[Any, tuple[str, ...], float]]:
         """``rl_drift_score`` of every scored feature, ``rl_drift_onset_step`` of the drifted."""

@@ -144,7 +144,8 @@ def record_episodes(
 
 
 DRIFT_EVERY = 4  # a classic integration samples every this many steps' observations and actions
-MAX_DRIFT_SAMPLES = 4096  # samples buffered between two hand-overs; more wait for the next
+MAX_DRIFT_SAMPLES = 4096  # samples buffered between two hand-overs; past it no step is sampled
+# until the next (a sample left out is not data lost: drift is scored on samples)
 
 
 class DriftSampler:

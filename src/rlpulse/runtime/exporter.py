@@ -701,14 +701,13 @@ def _feature_snapshot(values: Any, categorical: bool) -> np.ndarray | list[str] 
         else isinstance(values, Sequence) and len(values) > 0 and isinstance(values[0], str)
     )
     if categorical or texts:
-        if isinstance(values, np.ndarray | Sequence):
-            values = values[-drift.WINDOW :]
-        return [label_text(v) for v in list(values)[-drift.WINDOW :]]
-    try:
-        arr = np.array(values, dtype=np.float64)  # a copy, never a view of the trainer's array
-    except Exception:
-        return Dropped("non_numeric", values)
-    return arr.reshape(arr.shape[0], -1) if arr.ndim > 1 else arr.reshape(-1)
+        last = values if isinstance(values, np.ndarray | Sequence) else list(values)
+        return [label_text(v) for v in last[-drift.WINDOW :]]
+    shape = np.shape(values)
+    arr = snapshot_array(values)  # flat, a copy of its own (None: NaN, huge ints: ±Inf)
+    if isinstance(arr, Dropped) or len(shape) < 2:
+        return arr
+    return arr.reshape(shape[0], -1)
 
 
 def _log_misuse(metrics: Any, step: Any) -> TypeError | None:

@@ -1056,6 +1056,7 @@ class _Objective:
 SeriesKey = tuple[str, tuple[str, ...]]
 SETTLE_AT = 16384  # values and steps waiting for a read past which the applier reads them
 STEP = -1  # the series id of a logged step among the values waiting
+_ZERO_STD, _COMPLEMENT = "zero_std", "complement"  # values ``observe`` turns into another's
 
 
 class _Out:
@@ -1161,6 +1162,87 @@ class Detector:
             return  # a score on the training split is not a held-out objective
         if metric in WATCHED:
             self._plain[(metric, labels)] = self._add(metric, labels, value)
+
+    def observe_rows(
+        self,
+        series: list[SeriesKey],
+        values: np.ndarray,
+        steps: np.ndarray | None,
+        stamps: np.ndarray,
+    ) -> None:
+        """Rows of ``observe`` calls (one value per series of ``series``, in its order), each
+        row followed by ``step`` (``steps``: None when no row has one): the same as those calls
+        one by one, appended at once once each series goes where it went before (``_routes``)."""
+        routes = self._routes(series)
+        if routes is None:
+            for r, row in enumerate(values.tolist()):
+                for (metric, labels), v in zip(series, row, strict=True):
+                    self.observe(metric, labels, v)
+                if steps is not None:
+                    self.step(float(steps[r]), float(stamps[r]))
+            return
+        n, k = values.shape
+        ids = np.full((n, k + 1), STEP, np.int64)
+        got = np.empty((n, k + 1))
+        keep = np.ones((n, k + 1), bool)
+        for j, (track, how) in enumerate(routes):
+            column = values[:, j]
+            ids[:, j] = track
+            if how is None:
+                got[:, j] = column
+                continue
+            keep[:, j] = np.isfinite(column) if how else False
+            if how == _ZERO_STD:
+                got[:, j] = np.where(column == 0, 1.0, 0.0)
+            elif how == _COMPLEMENT:
+                got[:, j] = 1.0 - column
+        keep[:, k] = False
+        if steps is not None:
+            prior = -math.inf if self._last_step is None else self._last_step
+            newer = steps > np.maximum.accumulate(np.concatenate(([prior], steps[:-1])))
+            got[:, k], keep[:, k] = steps, newer
+            taken, times = steps[newer].tolist(), stamps[newer].tolist()
+            if taken:
+                self._last_step = taken[-1]
+                self._stamps.extend(times)
+                calls = range(self._calls, self._calls + len(taken))
+                self._steps.extend(zip(calls, taken, strict=True))
+                self._calls += len(taken)
+                self._times.extend(times)  # before their entries (``step``)
+        flat = keep.ravel()
+        self._ids.extend(ids.ravel()[flat].tolist())
+        self._values.extend(got.ravel()[flat].tolist())
+        if len(self._values) >= SETTLE_AT:
+            self.settle()
+
+    def _routes(self, series: list[SeriesKey]) -> list[tuple[int, str | None]] | None:
+        """Where ``observe`` puts each series' values: (track id, None) as they are, (id,
+        ``_ZERO_STD``/``_COMPLEMENT``) the finite ones made into that, (id, "") nowhere; None
+        where a series is new here or its value decides more (a group outcome)."""
+        routes: list[tuple[int, str | None]] = []
+        derived = {
+            _REWARD_STD: (ZERO_STD, self._zero_std_direct, _ZERO_STD),
+            _EOS: (TRUNCATION, self._truncation_direct, _COMPLEMENT),
+        }
+        for key in series:
+            track = self._plain.get(key)
+            metric, labels = key
+            if track is not None:
+                routes.append((track.id, None))
+            elif metric in derived:
+                into, direct, how = derived[metric]
+                target = self._tracks.get((into, ()))
+                if direct:
+                    routes.append((STEP, ""))
+                elif target is None:
+                    return None
+                else:
+                    routes.append((target.id, how))
+            elif metric == OBJECTIVE and labels[-1:] == ("train",):
+                routes.append((STEP, ""))
+            else:  # a watched series not seen yet, a group outcome
+                return None
+        return routes
 
     def _outcome(self, labels: tuple[str, ...], value: float) -> None:
         self._outcomes[labels] = value

@@ -9,6 +9,8 @@ more calls before it applies them all. A scrape applies what is left before it r
 never stale (it applies the calls made before it began, not those that keep coming). Past
 ``MAX_QUEUED`` waiting calls a call is dropped and counted
 (``rlpulse_dropped_values_total{reason="queue_full"}``, said once at once), never blocking.
+A kind of call with a batch form (``log``'s: ``Ingest.apply_run``) is applied a run of up to
+``RUN`` consecutive calls at a time, still in call order.
 """
 
 from __future__ import annotations
@@ -30,18 +32,21 @@ log = logging.getLogger("rlpulse")
 MAX_QUEUED = 16384  # calls waiting to be applied (~22 MB of 32-key dicts); more are dropped
 BATCH_SECONDS = 0.05  # the apply thread gathers calls this long after a wake-up
 BACKLOG = 2048  # calls that wake it before then, and past which it applies without pausing
+RUN = 256  # consecutive calls of one kind a batch form applies at once (~0.3 ms of work)
 FULL = "queue_full"  # the drop reason of a call the full queue refused
 Call = tuple[Callable[..., None], tuple[Any, ...]]
 Pause = Callable[[], None]
+Batched = dict[Callable[..., None], Callable[[list[tuple[Any, ...]]], None]]
 
 
 class Calls:
     """One exporter's queue of recording calls; ``apply()`` runs them in order."""
 
-    __slots__ = ("__weakref__", "drops", "lock", "queue", "scheduled", "strict")
+    __slots__ = ("__weakref__", "batched", "drops", "lock", "queue", "scheduled", "strict")
 
-    def __init__(self, drops: Drops) -> None:
+    def __init__(self, drops: Drops, batched: Batched | None = None) -> None:
         self.drops = drops
+        self.batched = batched or {}  # apply -> its batch form: the args of consecutive calls
         self.strict = drops.strict
         self.queue: deque[Call] = deque()
         self.lock = threading.RLock()  # one applier at a time: the apply thread or a scrape
@@ -87,11 +92,21 @@ class Calls:
         than ``BACKLOG`` wait) hands the GIL back to the training thread between them. Calls
         queued meanwhile wait for the next apply: writers faster than the apply must not hold
         an applier (and a scrape waiting behind it) forever."""
-        queue = self.queue
+        queue, batched = self.queue, self.batched
         with self.lock:
-            for _ in range(len(queue)):
+            left = len(queue)
+            while left:
                 fn, args = queue.popleft()
-                fn(*args)
+                left -= 1
+                many = batched.get(fn)
+                if many is None:
+                    fn(*args)
+                else:
+                    run = [args]
+                    while left and len(run) < RUN and queue[0][0] is fn:
+                        run.append(queue.popleft()[1])
+                        left -= 1
+                    many(run)
                 if pause is not None and len(queue) < BACKLOG:
                     pause()
 

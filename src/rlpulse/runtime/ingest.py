@@ -7,15 +7,18 @@ through a binding made on first sight (framework key maps, the user's key map, a
 scale; unknown keys as ``rl_unmapped_metric{key}`` up to ``unmapped_cap``). ``count``, ``set``
 and ``observe`` write a named catalog metric. Every value that is no number, every wrong call,
 and every write to an ``rlpulse_*`` self-metric is dropped and counted (``rlpulse.runtime.drops``);
-what passes is written through ``rlpulse.runtime.writes``.
+what passes is written through ``rlpulse.runtime.writes``. Consecutive ``log()`` calls with the
+same keys, all plain gauges seen before, are applied in columns (``Ingest.apply_run``).
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from itertools import islice
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -40,6 +43,8 @@ SUCCESS = catalog.get("rl_success_ratio").name
 
 
 HUGE = 1e300  # the largest magnitude a histogram observes
+MAX_PLANS = 64  # key orders whose column plan is remembered
+LogCall = tuple[dict[str, Any], Any, float]  # a log() call's snapshot, step and time
 
 
 class _Binding:
@@ -55,6 +60,18 @@ class _Binding:
         self.offset = offset
         self.counter = series.metric.type == "counter"
         self.returns = returns  # a classic loop's episode return: success derived from it
+
+
+class _Columns:
+    """How ``log()`` dicts with one key order are applied in columns: each key's value slot, and
+    which columns the detector watches (their index and series)."""
+
+    __slots__ = ("series", "slots", "watched")
+
+    def __init__(self, slots: list[int], watched: list[tuple[int, tuple[str, tuple[str, ...]]]]):
+        self.slots = slots
+        self.watched = [j for j, _ in watched]
+        self.series = [key for _, key in watched]
 
 
 class Ingest:
@@ -81,7 +98,9 @@ class Ingest:
         # fast path: logged key -> value slot of a plain gauge; everything else in bindings
         self.slots: dict[str, int] = {}
         self.bindings: dict[str, _Binding | object] = {}
-        self.calls = calls.Calls(drops)  # recording calls not applied yet, in call order
+        # recording calls not applied yet, in call order; log()'s applied in runs
+        self.calls = calls.Calls(drops, {self.apply: self.apply_run})
+        self.plans: dict[tuple[Any, ...], _Columns] = {}  # key order -> its columns
         calls.register(self.calls)
         self.kept_ids: set[str] | None = None  # rollout ids stored (exemplars link only to them)
         self._step = store.get("rl_step")
@@ -129,6 +148,85 @@ class Ingest:
             if self.drops.strict:
                 raise
             self.drops("bad_call", "log", exc)
+
+    def apply_run(self, run: list[LogCall]) -> None:
+        """Consecutive ``log()`` calls, in order: each stretch with one key order whose keys are
+        all plain gauges seen before in columns (``_apply_columns``), the others one by one."""
+        for names, group in itertools.groupby(run, key=lambda call: tuple(call[0])):
+            stretch = list(group)
+            plan = self._plan(names)
+            if plan is None:  # (its first call binds its keys)
+                self.apply(*stretch[0])
+                stretch = stretch[1:]
+                plan = self._plan(names)
+            if not stretch:
+                continue
+            if plan is None or not self._apply_columns(plan, stretch):
+                for call in stretch:
+                    self.apply(*call)
+
+    def _plan(self, names: tuple[Any, ...]) -> _Columns | None:
+        """The columns of a key order (None: a key is no plain gauge seen before)."""
+        plan = self.plans.get(names)
+        if plan is not None or self.guess_framework:
+            return plan
+        slots = [self.slots.get(k) for k in names]
+        if None in slots:
+            return None
+        found = [int(i) for i in slots if i is not None]
+        watched = [(j, w) for j, i in enumerate(found) if (w := self.writes.watched(i))]
+        if len(self.plans) >= MAX_PLANS:
+            self.plans.clear()
+        plan = self.plans[names] = _Columns(found, watched)
+        return plan
+
+    def _apply_columns(self, plan: _Columns, run: list[LogCall]) -> bool:
+        """``apply`` of each call, in columns: each gauge written once (its last value), the
+        non-finite values counted per column, the watched columns handed to the detector at
+        once. False, with nothing applied, where a value or step is no plain number (a
+        snapshot holds floats, ints and ``Dropped`` only: ``coerce.plain_snapshot``)."""
+        n, k = len(run), len(plan.slots)
+        try:
+            matrix = np.fromiter(
+                itertools.chain.from_iterable(map(dict.values, map(itemgetter(0), run))),
+                float,
+                n * k,
+            ).reshape(n, k)
+            steps = [call[1] for call in run]
+            nones = steps.count(None)
+            at = None if nones else np.fromiter(steps, float, n)
+        except (TypeError, ValueError, OverflowError):  # a Dropped, an int past a float's range
+            return False
+        if nones not in (0, n) or (at is not None and not np.isfinite(at).all()):
+            return False  # (a step that is no finite number is dropped one call at a time)
+        try:
+            self._write_columns(plan, run, matrix, at)
+        except Exception as exc:
+            if self.drops.strict:
+                raise
+            self.drops("bad_call", "log", exc)
+        return True
+
+    def _write_columns(
+        self, plan: _Columns, run: list[LogCall], matrix: np.ndarray, steps: np.ndarray | None
+    ) -> None:
+        values, last = self.store.values, run[-1]
+        for i, v in zip(plan.slots, last[0].values(), strict=True):
+            values[i] = v
+        bad = ~np.isfinite(matrix)
+        if bad.any():  # counted in the order the calls met them
+            cols = bad.any(axis=0).nonzero()[0]
+            for j in sorted(cols.tolist(), key=lambda j: (int(bad[:, j].argmax()), j)):
+                self.writes.nonfinite(self.store.by_slot[plan.slots[j]], int(bad[:, j].sum()))
+        stamps = np.fromiter((call[2] for call in run), float, len(run))
+        self.writes.detector.observe_rows(plan.series, matrix[:, plan.watched], steps, stamps)
+        if steps is not None:
+            values[self._step.slot] = float(steps[-1])
+            top = float(steps.max())
+            if top > values[self._train_steps.slot]:
+                values[self._train_steps.slot] = top
+        values[self.last_ts.slot] = last[2]
+        values[self._logged.slot] += len(run)
 
     def _infer_framework(self, metrics: dict[str, Any]) -> None:
         """No framework given: the first logged keys say whose meanings to search first

@@ -33,11 +33,18 @@ class Writes:
         """Hand a value written to a watched series to the step-indexed detector."""
         entry = self._watch.get(slot, _UNSEEN)
         if entry is _UNSEEN:
+            entry = self.watched(slot)
+        if entry is not None:
+            self.detector.observe(entry[0], entry[1], float(value))
+
+    def watched(self, slot: int) -> tuple[str, tuple[str, ...]] | None:
+        """The (metric, labels) of a slot the detector watches, None if it does not."""
+        entry = self._watch.get(slot, _UNSEEN)
+        if entry is _UNSEEN:
             s = self.store.by_slot[slot]
             entry = (s.metric.name, s.labels) if s.metric.name in signals.OBSERVED else None
             self._watch[slot] = entry
-        if entry is not None:
-            self.detector.observe(entry[0], entry[1], float(value))
+        return entry
 
     def nonfinite(self, series: Series, n: int = 1) -> None:
         """Count ``n`` NaN/±Inf values written to ``series``; ``ValueError`` when strict."""

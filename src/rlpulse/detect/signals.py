@@ -122,20 +122,25 @@ class Track:
         self.rows: dict[str, np.ndarray] = {}  # per statistic, its value at each row
         self._history: tuple[np.ndarray, tuple[np.ndarray, np.ndarray]] | None = None
         self._lists: dict[str, list[float]] = {}  # the same as lists (``at``)
-        # the noise a gain is judged by (``gain``): the (n, pos) it is measured at until
+        # the noise a gain is judged by (``gains``): the (n, pos) it is measured at until
         # worked out, then its value
         self._gain_noise: tuple[int, int] | float = math.nan
         self.gain_measured = False
+        # the gains asked of this reward in the read (``Detector.ask_gains``): by sequence number
+        self.gains: tuple[np.ndarray, np.ndarray] = (np.empty(0, np.int64), np.empty(0))
+        # a discrete reward's drop at each value of the read (``_dropped``), NaN where not asked
+        self.lost: tuple[np.ndarray, np.ndarray, int | None] = (np.empty(0), np.empty(0), None)
         self._noise: tuple[int, int, float] = (-1, 0, math.nan)  # (n, longest, noise) last asked
         self.best3 = math.nan  # the best median of three readings (``_drop_from_best``)
         self.settled = False  # the reward held its best before entropy halved (``_entropy...``)
         self.stretches: Stretches | None = None  # a reward's runs of one value (``_frozen``)
         self.drops: Drops | None = None  # a discrete reward's drop (``_gain_lost``)
+        self.discrete = np.zeros(1, bool)  # per row of the read: a discrete reward (``Drops``)
         self.back: int | None = None  # the lag of the value a signal just computed, if not
         # its own (``lag``): set by the signal, taken by the detector
         self.id = -1  # the detector's number for the series
         self.born = sys.maxsize  # the detector's sequence number of the series' first value
-        self.looped = False  # some of its signals are read one value at a time
+        self.looped = False  # some of its values are read one at a time (``Detector._loop``)
         self.batch = 0  # the detector's read that read it last, its values' sequence numbers
         self.seqs = np.empty(0, np.int64)  # and the row after each (``Detector.reward_rows``)
         self.ev_rows = np.empty(0, np.int64)
@@ -235,11 +240,6 @@ class Track:
         """The last ``k`` values at the current row (fewer before ``k`` were seen)."""
         return self.x[max(self.pos - min(k, self.n) + 1, 0) : self.pos + 1].tolist()
 
-    def discrete(self) -> bool:
-        """A reward that took few values (``DISCRETE_VALUES``): a 0/1 success, score levels."""
-        s = self.stretches
-        return self.drops is not None and s is not None and s.distinct() <= DISCRETE_VALUES
-
     def noise(self, longest: int = NOISE_LAGS[-1]) -> float:
         """The history's noise (the last ``history`` values before the current one):
         step-to-step, or over up to ``longest`` steps where larger (a smoothed series is quiet
@@ -251,19 +251,23 @@ class Track:
         self._noise = (self.n, longest, noise)
         return noise
 
-    def measure_gain_noise(self) -> None:
-        """The gain's noise is the noise as of ``GAIN_NOISE_LAG`` values ago (``gain``: a fall's
-        first values, still in the gain's upper half, would read as noise and hide it), once
-        enough values are left before then to tell the noise by (``GAIN_MIN_READINGS``)."""
-        diffs = min(self.n - 1, self.w.history) - 1
+    def gain_point(self, row: int) -> tuple[int, int]:
+        """Where a gain measured at ``row`` takes its noise (``gains``): the noise as of
+        ``GAIN_NOISE_LAG`` values ago (a fall's first values, still in the gain's upper half,
+        would read as noise and hide it), once enough values are left before then to tell the
+        noise by (``GAIN_MIN_READINGS``); as (values seen, index in ``x``)."""
+        n, pos = self.n0 + row, self.base - 1 + row
+        diffs = min(n - 1, self.w.history) - 1
         lag = max(0, min(GAIN_NOISE_LAG, diffs - GAIN_MIN_READINGS))
-        self._gain_noise, self.gain_measured = (self.n - lag, self.pos - lag), True
+        return n - lag, pos - lag
 
-    def gain_noise(self) -> float:
-        """The noise a gain is judged by (NaN before it was measured)."""
+    def gain_noise(self, point: tuple[int, int] | None = None) -> float:
+        """The noise a gain is judged by: measured at ``point`` (``gain_point``), or where it
+        was measured last (NaN before it was)."""
+        if point is not None:
+            return self._noise_at(*point, NOISE_LAGS[-1])
         if isinstance(self._gain_noise, tuple):
-            n, pos = self._gain_noise
-            self._gain_noise = self._noise_at(n, pos, NOISE_LAGS[-1])
+            self._gain_noise = self._noise_at(*self._gain_noise, NOISE_LAGS[-1])
         return self._gain_noise
 
     def _noise_at(self, n: int, pos: int, longest: int) -> float:
@@ -462,23 +466,36 @@ GAIN_MIN_READINGS = 15  # and once this many values were seen (3 x smooth)
 GAIN_NOISE_LAG = 10  # the noise a gain is judged by leaves out up to this many latest values
 
 
-def gain(t: Track) -> float:
-    """The run's gain (start -> peak of the sustained level: learning must hold over half of
-    2 x smooth steps), or 0 while it does not stand out of the series' own noise (a dip of the
-    smoothed level below a peak that is within the noise is noise itself) or too few values
-    were seen. NaN before the sustained level exists."""
-    if math.isnan(t.level):
-        return math.nan
-    g = t.level_peak - t.level_start
-    # the noise is measured while the level is in its upper half, and kept through a fall (a
-    # fall's own step would read as noise and clear a persisting collapse)
-    upper = t.level_start + g / 2
-    if (t.smoothed >= upper and t.last >= upper) or not t.gain_measured:
-        t.measure_gain_noise()
-    big = max(abs(t.level_start), abs(t.level_peak))
-    if t.n < GAIN_MIN_READINGS or not g > max(0.01 * big, 1e-12):
-        return 0.0  # (whatever the noise: it is worked out only where it decides)
-    return g if g > GAIN_NOISE * t.gain_noise() else 0.0
+def gains(t: Track, rows: np.ndarray) -> np.ndarray:
+    """The run's gain asked at each of ``rows`` in turn (rows of the read, not decreasing): the
+    start -> peak of the sustained level (learning must hold over half of 2 x smooth steps), or
+    0 while it does not stand out of the series' own noise (a dip of the smoothed level below a
+    peak that is within the noise is noise itself) or too few values were seen; NaN before the
+    sustained level exists. The noise is measured while the level is in its upper half (and at
+    the first ask), and kept through a fall (a fall's own step would read as noise and clear a
+    persisting collapse): where it was measured is carried from one ask to the next."""
+    r = t.rows
+    level, start, peak = r["level"][rows], r["level_start"][rows], r["level_peak"][rows]
+    known = level == level
+    g = peak - start
+    upper = start + g / 2
+    measure = known & (r["smoothed"][rows] >= upper) & (r["last"][rows] >= upper)
+    if not t.gain_measured and known.any():
+        measure[known.argmax()] = True
+    big = np.maximum(np.abs(start), np.abs(peak))
+    judged = known & (r["n"][rows] >= GAIN_MIN_READINGS) & (g > np.maximum(0.01 * big, 1e-12))
+    out = np.where(known, 0.0, math.nan)
+    measured = np.maximum.accumulate(np.where(measure, np.arange(len(rows)), -1))
+    if judged.any():  # the noise is worked out only where it decides
+        noise = np.full(len(rows), math.nan)
+        for m in np.unique(measured[judged]).tolist():
+            at = judged & (measured == m)
+            noise[at] = t.gain_noise(t.gain_point(int(rows[m])) if m >= 0 else None)
+        won = judged & (g > GAIN_NOISE * noise)
+        out[won] = g[won]
+    if measure.any():
+        t._gain_noise, t.gain_measured = t.gain_point(int(rows[measured[-1]])), True
+    return out
 
 
 DISCRETE_VALUES = 8  # a reward that took at most this many values is discrete (0/1 success)
@@ -593,22 +610,36 @@ class Drops:
         return lost, since
 
 
-def _gain_lost(d: Detector, t: Track, key: str) -> tuple[float, float]:
-    """The fraction of the run's gain (``gain``) that the smoothed level has lost again (a
+def _gain_lost(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
+    """The fraction of the run's gain (``gains``) that the smoothed level has lost again (a
     collapse shows within three logged values; back at the start is 1, whatever the level).
     A discrete reward, whose median of 5 readings is no level (three failures in a row after a
     long streak of successes would read as all of the gain lost), is judged by the readings
     since it dropped below its typical level (``Drops``) alone."""
-    if math.isnan(t.level):  # no gain before the sustained level exists
-        return math.nan, math.nan
-    if t.discrete():
-        return _dropped(t)
-    g = gain(t)
-    return ((t.level_peak - t.smoothed) / g if g > 0 else 0.0), t.level_peak
+    r = t.rows
+    level, top = r["level"][rows], r["level_peak"][rows]
+    g = _gain_at(t, seqs)  # asked wherever the level exists and the reward is not discrete
+    lost = np.divide(top - r["smoothed"][rows], g, out=np.zeros(len(rows)), where=g > 0)
+    known = level == level
+    discrete = known & t.discrete[rows]
+    t.back = t.lost[2] if discrete[-1] else None
+    values, baselines = np.where(known, lost, math.nan), np.where(known, top, math.nan)
+    return np.where(discrete, t.lost[0], values), np.where(discrete, t.lost[1], baselines)
+
+
+def _gain_at(reward: Track, seqs: np.ndarray) -> np.ndarray:
+    """The gains asked of ``reward`` at the values ``seqs`` of the read (``Detector._ask``),
+    NaN where none was."""
+    asked, g = reward.gains
+    if not len(asked):
+        return np.full(len(seqs), math.nan)
+    j = np.minimum(np.searchsorted(asked, seqs), len(asked) - 1)
+    return np.where(asked[j] == seqs, g[j], math.nan)
 
 
 def _dropped(t: Track) -> tuple[float, float]:
-    """A discrete reward's drop (``Drops``) and its typical level; the value's own lag."""
+    """A discrete reward's drop (``Drops``) and its typical level; the value's own lag (worked
+    out one value at a time, ``Detector._loop``)."""
     assert t.drops is not None
     lost, since = t.drops.lost()
     if lost > 0:
@@ -620,23 +651,27 @@ HOLDS_BEST = 0.25  # a reward within this share of its gain from its peak holds 
 FALL_BEGUN = 0.5  # entropy below this share of its peak has begun to fall
 
 
-def _entropy_collapse(d: Detector, t: Track, key: str) -> tuple[float, float]:
+def _entropy_collapse(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
     """Smoothed entropy against its peak, 1 while the reward rose significantly, held its best
     before entropy had halved, and still holds it (a policy converging: the return stopped
     improving first). Entropy gone before the return's gain was in, or a return falling with
     it, is a collapse."""
-    peak = t.peak  # NaN until warm
-    ratio = _ratio(t.smoothed, peak)
-    reward = d.reward_track()
-    if reward is None or math.isnan(ratio):
-        return ratio, peak
-    g = gain(reward)
-    holds = g > 0 and reward.level_peak - reward.smoothed <= HOLDS_BEST * g
-    if ratio >= FALL_BEGUN:
-        t.settled = holds
-    elif holds and t.settled:
-        return 1.0, peak
-    return ratio, peak
+    peak = t.rows["peak"][rows]  # NaN until warm
+    ratio = _ratios(t.rows["smoothed"][rows], peak)
+    asked, holds = np.zeros(len(rows), bool), np.zeros(len(rows), bool)
+    for reward, at in d.reward_rows(seqs):
+        mine = (at >= 0) & (ratio == ratio)
+        g, r = _gain_at(reward, seqs[mine]), reward.rows
+        dip = r["level_peak"][at[mine]] - r["smoothed"][at[mine]]
+        holds[mine] = (g > 0) & (dip <= HOLDS_BEST * g)
+        asked |= mine
+    begun = asked & (ratio >= FALL_BEGUN)  # entropy not halved yet: whether the reward holds
+    last = np.maximum.accumulate(np.where(begun, np.arange(len(rows)), -1))
+    before = np.concatenate(([-1], last[:-1]))
+    settled = np.where(before >= 0, holds[before], t.settled)
+    if last[-1] >= 0:
+        t.settled = bool(holds[last[-1]])
+    return np.where(asked & ~begun & holds & settled, 1.0, ratio), peak
 
 
 FROZEN_MIN = 10  # readings at one value that are never unusual, whatever the run did before
@@ -648,7 +683,8 @@ FROZEN_CHANCE = -6.0  # log10 chance below which a stretch is not the value's ow
 class Stretches:
     """Runs of one value in a series: the current one, the longest that ended within the last
     ``FROZEN_RECENT`` readings, and how often each value was read (the first
-    ``FROZEN_VALUES`` distinct ones; a continuous series reads each value about once)."""
+    ``FROZEN_VALUES`` distinct ones; a continuous series reads each value about once).
+    ``extend`` reads a batch of values at once, and keeps in ``rows`` what each value left."""
 
     def __init__(self) -> None:
         self.n = 0
@@ -658,53 +694,114 @@ class Stretches:
         # (reading the stretch ended at, its length), lengths decreasing: a sliding maximum
         self._ended: deque[tuple[int, int]] = deque()
         self._counts: dict[float, int] = {}
-
-    def add(self, value: float) -> None:
-        self.n += 1
-        if value == self.value:
-            self.same += 1
-        else:
-            if self.same:
-                self.varied = True
-                while self._ended and self._ended[-1][1] <= self.same:
-                    self._ended.pop()
-                self._ended.append((self.n - 1, self.same))
-            self.value, self.same = value, 1
-        while self._ended and self._ended[0][0] <= self.n - FROZEN_RECENT:
-            self._ended.popleft()
-        if value in self._counts or len(self._counts) < FROZEN_VALUES:
-            self._counts[value] = self._counts.get(value, 0) + 1
-
-    def distinct(self) -> int:
-        """The values read so far (at most ``FROZEN_VALUES`` are counted)."""
-        return len(self._counts)
+        self.rows: dict[str, np.ndarray] = {}
 
     def longest(self) -> int:
         """The longest stretch that ended within the last ``FROZEN_RECENT`` readings."""
         return self._ended[0][1] if self._ended else 0
 
-    def log_chance(self) -> float:
-        """log10 of the chance that the current stretch is luck: each reading taking this value
-        as often as it did before the stretch (Laplace-smoothed), independently."""
-        before = self.n - self.same
-        count = max(self._counts.get(self.value, 0) - self.same, 0)
-        return self.same * math.log10((count + 1) / (before + 2))
+    def extend(self, values: np.ndarray) -> None:
+        """Read a batch of finite values; per row (0: before the batch, i: after its i-th value)
+        ``rows`` holds the readings seen (``n``), the current stretch's length (``same``),
+        whether the series varied, the longest stretch ended in the window, the values counted
+        (``distinct``) and how often the current value was read (``count``)."""
+        m, n0, counts = len(values), self.n, self._counts
+        first_row = {
+            "same": self.same,
+            "varied": self.varied,
+            "longest": self.longest(),
+            "distinct": len(counts),
+            "count": counts.get(self.value, 0),
+        }
+        rows = {"n": n0 + np.arange(m + 1)}
+        if not m:
+            self.rows = rows | {k: np.array([v]) for k, v in first_row.items()}
+            return
+        i = np.arange(m)
+        change = values != np.concatenate(([self.value], values[:-1]))
+        begun = np.maximum.accumulate(np.where(change, i, -1))
+        same = np.where(begun >= 0, i - begun + 1, self.same + i + 1)
+        before = np.concatenate(([self.same], same[:-1]))
+        ended = change & (before > 0)  # a stretch ended at reading n0 + i
+        old = np.array(self._ended, np.int64).reshape(-1, 2)
+        ends = np.concatenate((old[:, 0], n0 + i[ended]))
+        lengths = np.concatenate((old[:, 1], before[ended]))
+        n = n0 + i + 1
+        lo = np.searchsorted(ends, n - FROZEN_RECENT, "right")
+        longest = windows.range_max(lengths, lo, np.searchsorted(ends, n - 1, "right"))
+        distinct, count = self._count(values)
+        for key, tail in (
+            ("same", same),
+            ("varied", self.varied | (np.cumsum(ended) > 0)),
+            ("longest", longest),
+            ("distinct", distinct),
+            ("count", count),
+        ):
+            rows[key] = np.concatenate(([first_row[key]], tail))
+        self.rows = rows
+        self.n, self.value, self.same = n0 + m, float(values[-1]), int(same[-1])
+        self.varied = bool(rows["varied"][-1])
+        # the sliding maximum's entries: each longer than every later one, in the window
+        later = np.concatenate((np.maximum.accumulate(lengths[::-1])[::-1][1:], [-1]))
+        keep = (lengths > later) & (ends > self.n - FROZEN_RECENT)
+        self._ended = deque(zip(ends[keep].tolist(), lengths[keep].tolist(), strict=True))
+
+    def _count(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Count a batch's values (a new one while fewer than ``FROZEN_VALUES`` are counted):
+        the values counted after each, and how often each had been read then (0: not
+        counted)."""
+        counts = self._counts
+        uniq, first, inverse = np.unique(values, return_index=True, return_inverse=True)
+        had = np.array([counts.get(v, -1) for v in uniq.tolist()], np.int64)
+        new = np.flatnonzero(had < 0)
+        new = new[np.argsort(first[new], kind="stable")]  # in the order they were first read
+        taken = new[: max(FROZEN_VALUES - len(counts), 0)]
+        counted = had >= 0
+        counted[taken] = True
+        had = np.maximum(had, 0)
+        order = np.argsort(inverse, kind="stable")
+        starts = np.searchsorted(inverse[order], np.arange(len(uniq)))
+        rank = np.empty(len(values), np.int64)
+        rank[order] = np.arange(len(values)) - starts[inverse[order]]
+        count = np.where(counted[inverse], had[inverse] + rank + 1, 0)
+        fresh = np.zeros(len(values), np.int64)
+        fresh[first[taken]] = 1
+        totals = np.bincount(inverse, minlength=len(uniq))
+        for g in np.flatnonzero(counted).tolist():
+            counts[float(values[first[g]])] = int(had[g] + totals[g])
+        return len(counts) - len(taken) + np.cumsum(fresh), count
 
 
-def _frozen(d: Detector, t: Track, key: str) -> tuple[float, float]:
+def _frozen(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
     """Readings in a row at one value below the reward's peak, as a multiple of the longest
     such stretch in the last ``FROZEN_RECENT`` readings (at least ``FROZEN_MIN``): a reward
     that varied and now never moves comes from a dead reward signal (a grader returning a
     constant, a reward wrapper zeroing it). At the peak it is a solved task (CartPole's 500).
     0 until the reward varied once, and while the value's own frequency explains the stretch
     (chance above 1e-6: a 0/1 reward that is mostly 0 is flat for long healthy stretches)."""
-    s = t.stretches
-    if s is None or not t.warm:
-        return math.nan, math.nan
-    base = max(s.longest(), FROZEN_MIN)
-    if not s.varied or not t.last < t.peak or s.log_chance() > FROZEN_CHANCE:
-        return 0.0, base
-    return s.same / base, base
+    assert t.stretches is not None
+    s, r = t.stretches.rows, t.rows
+    warm = r["n"][rows] >= d.w.warmup
+    base = np.maximum(s["longest"][rows], FROZEN_MIN)
+    same = s["same"][rows]
+    live = s["varied"][rows] & (r["last"][rows] < r["peak"][rows])
+    chance = _log_chance(same[live], s["count"][rows][live], s["n"][rows][live])
+    frozen = np.zeros(len(rows), bool)
+    frozen[live] = chance <= FROZEN_CHANCE
+    value = np.where(frozen, same / base, 0.0)
+    return np.where(warm, value, math.nan), np.where(warm, base, math.nan)
+
+
+def _log_chance(same: np.ndarray, count: np.ndarray, n: np.ndarray) -> np.ndarray:
+    """log10 of the chance that a current stretch is luck: each reading taking this value as
+    often as it did before the stretch (Laplace-smoothed), independently. Within a hair of
+    ``FROZEN_CHANCE`` it is worked out by ``math.log10`` as the per-value detector did."""
+    ratio = (np.maximum(count - same, 0) + 1) / (n - same + 2)
+    chance = same * np.log10(ratio)
+    close = np.flatnonzero(np.abs(chance - FROZEN_CHANCE) < 1e-9)
+    for j in close.tolist():
+        chance[j] = int(same[j]) * math.log10(float(ratio[j]))
+    return chance
 
 
 EVAL_SMOOTH = 3  # eval readings are rare: a drop must hold over the median of the last three
@@ -963,13 +1060,13 @@ SIGNALS: tuple[Signal, ...] = (
 SIGNAL_NAMES = frozenset(s.name for s in SIGNALS)
 
 
-def _discrete_lost(d: Detector, t: Track, key: str) -> tuple[float, float]:
+def _discrete_lost(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
     """Single episodes' returns: only a discrete reward's drop (``Drops``); undefined for a
     continuous return, whose single episodes are too noisy for a level (its 100-episode mean
     is judged as ``rl_episode_return``)."""
-    if t.n < DISCRETE_MIN or not t.discrete():
-        return math.nan, math.nan
-    return _dropped(t)
+    asked = (t.rows["n"][rows] >= DISCRETE_MIN) & t.discrete[rows]
+    t.back = t.lost[2] if asked[-1] else None
+    return np.where(asked, t.lost[0], math.nan), np.where(asked, t.lost[1], math.nan)
 
 
 EPISODES = "episodes"  # the series of single episodes' returns (``Detector.episodes``)
@@ -1011,19 +1108,10 @@ def lag(signal: str, w: StepWindows) -> int:
 
 
 _COMPUTE = {s.name: s.compute for s in SIGNALS}
-# the signals worked out one value at a time: they depend on their own path (a gain's noise, a
-# CUSUM, a best so far) or on another series at that value (the reward, the objectives, a band)
-_PER_VALUE = frozenset(
-    (
-        _gain_lost,
-        _entropy_collapse,
-        _frozen,
-        _drop_from_best,
-        _hacking_rise,
-        _band_gap,
-        _discrete_lost,
-    )
-)
+# the signals worked out one value at a time: they depend on a best so far or on another series
+# at that value (the objectives, a band); ``Detector._paths`` prepares the other path-dependent
+# state (a reward's runs, drops and gains) before the batched signals read it
+_PER_VALUE = frozenset((_drop_from_best, _hacking_rise, _band_gap))
 # every watched metric is a catalog entry (a misspelt name raises KeyError at import)
 for _s in SIGNALS:
     catalog.get(_s.metric)
@@ -1078,11 +1166,13 @@ class Detector:
     ``observe`` is called with every value written to a watched metric (when the exporter
     applies a ``log()`` snapshot): it appends the value to those waiting (and ``step`` the
     step), nothing more. A read (``samples``, ``onset`` ...) works out every signal at every
-    value waiting: each series' statistics at once with numpy (``Track``), most signals too; the
-    few that depend on their own path (a reward's gain and CUSUMs, entropy's convergence, the
-    objectives' bests) one value at a time in the order they were logged. So what a read finds
-    does not depend on when it reads. Past ``SETTLE_AT`` waiting values the applier reads them
-    itself (a run nobody scrapes keeps no more).
+    value waiting: each series' statistics at once with numpy (``Track``), most signals too,
+    those that depend on their own path as well (a reward's runs of one value and gains,
+    entropy's convergence: ``Stretches.extend``, ``gains``); what depends on a discrete reward's
+    CUSUMs, the objectives' bests or a band goes through its values one at a time in the order
+    they were logged (``_loop``). So what a read finds does not depend on when it reads. Past
+    ``SETTLE_AT`` waiting values the applier reads them itself (a run nobody scrapes keeps no
+    more).
     """
 
     def __init__(self, windows: StepWindows | None = None) -> None:
@@ -1111,7 +1201,7 @@ class Detector:
         self._read_step = math.nan  # the newest of them, and its time
         self._read_stamp = math.nan
         self._batch = 0  # reads so far
-        self.seq_now = 0  # the sequence number of the value being read (``reward_track``)
+        self.seq_now = 0  # the sequence number of the value being read (``_reward``)
         self.step_now: float | None = None  # the run's latest step at that value
         # the log() call a signal's latest value says its failure began at, where it says so
         self._began: dict[tuple[str, str], int] = {}
@@ -1352,12 +1442,16 @@ class Detector:
             finite = np.isfinite(v)
             track.born = min(track.born, int(seqs[where[0]]))
             track.extend(v[finite])
+            if track.stretches is not None:
+                track.stretches.extend(v[finite])
+                track.discrete = track.stretches.rows["distinct"] <= DISCRETE_VALUES
             track.batch, track.seqs, track.ev_rows = self._batch, seqs[where], np.cumsum(finite)
             read.append((track, where))
         out: dict[tuple[str, str], _Out] = {}
         looped = [(t, w) for t, w in read if t.looped]
         if looped:
             self._loop(looped, seqs, values, at_step, out)
+        self._ask_gains(read)
         for track, where in read:
             _, _, sigs, series = self._series[track.id]
             for sig in sigs:
@@ -1365,6 +1459,7 @@ class Detector:
                     o = out[(sig.name, series)] = _Out()
                     batched = cast(Batched, sig.compute)
                     o.values, o.baselines = batched(self, track, track.ev_rows, track.seqs)
+                    o.back, track.back = track.back, None
                     o.where = where
         for track, _ in read:
             track.finish()
@@ -1380,11 +1475,13 @@ class Detector:
         at_step: np.ndarray,
         out: dict[tuple[str, str], _Out],
     ) -> None:
-        """The signals that depend on their own path (``_PER_VALUE``) and the state they read
-        (a reward's runs and drops, the objectives' bests): every value of their series, in
-        the order they were logged."""
-        plans = []
-        for t, _ in read:
+        """What is still worked out one value at a time, in the order the values were logged:
+        a discrete reward's drops (``Drops``, read at each of its values: ``_dropped``), the
+        objectives' bests, and the signals that read them or a band at that value
+        (``_PER_VALUE``)."""
+        live = bool(self.objectives) or any(self._series[t.id][1][0] == OBJECTIVE for t, _ in read)
+        plans, parts = [], []
+        for t, where in read:
             _, (metric, labels), sigs, series = self._series[t.id]
             banded, curve = "", None
             if self.band is not None and sigs is _BY_METRIC[metric] and metric in band.BANDED:
@@ -1393,53 +1490,87 @@ class Detector:
             outs = []
             for sig in sigs:
                 name = series
-                if sig.compute not in _PER_VALUE:
-                    continue
+                if sig.compute not in _PER_VALUE or (sig.compute is _hacking_rise and not live):
+                    continue  # (no objective yet: no rise, nothing exported)
                 if sig.compute is _band_gap:  # one signal over several metrics: its own series
                     if curve is None:
                         continue
                     name = banded
-                got: list[float] = []
-                baselines: list[float] = []
-                at: list[int] = []
                 o = out[(sig.name, name)] = _Out()
-                o.values, o.baselines, o.where = got, baselines, at
-                outs.append((cast(Compute, sig.compute), got, baselines, at, o))
-            plans.append((t, metric, labels, outs, banded, curve))
-        where = np.concatenate([w for _, w in read])
-        owner = np.concatenate([np.full(len(w), i) for i, (_, w) in enumerate(read)])
-        row = np.concatenate([t.ev_rows for t, _ in read])
+                o.values, o.baselines = np.full(len(where), math.nan), np.full(len(where), math.nan)
+                o.where = where
+                outs.append((cast(Compute, sig.compute), o))
+            if t.drops is not None:
+                t.lost = (np.full(len(where), math.nan), np.full(len(where), math.nan), None)
+            whole = bool(outs) or metric == OBJECTIVE  # every value; else a reward's discrete ones
+            if whole:
+                take = np.arange(len(where))
+            elif t.drops is not None:
+                take = np.flatnonzero(t.discrete[t.ev_rows])
+            else:
+                continue
+            plans.append((t, metric, labels, outs, banded, curve, whole, len(where) - 1))
+            parts.append((where[take], np.full(len(take), len(plans) - 1), take))
+        if not parts:
+            return
+        where = np.concatenate([w for w, _, _ in parts])
         order = np.argsort(where, kind="stable")
         where = where[order]
-        for i, p, r, value, step, seq in zip(
-            where.tolist(),
-            owner[order].tolist(),
-            row[order].tolist(),
+        for p, k, value, step, seq in zip(
+            np.concatenate([p for _, p, _ in parts])[order].tolist(),
+            np.concatenate([k for _, _, k in parts])[order].tolist(),
             values[where].tolist(),
             at_step[where].tolist(),
             seqs[where].tolist(),
             strict=True,
         ):
-            t, metric, labels, outs, banded, curve = plans[p]
-            finite = value - value == 0  # (neither NaN nor infinite)
-            if finite and t.stretches is not None:
-                t.stretches.add(value)
-            t.at(r)
-            if finite and t.drops is not None and t.discrete():
-                t.drops.add(value)
+            t, metric, labels, outs, banded, curve, whole, last = plans[p]
+            r = int(t.ev_rows[k])
+            if whole:
+                t.at(r)
+            if t.drops is not None and t.discrete[r]:
+                if value - value == 0:  # (neither NaN nor infinite)
+                    t.drops.add(value)
+                t.lost[0][k], t.lost[1][k] = _dropped(t)
+                if k == last:
+                    t.lost = (t.lost[0], t.lost[1], t.back)
+                t.back = None
             self.seq_now, self.step_now = seq, None if step != step else step
             if metric == OBJECTIVE:
                 self._objective(labels, t)
             if banded:
                 self.banded, self.curve = banded, curve
-            for compute, got, baselines, at, o in outs:
-                value_, baseline = compute(self, t, metric)
-                got.append(value_)
-                baselines.append(baseline)
-                at.append(i)
+            for compute, o in outs:
+                o.values[k], o.baselines[k] = compute(self, t, metric)
                 o.back, t.back = t.back, None
                 if self.band_ended:
-                    o.ended, self.band_ended = len(at) - 1, False
+                    o.ended, self.band_ended = k, False
+
+    def _ask_gains(self, read: list[tuple[Track, np.ndarray]]) -> None:
+        """Each reward's gains (``gains``), asked where and in the order the signals ask them:
+        at the reward's own values where its level exists and it is not discrete
+        (``_gain_lost``), and at entropy's values with a ratio (``_entropy_collapse``)."""
+        asks: dict[int, list[tuple[np.ndarray, np.ndarray]]] = {}  # reward id -> (seqs, rows)
+        for t, _ in read:
+            computes = {s.compute for s in self._series[t.id][2]}
+            rows = t.ev_rows
+            if _gain_lost in computes:
+                level = t.rows["level"][rows]
+                mine = (level == level) & ~t.discrete[rows]
+                asks.setdefault(t.id, []).append((t.seqs[mine], rows[mine]))
+            if _entropy_collapse in computes:
+                ratio = _ratios(t.rows["smoothed"][rows], t.rows["peak"][rows])
+                for reward, at in self.reward_rows(t.seqs):
+                    mine = (at >= 0) & (ratio == ratio)
+                    asks.setdefault(reward.id, []).append((t.seqs[mine], at[mine]))
+        for t, _ in read:
+            t.gains = (np.empty(0, np.int64), np.empty(0))
+        for tid, parts in asks.items():
+            track = self._series[tid][0]
+            asked = np.concatenate([s for s, _ in parts])
+            order = np.argsort(asked, kind="stable")
+            rows = np.concatenate([r for _, r in parts])[order]
+            track.gains = (asked[order], gains(track, rows))
 
     def _export(
         self, key: tuple[str, str], o: _Out, above: bool, calls: np.ndarray, stamps: np.ndarray
@@ -1508,17 +1639,9 @@ class Detector:
         t = self._tracks.get((metric, ()))
         return t if t is not None and t.born < self.seq_now else None
 
-    def reward_track(self) -> Track | None:
-        """The run's reward series at the value being read (``_loop``)."""
-        for metric in REWARDS:
-            t = self._reward(metric)
-            if t is not None:
-                return t
-        return None
-
     def reward_rows(self, seqs: np.ndarray) -> Iterator[tuple[Track, np.ndarray]]:
         """Per reward series, its row at each value ``seqs`` of a read where it is the run's
-        reward (``reward_track``), -1 where it is not."""
+        reward (the first of ``REWARDS`` logged before that value), -1 where it is not."""
         taken = np.zeros(len(seqs), bool)
         for metric in REWARDS:
             t = self._tracks.get((metric, ()))

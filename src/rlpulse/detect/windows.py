@@ -128,3 +128,23 @@ class Trail:
 
     def __len__(self) -> int:
         return len(self.values)
+
+
+def range_max(a: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """The largest of ``a[lo[i] : hi[i]]`` for each ``i`` (0 where the range is empty; ``a``
+    holds counts), from a sparse table of the maxima of ``a``'s runs of 1, 2, 4 ... values."""
+    out = np.zeros(len(lo), np.int64)
+    width = hi - lo
+    some = width > 0
+    if not some.any():
+        return out
+    levels = [a]
+    while 2 ** len(levels) <= width.max():
+        k = 2 ** (len(levels) - 1)
+        levels.append(np.maximum(levels[-1][:-k], levels[-1][k:]))
+    level = np.zeros(len(lo), np.int64)
+    level[some] = np.log2(width[some]).astype(np.int64)
+    for lv in np.unique(level[some]).tolist():
+        at = some & (level == lv)
+        out[at] = np.maximum(levels[lv][lo[at]], levels[lv][hi[at] - 2**lv])
+    return out

@@ -192,7 +192,7 @@ class Track:
         }
         self._lists = {}
         self._history = None
-        self.at(0)
+        self.n, self.pos = self.n0, self.base - 1  # (row 0: the state before the batch)
 
     def at(self, row: int) -> None:
         """Read the statistics of ``row`` (the state after the batch's ``row``-th value)."""
@@ -584,9 +584,14 @@ class Drops:
         if q != self._q:  # each CUSUM's step below and above the typical level, per q
             half = (q + DISCRETE_FAIL) / 2
             self._q, self._steps = q, (_cusum_steps(q, DISCRETE_FAIL), _cusum_steps(q, half))
-        below = value < self.typical
-        for cusum, (down, up) in zip(self.cusums, self._steps, strict=True):
-            cusum.add(value, down if below else up)
+        (down, up), (half_down, half_up) = self._steps
+        all_lost, half_lost = self.cusums
+        if value < self.typical:
+            all_lost.add(value, down)
+            half_lost.add(value, half_down)
+        else:
+            all_lost.add(value, up)
+            half_lost.add(value, half_up)
 
     def lost(self) -> tuple[float, int]:
         """The drop of the readings a CUSUM past ``DISCRETE_CHANCE`` counts (at least the last
@@ -1500,40 +1505,32 @@ class Detector:
                 o.values, o.baselines = np.full(len(where), math.nan), np.full(len(where), math.nan)
                 o.where = where
                 outs.append((cast(Compute, sig.compute), o))
-            if t.drops is not None:
-                t.lost = (np.full(len(where), math.nan), np.full(len(where), math.nan), None)
+            drops = t.drops
+            dropped = t.discrete[t.ev_rows] if drops is not None else np.zeros(len(where), bool)
             whole = bool(outs) or metric == OBJECTIVE  # every value; else a reward's discrete ones
-            if whole:
-                take = np.arange(len(where))
-            elif t.drops is not None:
-                take = np.flatnonzero(t.discrete[t.ev_rows])
-            else:
-                continue
-            plans.append((t, metric, labels, outs, banded, curve, whole, len(where) - 1))
-            parts.append((where[take], np.full(len(take), len(plans) - 1), take))
-        if not parts:
-            return
-        where = np.concatenate([w for w, _, _ in parts])
+            take = np.arange(len(where)) if whole else np.flatnonzero(dropped)
+            lost: list[tuple[int, float, float, int | None]] = []  # (value, drop, typical, lag)
+            plans.append((t, metric, labels, outs, banded, curve, whole, drops, lost))
+            parts.append((where[take], np.full(len(take), len(plans) - 1), take, dropped[take]))
+        where = np.concatenate([w for w, _, _, _ in parts])
         order = np.argsort(where, kind="stable")
         where = where[order]
-        for p, k, value, step, seq in zip(
-            np.concatenate([p for _, p, _ in parts])[order].tolist(),
-            np.concatenate([k for _, _, k in parts])[order].tolist(),
+        for p, k, drop, value, step, seq in zip(
+            np.concatenate([p for _, p, _, _ in parts])[order].tolist(),
+            np.concatenate([k for _, _, k, _ in parts])[order].tolist(),
+            np.concatenate([d for _, _, _, d in parts])[order].tolist(),
             values[where].tolist(),
             at_step[where].tolist(),
             seqs[where].tolist(),
             strict=True,
         ):
-            t, metric, labels, outs, banded, curve, whole, last = plans[p]
-            r = int(t.ev_rows[k])
+            t, metric, labels, outs, banded, curve, whole, drops, lost = plans[p]
             if whole:
-                t.at(r)
-            if t.drops is not None and t.discrete[r]:
+                t.at(int(t.ev_rows[k]))
+            if drop:
                 if value - value == 0:  # (neither NaN nor infinite)
-                    t.drops.add(value)
-                t.lost[0][k], t.lost[1][k] = _dropped(t)
-                if k == last:
-                    t.lost = (t.lost[0], t.lost[1], t.back)
+                    drops.add(value)
+                lost.append((k, *_dropped(t), t.back))
                 t.back = None
             self.seq_now, self.step_now = seq, None if step != step else step
             if metric == OBJECTIVE:
@@ -1545,6 +1542,14 @@ class Detector:
                 o.back, t.back = t.back, None
                 if self.band_ended:
                     o.ended, self.band_ended = k, False
+        for t, *_, drops, lost in plans:
+            if drops is not None:
+                n = len(t.ev_rows)
+                t.lost = (np.full(n, math.nan), np.full(n, math.nan), None)
+                if lost:
+                    at, drop, typical, back = zip(*lost, strict=True)
+                    t.lost[0][list(at)], t.lost[1][list(at)] = drop, typical
+                    t.lost = (*t.lost[:2], back[-1] if at[-1] == n - 1 else None)
 
     def _ask_gains(self, read: list[tuple[Track, np.ndarray]]) -> None:
         """Each reward's gains (``gains``), asked where and in the order the signals ask them:

@@ -128,7 +128,8 @@ class Track:
         self.gain_measured = False
         # the gains asked of this reward in the read (``Detector.ask_gains``): by sequence number
         self.gains: tuple[np.ndarray, np.ndarray] = (np.empty(0, np.int64), np.empty(0))
-        # a discrete reward's drop at each value of the read (``_dropped``), NaN where not asked
+        # a discrete reward's drop at each value of the read (``Drops.extend``), NaN where not
+        # asked, and the newest value's lag
         self.lost: tuple[np.ndarray, np.ndarray, int | None] = (np.empty(0), np.empty(0), None)
         self._noise: tuple[int, int, float] = (-1, 0, math.nan)  # (n, longest, noise) last asked
         self.best3 = math.nan  # the best median of three readings (``_drop_from_best``)
@@ -593,6 +594,22 @@ class Drops:
             all_lost.add(value, up)
             half_lost.add(value, half_up)
 
+    def extend(self, values: list[float]) -> list[tuple[float, float, int | None]]:
+        """Read each value in turn (a non-finite one adds nothing): the drop after it
+        (``lost``), the typical level, and the drop's own lag (the readings before its first
+        bad one, where the CUSUM began; None without a drop)."""
+        out: list[tuple[float, float, int | None]] = []
+        all_lost, half_lost = self.cusums
+        for value in values:
+            if value - value == 0:  # (neither NaN nor infinite)
+                self.add(value)
+            if all_lost.odds < DISCRETE_CHANCE and half_lost.odds < DISCRETE_CHANCE:
+                out.append((0.0, self.typical, None))  # (``lost``'s answer, at once)
+                continue
+            lost, since = self.lost()
+            out.append((lost, self.typical, since - 1 if lost > 0 else None))
+        return out
+
     def lost(self) -> tuple[float, int]:
         """The drop of the readings a CUSUM past ``DISCRETE_CHANCE`` counts (at least the last
         ``DISCRETE_START``) below the typical level, as a share of the gain (start to typical
@@ -640,16 +657,6 @@ def _gain_at(reward: Track, seqs: np.ndarray) -> np.ndarray:
         return np.full(len(seqs), math.nan)
     j = np.minimum(np.searchsorted(asked, seqs), len(asked) - 1)
     return np.where(asked[j] == seqs, g[j], math.nan)
-
-
-def _dropped(t: Track) -> tuple[float, float]:
-    """A discrete reward's drop (``Drops``) and its typical level; the value's own lag (worked
-    out one value at a time, ``Detector._loop``)."""
-    assert t.drops is not None
-    lost, since = t.drops.lost()
-    if lost > 0:
-        t.back = since - 1  # the failure's first bad reading began the CUSUM
-    return lost, t.drops.typical
 
 
 HOLDS_BEST = 0.25  # a reward within this share of its gain from its peak holds its best
@@ -863,7 +870,7 @@ def _zero_std(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair
     seen = t.rows["n"][rows] >= span  # the alert says "of the last 10 batches"
     share = np.full(len(rows), math.nan)
     last = windows.windows(t.x, t.base - 1 + rows[seen], span).tolist()
-    share[seen] = [math.fsum(v) / span for v in last]  # statistics.fmean
+    share[seen] = np.fromiter(map(math.fsum, last), float, len(last)) / span  # statistics.fmean
     peak = np.full(len(rows), math.nan)
     best = np.zeros(len(rows), bool)
     for reward, at in d.reward_rows(seqs):
@@ -1437,12 +1444,10 @@ class Detector:
         if len(times):
             self._read_stamp, self._read_step = float(times[-1]), float(values[steps][-1])
         # each series' values: their statistics at once
-        order = np.argsort(ids, kind="stable")
-        order = order[ids[order] != STEP]
         read: list[tuple[Track, np.ndarray]] = []
-        cuts = [0, *((ids[order][1:] != ids[order][:-1]).nonzero()[0] + 1).tolist(), len(order)]
-        for where in (order[a:b] for a, b in itertools.pairwise(cuts) if b > a):
-            track = self._series[int(ids[where[0]])][0]
+        for i in np.flatnonzero(np.bincount(ids + 1)[1:]).tolist():  # (STEP is -1)
+            where = np.flatnonzero(ids == i)
+            track = self._series[i][0]
             v = values[where]
             finite = np.isfinite(v)
             track.born = min(track.born, int(seqs[where[0]]))
@@ -1481,7 +1486,7 @@ class Detector:
         out: dict[tuple[str, str], _Out],
     ) -> None:
         """What is still worked out one value at a time, in the order the values were logged:
-        a discrete reward's drops (``Drops``, read at each of its values: ``_dropped``), the
+        a discrete reward's drops (``Drops``, read at each of its values: ``Drops.extend``), the
         objectives' bests, and the signals that read them or a band at that value
         (``_PER_VALUE``)."""
         live = bool(self.objectives) or any(self._series[t.id][1][0] == OBJECTIVE for t, _ in read)
@@ -1507,31 +1512,32 @@ class Detector:
                 outs.append((cast(Compute, sig.compute), o))
             drops = t.drops
             dropped = t.discrete[t.ev_rows] if drops is not None else np.zeros(len(where), bool)
-            whole = bool(outs) or metric == OBJECTIVE  # every value; else a reward's discrete ones
-            take = np.arange(len(where)) if whole else np.flatnonzero(dropped)
             lost: list[tuple[int, float, float, int | None]] = []  # (value, drop, typical, lag)
-            plans.append((t, metric, labels, outs, banded, curve, whole, drops, lost))
-            parts.append((where[take], np.full(len(take), len(plans) - 1), take, dropped[take]))
-        where = np.concatenate([w for w, _, _, _ in parts])
-        order = np.argsort(where, kind="stable")
+            plans.append((t, metric, labels, outs, banded, curve, drops, lost))
+            if outs or metric == OBJECTIVE:  # every value in the order they were logged
+                take = np.arange(len(where))
+                parts.append((where[take], np.full(len(take), len(plans) - 1), take, dropped))
+            elif drops is not None:  # a reward's discrete values: in their own order
+                take = np.flatnonzero(dropped)
+                got = drops.extend(values[where[take]].tolist())
+                lost += ((k, *reading) for k, reading in zip(take.tolist(), got, strict=True))
+        where = np.concatenate([w for w, _, _, _ in parts] or [np.empty(0, np.int64)])
+        several = sum(len(w) > 0 for w, _, _, _ in parts) > 1
+        order = np.argsort(where, kind="stable") if several else np.arange(len(where))
         where = where[order]
         for p, k, drop, value, step, seq in zip(
-            np.concatenate([p for _, p, _, _ in parts])[order].tolist(),
-            np.concatenate([k for _, _, k, _ in parts])[order].tolist(),
-            np.concatenate([d for _, _, _, d in parts])[order].tolist(),
+            np.concatenate([p for _, p, _, _ in parts] or [where])[order].tolist(),
+            np.concatenate([k for _, _, k, _ in parts] or [where])[order].tolist(),
+            np.concatenate([d for _, _, _, d in parts] or [where])[order].tolist(),
             values[where].tolist(),
             at_step[where].tolist(),
             seqs[where].tolist(),
             strict=True,
         ):
-            t, metric, labels, outs, banded, curve, whole, drops, lost = plans[p]
-            if whole:
-                t.at(int(t.ev_rows[k]))
+            t, metric, labels, outs, banded, curve, drops, lost = plans[p]
+            t.at(int(t.ev_rows[k]))
             if drop:
-                if value - value == 0:  # (neither NaN nor infinite)
-                    drops.add(value)
-                lost.append((k, *_dropped(t), t.back))
-                t.back = None
+                lost.append((k, *drops.extend([value])[0]))
             self.seq_now, self.step_now = seq, None if step != step else step
             if metric == OBJECTIVE:
                 self._objective(labels, t)

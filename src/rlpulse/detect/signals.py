@@ -456,7 +456,10 @@ def _ratio_to_typical(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray)
     """The smoothed level against the history's median magnitude: never a division by zero
     (a sparse-reward value loss of 0 gives no ratio) nor by a negative loss."""
     history, size = t.history(rows)
-    typical = windows.medians(np.sort(np.abs(history), axis=1), size)
+    magnitude = np.abs(history)  # (still in order where no value is negative: a loss)
+    if (history < 0).any():
+        magnitude.sort(axis=1)
+    typical = windows.medians(magnitude, size)
     seen = size >= d.w.warmup
     ratio = _ratios(t.rows["smoothed"][rows], typical)
     return np.where(seen, ratio, math.nan), np.where(seen, typical, math.nan)
@@ -869,8 +872,8 @@ def _zero_std(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair
     span = 2 * d.w.smooth
     seen = t.rows["n"][rows] >= span  # the alert says "of the last 10 batches"
     share = np.full(len(rows), math.nan)
-    last = windows.windows(t.x, t.base - 1 + rows[seen], span).tolist()
-    share[seen] = np.fromiter(map(math.fsum, last), float, len(last)) / span  # statistics.fmean
+    last = windows.windows(t.x, t.base - 1 + rows[seen], span)
+    share[seen] = _sums(last) / span  # statistics.fmean
     peak = np.full(len(rows), math.nan)
     best = np.zeros(len(rows), bool)
     for reward, at in d.reward_rows(seqs):
@@ -881,6 +884,19 @@ def _zero_std(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair
         best[mine] = ((top > start) & (r["smoothed"][at] >= top - 0.05 * (top - low)))[mine]
         peak[mine] = top[mine]
     return np.where(seen, np.where(best, 0.0, share), math.nan), np.where(seen, peak, math.nan)
+
+
+def _sums(rows: np.ndarray) -> np.ndarray:
+    """``math.fsum`` of each row: added by numpy where every partial sum is exact (multiples
+    of 2**-20 below 2**28, such as a share of a few groups, no -0.0), else one by one."""
+    scaled = rows * 2.0**20
+    if (
+        (np.abs(rows) < 2.0**28).all()
+        and (scaled == np.floor(scaled)).all()
+        and not (np.signbit(rows) & (rows == 0)).any()
+    ):
+        return rows.sum(axis=1)
+    return np.fromiter(map(math.fsum, rows.tolist()), float, len(rows))
 
 
 def _band_gap(d: Detector, t: Track, key: str) -> tuple[float, float]:

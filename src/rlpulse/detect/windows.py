@@ -8,6 +8,7 @@ import functools
 import math
 
 import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
 
 HELD_MAX = 4096  # candidates an exported signal keeps at most (a trainer logging faster
 # than HELD_MAX values per hold_seconds holds its values for less than hold_seconds)
@@ -18,17 +19,12 @@ def windows(x: np.ndarray, ends: np.ndarray, w: int) -> np.ndarray:
     """Rows ``x[e - w + 1 : e + 1]`` for each ``e`` of ``ends`` (-1 allowed), NaN before
     ``x`` starts."""
     padded = np.concatenate((_nans(w), x))
-    return padded[ends[:, None] + _offsets(w)]
+    return sliding_window_view(padded, w)[ends + 1]  # (whole rows copied: no per-item index)
 
 
 @functools.cache
 def _nans(w: int) -> np.ndarray:
     return np.full(w, math.nan)
-
-
-@functools.cache
-def _offsets(w: int) -> np.ndarray:
-    return np.arange(1, w + 1)
 
 
 def medians(ordered: np.ndarray, counts: np.ndarray) -> np.ndarray:

@@ -126,7 +126,7 @@ class Track:
         # worked out, then its value
         self._gain_noise: tuple[int, int] | float = math.nan
         self.gain_measured = False
-        # the gains asked of this reward in the read (``Detector.ask_gains``): by sequence number
+        # the gains asked of this reward in the read (``Detector._ask_gains``): (where, gain)
         self.gains: tuple[np.ndarray, np.ndarray] = (np.empty(0, np.int64), np.empty(0))
         # a discrete reward's drop at each value of the read (``Drops.extend``), NaN where not
         # asked, and the newest value's lag
@@ -653,7 +653,7 @@ def _gain_lost(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pai
 
 
 def _gain_at(reward: Track, seqs: np.ndarray) -> np.ndarray:
-    """The gains asked of ``reward`` at the values ``seqs`` of the read (``Detector._ask``),
+    """The gains asked of ``reward`` at the values ``seqs`` of the read (``Detector._ask_gains``),
     NaN where none was."""
     asked, g = reward.gains
     if not len(asked):

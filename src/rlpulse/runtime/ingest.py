@@ -44,6 +44,7 @@ SUCCESS = catalog.get("rl_success_ratio").name
 
 HUGE = 1e300  # the largest magnitude a histogram observes
 MAX_PLANS = 64  # key orders whose column plan is remembered
+MIN_COLUMNS = 8  # calls in a stretch worth applying in columns (fewer: numpy costs more)
 LogCall = tuple[dict[str, Any], Any, float]  # a log() call's snapshot, step and time
 
 
@@ -150,17 +151,15 @@ class Ingest:
             self.drops("bad_call", "log", exc)
 
     def apply_run(self, run: list[LogCall]) -> None:
-        """Consecutive ``log()`` calls, in order: each stretch with one key order whose keys are
-        all plain gauges seen before in columns (``_apply_columns``), the others one by one."""
+        """Consecutive ``log()`` calls, in order: each stretch of ``MIN_COLUMNS`` or more with one
+        key order whose keys are all plain gauges seen before in columns (``_apply_columns``),
+        the others one by one."""
         for names, group in itertools.groupby(run, key=lambda call: tuple(call[0])):
             stretch = list(group)
-            plan = self._plan(names)
-            if plan is None:  # (its first call binds its keys)
-                self.apply(*stretch[0])
+            if len(stretch) >= MIN_COLUMNS and self._plan(names) is None:
+                self.apply(*stretch[0])  # (its first call binds its keys)
                 stretch = stretch[1:]
-                plan = self._plan(names)
-            if not stretch:
-                continue
+            plan = self._plan(names) if len(stretch) >= MIN_COLUMNS else None
             if plan is None or not self._apply_columns(plan, stretch):
                 for call in stretch:
                     self.apply(*call)

@@ -58,6 +58,28 @@ def test_a_channel_that_varied_and_now_reads_one_value_is_dead() -> None:
     assert not always.varied and always.score(np.zeros(1000)) == 0.0
 
 
+def test_a_dead_channel_shows_on_its_dead_run_th_sample_not_a_window_later() -> None:
+    """A channel that varied and then reads one value is dead once the reference's commonest
+    value could not repeat so long by chance (1e-6), however recently the last score was."""
+    rng = np.random.default_rng(5)
+    f = drift.Feature("observation", "obs[3]", numeric=True, ref=None)
+    f.add(rng.normal(size=drift.REFERENCE + drift.EVERY), 0.0)  # a reference and one score
+    assert f.score < drift.SHIFT and f.ref is not None and f.ref.dead_run == drift.DEAD_RUN
+    f.add(np.zeros(drift.DEAD_RUN - 1), 1.0)
+    assert f.score < drift.EVENT and f.onset is None
+    f.add(np.zeros(1), 2.0)
+    assert f.score == drift.EVENT and f.onset == 2.0
+    sticky = drift.Reference.of(rng.choice([0.0, 1.0, 2.0], 1000, p=[0.45, 0.3, 0.25]))
+    assert sticky.dead_run == drift.DEAD_RUN  # 0.45 ** 32 is far under 1e-6
+    tag = drift.Reference.of(list(rng.choice(["a", "b", "c"], 1000, p=[0.49, 0.49, 0.02])))
+    assert tag.dead_run == drift.DEAD_RUN
+    assert not tag.dead(["a"] * (drift.DEAD_RUN - 1)) and tag.dead(["a"] * drift.DEAD_RUN)
+    healthy = drift.Feature("observation", "obs[0]", numeric=True, ref=None)
+    for step in range(40):  # a continuous channel never repeats itself
+        healthy.add(rng.normal(size=100), float(step))
+    assert healthy.score < drift.SHIFT and healthy.onset is None
+
+
 def test_a_category_shift_and_a_new_category_score_as_large_shifts() -> None:
     rng = np.random.default_rng(3)
     ref = drift.Reference.of(list(rng.choice(["gsm8k", "math"], 1000, p=[0.8, 0.2])))

@@ -7,26 +7,26 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from rlpulse import catalog
 from rlpulse.stack import panels
 from rlpulse.stack.alerts import kit
 from rlpulse.stack.alerts.inputs import TARGET, const, ramp, raw, series
 from rlpulse.stack.alerts.kit import AGO, ID
 from rlpulse.stack.knobs import seconds
+from rlpulse.stack.metrics import (
+    FINISHED,
+    INTERVAL,
+    LAST_LOG,
+    LOGGED,
+    OUTCOME,
+    PHASE,
+    PROGRESS,
+    RUN_INFO,
+    STARTED,
+    STEP,
+)
 from rlpulse.stack.promql import record_name
 from rlpulse.stack.query import RUN_BY, Query
 
-M = catalog.get
-LAST_LOG = M("rl_last_step_timestamp_seconds")
-PROGRESS = M("rl_last_progress_timestamp_seconds")
-INTERVAL = M("rl_step_interval_seconds")
-LOGGED = M("rl_logged_steps_total")
-STARTED = M("rl_exporter_start_timestamp_seconds")
-FINISHED = M("rl_run_finished_timestamp_seconds")
-OUTCOME = M("rl_run_outcome")
-RUN_INFO = M("rl_run_info")
-STEP = M("rl_step")
-PHASE = M("rl_phase_duration_seconds")
 RANK_PHASE_MEAN = record_name("rank_phase", PHASE, "mean")
 TARGET_BY = "job, instance, run_id, rank"
 RUN_BY_RANK = "job, run_id, rank"

@@ -15,25 +15,25 @@ from rlpulse.stack.alerts import kit, step
 from rlpulse.stack.alerts.inputs import HEALTHY_SAMPLES, TARGET, const, noisy, ramp, series
 from rlpulse.stack.alerts.kit import G3, HUMANIZE, ID, PERCENT, pct
 from rlpulse.stack.alerts.step import StepAlert
+from rlpulse.stack.metrics import (
+    APPROX_KL,
+    CLIP,
+    DRIFT,
+    DRIFT_ONSET,
+    ENTROPY,
+    EXPLAINED_VAR,
+    GRAD_NORM,
+    IMPORTANCE,
+    KL_REF,
+    LOSS,
+    NONFINITE,
+    REWARD,
+    VALUE_LOSS_METRIC,
+    ZERO_STD_RATIO,
+)
 from rlpulse.stack.panels import TRAINING, see
 from rlpulse.stack.promql import regex_alternatives, sel, template_matchers, template_query
 from rlpulse.stack.query import Query
-
-M = catalog.get
-ENTROPY = M("rl_entropy")
-KL_REF = M("rl_kl_reference")
-APPROX_KL = M("rl_approx_kl")
-CLIP = M("rl_clip_fraction_ratio")
-NONFINITE = M("rl_nonfinite_values_total")
-LOSS = M("rl_loss")
-GRAD_NORM = M("rl_grad_norm")
-VALUE_LOSS_METRIC = M("rl_value_loss")
-EXPLAINED_VAR = M("rl_explained_variance")
-REWARD = M("rl_reward_mean")
-ZERO_STD_RATIO = M("rl_zero_std_groups_ratio")
-IMPORTANCE = M("rl_importance_ratio_mean")
-DRIFT = M("rl_drift_score")
-DRIFT_ONSET = M("rl_drift_onset_step")
 
 ENTROPY_COLLAPSE = StepAlert(
     name="RLEntropyCollapse",
@@ -371,7 +371,7 @@ def _nonfinite(q: Query, k: Any) -> str:
     gauges = [
         f"label_replace({q.s(m)} != {q.s(m)} or {q.s(m)} == +Inf or {q.s(m)} == -Inf, "
         f'"metric", "{m.name}", "", "")'
-        for m in (M(n) for n in k.metrics)
+        for m in (catalog.get(n) for n in k.metrics)
         if m.type == "gauge"
     ]
     which = f'metric=~"{regex_alternatives(k.metrics)}"'

@@ -10,20 +10,21 @@ from rlpulse.stack import panels
 from rlpulse.stack.alerts import gpu, kit, liveness
 from rlpulse.stack.alerts.inputs import HEALTHY_SAMPLES, RUN, TARGET, const, counter, series
 from rlpulse.stack.alerts.kit import HUMANIZE, ID, PERCENT, RUN_TEXT, pct
+from rlpulse.stack.metrics import (
+    COLLECTOR_ERRORS,
+    COLLECTOR_UP,
+    DROPPED,
+    GRADER_CALLS,
+    GRADER_ERRORS,
+    OVERFLOW,
+    ROLLOUT,
+    SAMPLES,
+    TRAIN_STEPS,
+)
 from rlpulse.stack.panels import SYSTEM, TRAINING, see
 from rlpulse.stack.promql import record_name
 from rlpulse.stack.query import Query
 
-M = catalog.get
-TRAIN_STEPS = M("rl_train_steps_total")
-SAMPLES = M("rl_samples_total")
-ROLLOUT = M("rl_rollout_duration_seconds")
-GRADER_CALLS = M("rl_grader_calls_total")
-GRADER_ERRORS = M("rl_grader_errors_total")
-COLLECTOR_UP = M("rlpulse_collector_up")
-COLLECTOR_ERRORS = M("rlpulse_collector_errors_total")
-DROPPED = M("rlpulse_dropped_values_total")
-OVERFLOW = M("rlpulse_label_overflow_total")
 QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
 ROLLOUT_QUANTILES = {q: record_name("run", ROLLOUT, q) for q, _ in QUANTILES}
 GRADER_ERROR_RATIO = record_name("run", GRADER_ERRORS, "ratio")

@@ -3,7 +3,6 @@ the drift of the response-length distribution, with the healthy run no task aler
 
 from __future__ import annotations
 
-from rlpulse import catalog
 from rlpulse.stack import panels
 from rlpulse.stack.alerts import kit, step
 from rlpulse.stack.alerts.inputs import (
@@ -18,15 +17,16 @@ from rlpulse.stack.alerts.inputs import (
 )
 from rlpulse.stack.alerts.kit import G3, RUN_TEXT
 from rlpulse.stack.alerts.step import StepAlert
+from rlpulse.stack.metrics import (
+    EVAL_SCORE,
+    FORMAT_OK,
+    LENGTH_HIST,
+    LENGTH_MEAN,
+    REWARD,
+    TRUNCATION_RATIO,
+)
 from rlpulse.stack.promql import record_name, sel, template_matchers, template_query
 
-M = catalog.get
-REWARD = M("rl_reward_mean")
-EVAL_SCORE = M("rl_eval_score")
-LENGTH_MEAN = M("rl_response_length_mean_tokens")
-LENGTH_HIST = M("rl_response_length_tokens")
-TRUNCATION_RATIO = M("rl_truncation_ratio")
-FORMAT_OK = M("rl_format_compliance_ratio")
 LENGTH_P90_DRIFT = record_name("run", LENGTH_HIST, "p90_drift_ratio")
 
 EVAL_DROP_CRITICAL = 0.3  # RLEvalDrop's critical level, where RLRewardHacking pages too

@@ -47,6 +47,7 @@ from rlpulse.stack.dashboards.training import (
     since_last_log,
     with_reference_band,
 )
+from rlpulse.stack.metrics import ENV_STEPS, EPISODES, STEP
 
 EPISODES_PER_SECOND = "suffix: episodes/s"
 ENV_STEPS_PER_SECOND = "suffix: env steps/s"
@@ -56,7 +57,7 @@ ENV_STEPS_PER_SECOND = "suffix: env steps/s"
 
 
 def logged_step() -> stat.Panel:
-    step = f"max by (run_id) ({REC(rules.aggregate_name('run', rules.STEP, 'max'))})"
+    step = f"max by (run_id) ({REC(rules.aggregate_name('run', STEP, 'max'))})"
     framework = (  # a run that names no framework logs through rlpulse.log()
         f"label_replace(max by (run_id, framework) ({SEL('rl_run_info')}), "
         '"framework", "logged", "framework", "")'
@@ -145,8 +146,8 @@ def episode_rates() -> timeseries.Panel:
         "rlpulse (the Gymnasium wrapper, the SB3 callback, logged counters) and as the "
         "framework reports them (SB3 time/fps, CleanRL charts/SPS).",
         [
-            Target(REC(rules.rate_name(rules.EPISODES)), "episodes · " + RUN),
-            Target(REC(rules.rate_name(rules.ENV_STEPS)), "env steps · " + RUN),
+            Target(REC(rules.rate_name(EPISODES)), "episodes · " + RUN),
+            Target(REC(rules.rate_name(ENV_STEPS)), "env steps · " + RUN),
             Target(
                 avg_run("rl_throughput_per_second", unit="env_steps"),
                 "env steps (reported) · " + RUN,

@@ -59,11 +59,21 @@ from rlpulse.stack.dashboards.common import (
     zero_line,
     zero_when_absent,
 )
+from rlpulse.stack.metrics import (
+    COMPLETION_TOKENS,
+    ENV_STEPS,
+    EPISODES,
+    LAST_LOG,
+    PROMPT_TOKENS,
+    SAMPLES,
+    STEP,
+    TRAIN_STEPS,
+)
 
 SEL = Selector(("job", "run_id", "rank"))
 REC = Recorded(("job", "run_id"))
-LAST_LOG_NEWEST = rules.aggregate_name("run", rules.LAST_LOG, "max")
-LAST_LOG_OLDEST = rules.aggregate_name("run", rules.LAST_LOG, "min")
+LAST_LOG_NEWEST = rules.aggregate_name("run", LAST_LOG, "max")
+LAST_LOG_OLDEST = rules.aggregate_name("run", LAST_LOG, "min")
 RUN = "{{run_id}}"
 PER_SECOND = "suffix:/s"
 
@@ -82,7 +92,7 @@ def current_step() -> stat.Panel:
         "Step",
         unit_of("rl_step"),
         "The trainer's global step, per run.",
-        [Target(f"max by (run_id) ({REC(rules.aggregate_name('run', rules.STEP, 'max'))})", RUN)],
+        [Target(f"max by (run_id) ({REC(rules.aggregate_name('run', STEP, 'max'))})", RUN)],
     )
 
 
@@ -91,7 +101,7 @@ def train_steps_rate() -> stat.Panel:
         "Steps / s now",
         PER_SECOND,
         "Rate of optimizer steps; 0 while the process is up means training stalled.",
-        [Target(f"max by (run_id) ({REC(rules.rate_name(rules.TRAIN_STEPS))})", RUN)],
+        [Target(f"max by (run_id) ({REC(rules.rate_name(TRAIN_STEPS))})", RUN)],
     )
 
 
@@ -548,9 +558,9 @@ def samples_rate() -> timeseries.Panel:
         "Rollouts (samples), env steps and finished episodes per second. A drop against the "
         "run's own level is a slowdown.",
         [
-            Target(REC(rules.rate_name(rules.SAMPLES)), "samples · " + RUN),
-            Target(REC(rules.rate_name(rules.ENV_STEPS)), "env steps · " + RUN),
-            Target(REC(rules.rate_name(rules.EPISODES)), "episodes · " + RUN),
+            Target(REC(rules.rate_name(SAMPLES)), "samples · " + RUN),
+            Target(REC(rules.rate_name(ENV_STEPS)), "env steps · " + RUN),
+            Target(REC(rules.rate_name(EPISODES)), "episodes · " + RUN),
         ],
         span=8,
     )
@@ -561,7 +571,7 @@ def steps_rate() -> timeseries.Panel:
         t.STEPS_RATE,
         PER_SECOND,
         "Optimizer steps per second; 0 while the process is up means training stalled.",
-        [Target(REC(rules.rate_name(rules.TRAIN_STEPS)), "train steps · " + RUN)],
+        [Target(REC(rules.rate_name(TRAIN_STEPS)), "train steps · " + RUN)],
         span=8,
     )
 
@@ -572,8 +582,8 @@ def tokens_rate() -> timeseries.Panel:
         "suffix: tok/s",
         "Prompt tokens processed and completion tokens generated per second.",
         [
-            Target(REC(rules.rate_name(rules.PROMPT_TOKENS)), "prompt · " + RUN),
-            Target(REC(rules.rate_name(rules.COMPLETION_TOKENS)), "completion · " + RUN),
+            Target(REC(rules.rate_name(PROMPT_TOKENS)), "prompt · " + RUN),
+            Target(REC(rules.rate_name(COMPLETION_TOKENS)), "completion · " + RUN),
         ],
         span=8,
     )
@@ -618,7 +628,7 @@ def build(uid: str, cfg: Config) -> dict[str, Any]:
             newest_run_variable(Selector(("job",))),
             label_variable("rank", "Rank", "rl_run_info", Selector(("job", "run_id"))),
             rollouts_variable(cfg.links.rollouts_url),
-            *step_range_variables(REC(rules.aggregate_name("run", rules.STEP, "max"))),
+            *step_range_variables(REC(rules.aggregate_name("run", STEP, "max"))),
         ],
     )
     rows = [

@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlpulse.stack.knobs import AlertConfig, Duration, _doc, doc, seconds
+from rlpulse.stack.knobs import AlertConfig, Duration, doc, seconds, setting
 from rlpulse.stack.query import Query
 
 Severity = Literal["critical", "warning", "info"]
@@ -145,7 +145,7 @@ def _field(name: str, knob: Knob | Any) -> tuple[str, Any, Any]:
         if inherited is None:
             raise TypeError(f"{name}: a knob of an alert's own is a Knob(default, doc)")
         knob = Knob(knob, doc(inherited))
-    return (name, knob.type, field(default=knob.default, metadata=_doc(knob.doc, knob.choices)))
+    return (name, knob.type, setting(knob.default, knob.doc, knob.choices))
 
 
 def knobs_class(name: str, sentence: str, settings: Mapping[str, Knob | Any]) -> type[AlertConfig]:

@@ -69,10 +69,12 @@ DEFS: tuple[kit.AlertDef, ...] = (
             ),
         ),
         tests=(
-            kit.Scenario(
+            kit.level_shift(
+                IDLE,
                 "GPU idle: utilization 0.9, then 0 from 20m; the 10m mean is under 0.05 from 30m.",
-                ((series(GPU_UTIL, GPU), f"{const(0.9, 20)} {const(0, 40)}"),),
-                (kit.Check(IDLE, "50m", (kit.Expect("warning", GPU, 0),)),),
+                series(GPU_UTIL, GPU),
+                (0.9, 0),
+                GPU,
             ),
         ),
     ),
@@ -80,11 +82,7 @@ DEFS: tuple[kit.AlertDef, ...] = (
         name=MEMORY_FULL,
         key="gpu_memory_full",
         doc="GPU framebuffer nearly full.",
-        settings={
-            "for_": "5m",
-            "warning": kit.Knob(0.97, "Warning above this used/total fraction."),
-            "critical": kit.Knob(0.99, "Critical above this."),
-        },
+        settings=kit.tiers(0.97, 0.99, "used/total fraction"),
         severity="tiered",
         records=lambda q, k: [
             kit.RecordingRule(MEMORY_RATIO, f"{q.s(GPU_MEM_USED)} / {q.s(GPU_MEM_TOTAL)}")
@@ -112,14 +110,7 @@ DEFS: tuple[kit.AlertDef, ...] = (
                         f"{const(40e9, 10)} {const(78e9, 20)} {const(79.6e9, 20)}",
                     ),
                 ),
-                (
-                    kit.Check(MEMORY_FULL, "25m", (kit.Expect("warning", GPU, 0.975),)),
-                    kit.Check(
-                        MEMORY_FULL,
-                        "45m",
-                        (kit.Expect("warning", GPU, 0.995), kit.Expect("critical", GPU, 0.995)),
-                    ),
-                ),
+                kit.tiered_checks(MEMORY_FULL, GPU, ("25m", 0.975), ("45m", 0.995)),
             ),
         ),
     ),
@@ -127,11 +118,7 @@ DEFS: tuple[kit.AlertDef, ...] = (
         name=TEMPERATURE,
         key="gpu_temperature_high",
         doc="GPU running hot.",
-        settings={
-            "for_": "5m",
-            "warning": kit.Knob(85.0, "Warning above this temperature, Celsius."),
-            "critical": kit.Knob(92.0, "Critical above this."),
-        },
+        settings=kit.tiers(85.0, 92.0, "temperature, Celsius"),
         severity="tiered",
         expr=lambda q, k: f"{q.s(GPU_TEMP)} > $LEVEL",
         summary="A GPU is running hot.",
@@ -146,14 +133,7 @@ DEFS: tuple[kit.AlertDef, ...] = (
                 "GPU temperature: 60 C, 88 C from 10m (warning over 85), 95 C from 30m (critical "
                 "over 92).",
                 ((series(GPU_TEMP, GPU), f"{const(60, 10)} {const(88, 20)} {const(95, 20)}"),),
-                (
-                    kit.Check(TEMPERATURE, "25m", (kit.Expect("warning", GPU, 88),)),
-                    kit.Check(
-                        TEMPERATURE,
-                        "45m",
-                        (kit.Expect("warning", GPU, 95), kit.Expect("critical", GPU, 95)),
-                    ),
-                ),
+                kit.tiered_checks(TEMPERATURE, GPU, ("25m", 88), ("45m", 95)),
             ),
         ),
     ),

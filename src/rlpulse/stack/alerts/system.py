@@ -199,11 +199,7 @@ DEFS: tuple[kit.AlertDef, ...] = (
         name=GRADER,
         key="grader_errors",
         doc="Grader / reward-model calls failing.",
-        settings={
-            "for_": "5m",
-            "warning": kit.Knob(0.05, "Warning above this error fraction."),
-            "critical": kit.Knob(0.5, "Critical above this."),
-        },
+        settings=kit.tiers(0.05, 0.5, "error fraction"),
         severity="tiered",
         records=_grader_ratio,
         expr=f"{GRADER_ERROR_RATIO} > $LEVEL",
@@ -231,14 +227,7 @@ DEFS: tuple[kit.AlertDef, ...] = (
                     (series(GRADER_CALLS), counter((100, 70))),
                     (series(GRADER_ERRORS), counter((0, 11), (10, 30), (60, 29))),
                 ),
-                (
-                    kit.Check(GRADER, "30m", (kit.Expect("warning", RUN, 0.1),)),
-                    kit.Check(
-                        GRADER,
-                        "60m",
-                        (kit.Expect("warning", RUN, 0.6), kit.Expect("critical", RUN, 0.6)),
-                    ),
-                ),
+                kit.tiered_checks(GRADER, RUN, ("30m", 0.1), ("60m", 0.6)),
             ),
         ),
     ),

@@ -126,9 +126,10 @@ DEFS: tuple[kit.AlertDef, ...] = (
         runbook=kit.Runbook(
             "Training steps or samples per second fell well below the run's rate over the "
             "earlier window.",
-            see(TRAINING, panels.SAMPLES_RATE, panels.STEPS_RATE, panels.PHASE_SHARE)
-            + panels.SEPARATOR
-            + see(SYSTEM, panels.PHASE_BREAKDOWN),
+            panels.see_in(
+                (TRAINING, panels.SAMPLES_RATE, panels.STEPS_RATE, panels.PHASE_SHARE),
+                (SYSTEM, panels.PHASE_BREAKDOWN),
+            ),
             (
                 "Find the phase whose share grew; check GPU throttling, a slow grader, "
                 "longer responses (RLResponseLengthDrift), a straggler rank.",

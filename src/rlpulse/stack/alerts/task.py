@@ -263,9 +263,9 @@ DEFS: tuple[kit.AlertDef, ...] = (
         runbook=kit.Runbook(
             "The p90 of the response-length histogram moved by a large factor against the "
             "same window an hour earlier: the length distribution shifted (either way).",
-            panels.see(panels.TRAINING, panels.RESPONSE_LENGTH)
-            + panels.SEPARATOR
-            + panels.see(panels.SYSTEM, panels.ROLLOUT_QUANTILES),
+            panels.see_in(
+                (panels.TRAINING, panels.RESPONSE_LENGTH), (panels.SYSTEM, panels.ROLLOUT_QUANTILES)
+            ),
             (
                 "A shift upward usually precedes truncation and latency problems; downward, "
                 "a collapse to short answers. Read samples from both windows.",

@@ -7,11 +7,14 @@ around the trainer's phases (see ``Trainer(phase=...)``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 import rlpulse
 from rlpulse import catalog
 from rlpulse.demo.grpo import StepStats, TrainConfig
+from rlpulse.demo.rollouts import RolloutBatch
 from rlpulse.demo.task import BENCHMARK
 
 EVAL_SCORE = catalog.get("rl_eval_score").name
@@ -38,25 +41,30 @@ def publish_config(config: TrainConfig) -> None:
     rlpulse.set(KL_COEF, config.beta)
 
 
+def trace_columns(batch: RolloutBatch) -> dict[str, Any]:
+    """One step's rollouts as the arguments of ``record_rollouts`` (the trace store's columns)."""
+    records = batch.records()
+    return {
+        "rollout_ids": batch.ids(),
+        "step": batch.step,
+        "group_ids": [f"s{batch.step}-p{r.group}" for r in records],
+        "prompts": [r.prompt for r in records],
+        "responses": [r.response for r in records],
+        "rewards": batch.rewards,
+        "components": batch.components,
+        "advantages": batch.advantages,
+        "lengths": batch.response_tokens,
+        "truncated": batch.truncated,
+        "verdicts": [r.verdict for r in records],
+    }
+
+
 def publish_step(stats: StepStats, record: bool = True) -> None:
     """Everything one step produced. ``record`` also offers the rollouts to the trace store."""
     batch = stats.rollouts
     ids = batch.ids()
     if record:
-        records = batch.records()
-        rlpulse.record_rollouts(
-            rollout_ids=ids,
-            step=batch.step,
-            group_ids=[f"s{batch.step}-p{r.group}" for r in records],
-            prompts=[r.prompt for r in records],
-            responses=[r.response for r in records],
-            rewards=batch.rewards,
-            components=batch.components,
-            advantages=batch.advantages,
-            lengths=batch.response_tokens,
-            truncated=batch.truncated,
-            verdicts=[r.verdict for r in records],
-        )
+        rlpulse.record_rollouts(**trace_columns(batch))
     rlpulse.observe_rollouts(
         latency_seconds=batch.gen.latency,
         response_tokens=batch.response_tokens,

@@ -16,25 +16,25 @@ from rlpulse.stack.alerts import kit, step
 from rlpulse.stack.alerts.inputs import HEALTHY_SAMPLES, TARGET, const, noisy, ramp, series
 from rlpulse.stack.alerts.kit import G3, HUMANIZE, ID, PERCENT, pct
 from rlpulse.stack.alerts.step import StepAlert
+from rlpulse.stack.metrics import (
+    APPROX_KL,
+    CLIP,
+    DRIFT,
+    DRIFT_ONSET,
+    ENTROPY,
+    EXPLAINED_VAR,
+    GRAD_NORM,
+    IMPORTANCE,
+    KL_REF,
+    LOSS,
+    NONFINITE,
+    REWARD,
+    VALUE_LOSS_METRIC,
+    ZERO_STD_RATIO,
+)
 from rlpulse.stack.panels import TRAINING, see
 from rlpulse.stack.promql import regex_alternatives, sel, template_matchers, template_query
 from rlpulse.stack.query import Query
-
-M = catalog.get
-ENTROPY = M("rl_entropy")
-KL_REF = M("rl_kl_reference")
-APPROX_KL = M("rl_approx_kl")
-CLIP = M("rl_clip_fraction_ratio")
-NONFINITE = M("rl_nonfinite_values_total")
-LOSS = M("rl_loss")
-GRAD_NORM = M("rl_grad_norm")
-VALUE_LOSS_METRIC = M("rl_value_loss")
-EXPLAINED_VAR = M("rl_explained_variance")
-REWARD = M("rl_reward_mean")
-ZERO_STD_RATIO = M("rl_zero_std_groups_ratio")
-IMPORTANCE = M("rl_importance_ratio_mean")
-DRIFT = M("rl_drift_score")
-DRIFT_ONSET = M("rl_drift_onset_step")
 
 ENTROPY_COLLAPSE = StepAlert(
     name="RLEntropyCollapse",
@@ -375,7 +375,7 @@ def _nonfinite(q: Query, k: Any) -> str:
     gauges = [
         f"label_replace({q.s(m)} != {q.s(m)} or {q.s(m)} == +Inf or {q.s(m)} == -Inf, "
         f'"metric", "{m.name}", "", "")'
-        for m in (M(n) for n in k.metrics)
+        for m in (catalog.get(n) for n in k.metrics)
         if m.type == "gauge" and m.name not in REWARDS
     ]
     which = f'metric=~"{regex_alternatives(k.metrics)}"'
@@ -559,10 +559,12 @@ DEFS: tuple[kit.AlertDef, ...] = (
             ),
         ),
         tests=(
-            kit.Scenario(
+            kit.level_shift(
+                UPDATE_KL,
                 "Update-step KL: 0.01, then 0.2 from 20m; above 0.05 from 22m, fires from 32m.",
-                ((series(APPROX_KL), f"{const(0.01, 20)} {const(0.2, 40)}"),),
-                (kit.Check(UPDATE_KL, "50m", (kit.Expect("warning", TARGET, 0.2),)),),
+                series(APPROX_KL),
+                (0.01, 0.2),
+                TARGET,
             ),
         ),
     ),
@@ -591,10 +593,12 @@ DEFS: tuple[kit.AlertDef, ...] = (
             ),
         ),
         tests=(
-            kit.Scenario(
+            kit.level_shift(
+                CLIP_HIGH,
                 "Clip fraction: 0.1, then 0.5 from 20m; fires from about 32m.",
-                ((series(CLIP, _CLIP_ANY), f"{const(0.1, 20)} {const(0.5, 40)}"),),
-                (kit.Check(CLIP_HIGH, "50m", (kit.Expect("warning", _CLIP_ANY, 0.5),)),),
+                series(CLIP, _CLIP_ANY),
+                (0.1, 0.5),
+                _CLIP_ANY,
             ),
         ),
     ),
@@ -716,14 +720,14 @@ DEFS: tuple[kit.AlertDef, ...] = (
             ),
         ),
         tests=(
-            kit.Scenario(
+            kit.level_shift(
+                EXPLAINED_VARIANCE,
                 "Explained variance: 0.5, then -0.3 from 20m; the 10m mean is negative from 26m "
                 "and fires 15m later.",
-                ((series(EXPLAINED_VAR), f"{const(0.5, 20)} {const(-0.3, 40)}"),),
-                (
-                    kit.Check(EXPLAINED_VARIANCE, "35m"),
-                    kit.Check(EXPLAINED_VARIANCE, "50m", (kit.Expect("warning", TARGET, -0.3),)),
-                ),
+                series(EXPLAINED_VAR),
+                (0.5, -0.3),
+                TARGET,
+                quiet=("35m",),
             ),
         ),
     ),
@@ -752,11 +756,14 @@ DEFS: tuple[kit.AlertDef, ...] = (
             ),
         ),
         tests=(
-            kit.Scenario(
+            kit.level_shift(
+                IMPORTANCE_DRIFT,
                 "Train/inference mismatch: importance ratio 1.0, then 1.5 from 20m: 0.5 away from "
                 "1.",
-                ((series(IMPORTANCE), f"{const(1, 20)} {const(1.5, 40)}"),),
-                (kit.Check(IMPORTANCE_DRIFT, "50m", (kit.Expect("warning", TARGET, 0.5),)),),
+                series(IMPORTANCE),
+                (1, 1.5),
+                TARGET,
+                value=0.5,
             ),
         ),
     ),

@@ -12,6 +12,7 @@ import dataclasses
 from rlpulse.detect import signals
 from rlpulse.stack import alerts as alert_defs
 from rlpulse.stack.config import Config
+from rlpulse.stack.docs.markdown import row
 
 PATH = "docs/detection.md"
 HEADER = (
@@ -245,26 +246,22 @@ description prints those onsets.
 """
 
 
-def _md_row(cells: list[str]) -> str:
-    return "| " + " | ".join(cells) + " |"
-
-
 def render() -> dict[str, str]:
     """Relative path -> text of docs/detection.md for the default Config."""
     cfg = Config()
     w = signals.StepWindows()
     lines = [HEADER, "", _INTRO, "## Windows (logged values)", ""]
-    lines += [_md_row(["window", "values", "what it is for"]), "|---|--:|---|"]
+    lines += [row("window", "values", "what it is for"), "|---|--:|---|"]
     for f in dataclasses.fields(w):
-        lines.append(_md_row([f"`{f.name}`", str(getattr(w, f.name)), _WINDOW_DOC[f.name]]))
+        lines.append(row(f"`{f.name}`", str(getattr(w, f.name)), _WINDOW_DOC[f.name]))
     lines += ["", "## Signals", ""]
-    lines += [_md_row(["signal", "watched metric", "worse when", "unit", "what it is"])]
+    lines += [row("signal", "watched metric", "worse when", "unit", "what it is")]
     lines.append("|---|---|---|---|---|")
     for s in signals.SIGNALS:
-        lines.append(_md_row([f"`{s.name}`", f"`{s.metric}`", s.worse, s.unit, s.doc]))
+        lines.append(row(f"`{s.name}`", f"`{s.metric}`", s.worse, s.unit, s.doc))
     for s in signals.EPISODE_SIGNALS:
         metric = f"single episodes' returns (`observe_episodes`; series `{signals.EPISODES}`)"
-        lines.append(_md_row([f"`{s.name}`", metric, s.worse, s.unit, s.doc]))
+        lines.append(row(f"`{s.name}`", metric, s.worse, s.unit, s.doc))
     lines += [
         "",
         "Derived evidence: a batch `rl_reward_std` of 0 counts as a batch whose groups all have "
@@ -273,7 +270,7 @@ def render() -> dict[str, str]:
         "",
         "## Alerts on the signals",
         "",
-        _md_row(["alert", "signal", "warning", "critical", "healthy", "keep firing", "summary"]),
+        row("alert", "signal", "warning", "critical", "healthy", "keep firing", "summary"),
         "|---|---|--:|--:|--:|---|---|",
     ]
     for area in ("rl", "task"):
@@ -284,15 +281,13 @@ def render() -> dict[str, str]:
                 for sev in ("warning", "critical")
             ]
             lines.append(
-                _md_row(
-                    [
-                        f"[{d.name}](runbooks.md#{d.name.lower()})",
-                        f"`{d.signal}`",
-                        *levels,
-                        f"{d.healthy:g}",
-                        k.keep_firing_for,
-                        d.summary,
-                    ]
+                row(
+                    f"[{d.name}](runbooks.md#{d.name.lower()})",
+                    f"`{d.signal}`",
+                    *levels,
+                    f"{d.healthy:g}",
+                    k.keep_firing_for,
+                    d.summary,
                 )
             )
     lines += [
@@ -308,11 +303,11 @@ def render() -> dict[str, str]:
         "While a cause pages (critical), Alertmanager holds back the alerts it brings about on "
         "the same run. NaN/Inf values (`RLNonFiniteLoss`) hold back every other training alert.",
         "",
-        _md_row(["cause", "holds back"]),
+        row("cause", "holds back"),
         "|---|---|",
     ]
     for cause, effects in alert_defs.CAUSES.items():
-        lines.append(_md_row([cause, ", ".join(effects)]))
+        lines.append(row(cause, ", ".join(effects)))
     lines += [
         "",
         "## Prometheus versions",

@@ -59,19 +59,19 @@ MAX_REASON_CHARS = 120
 
 
 class Exporter:
-    """One process's exporter; its arguments are those of
-    ``rlpulse.runtime.options.Options.resolve``."""
+    """One process's exporter; its arguments are the fields of ``rlpulse.runtime.options.Options``
+    (the port, then keywords), kept resolved as ``options``."""
 
     def __init__(self, port: int | None = None, **arguments: Any) -> None:
-        options.check_names(arguments)
         opts = self.options = Options.resolve(port, **arguments)
-        self.strict = opts.strict
-        self.rank, self.local_rank, self.node = opts.rank, opts.local_rank, opts.node
-        self.port, self.addr, self.run_id = opts.port, opts.addr, opts.run_id
-        self.certfile, self.keyfile, self.web_config = opts.certfile, opts.keyfile, opts.web_config
+        # what the run's discovery and start change (rlpulse.runtime.discovery, targets):
+        self.port = opts.port  # the port served, once serving
+        self.final_wait = opts.final_wait
+        self.expect_scrape = opts.expect_scrape
+        self.push_gateway = opts.push_gateway
         self._routes: dict[str, http.Handler] = {}
         self._close_hooks: list[Callable[[], None]] = []
-        self.identity = [self.run_id, str(self.rank), str(self.local_rank), self.node]
+        self.identity = [opts.run_id, str(opts.rank), str(opts.local_rank), opts.node]
         self.store = Store(label_cap=opts.label_cap)
         self.drops = Drops(opts.strict)
         self.detector = signals.Detector()  # step-indexed detection of RL failure signals
@@ -101,9 +101,6 @@ class Exporter:
         self._lock = threading.Lock()
         self._episodes = batches.Episodes()
         self._readers: list[CachedReader] = []
-        self.final_wait = opts.final_wait
-        self.expect_scrape = opts.expect_scrape
-        self.push_gateway = opts.push_gateway
         self.outcome: tuple[str, str] | None = None  # (outcome, reason) once the run has ended
         # (outcome, reason) an alert asked for (rlpulse.control): a normal end becomes this
         self.asked_end: tuple[str, str] | None = None
@@ -132,6 +129,26 @@ class Exporter:
         self.registry.register(scrape.Collector(self))
 
     # ---- lifecycle ------------------------------------------------------------------------
+    @property
+    def run_id(self) -> str:
+        """The run's id (``run_id=`` or RLPULSE_RUN_ID)."""
+        return self.options.run_id
+
+    @property
+    def rank(self) -> int:
+        """The process's global rank (``rank=`` or RANK)."""
+        return self.options.rank
+
+    @property
+    def addr(self) -> str:
+        """The address it serves on (``addr=`` or RLPULSE_ADDR)."""
+        return self.options.addr
+
+    @property
+    def strict(self) -> bool:
+        """Whether bad values and calls raise (``strict=``)."""
+        return self.options.strict
+
     @property
     def url(self) -> str:
         """The metrics URL (with the real port once started)."""
@@ -196,9 +213,10 @@ class Exporter:
         with self._lock:
             if self._server is not None:
                 return self
-            tls = self.web_config.server_options() if self.web_config is not None else {}
-            if self.certfile:  # (a web config with TLS too was refused in __init__)
-                tls["tls"] = http.tls_context(self.certfile, self.keyfile)
+            web, cert = self.options.web_config, self.options.certfile
+            tls = web.server_options() if web is not None else {}
+            if cert:  # (a web config with TLS too was refused by Options.resolve)
+                tls["tls"] = http.tls_context(cert, self.options.keyfile)
             metrics = scrape.noting_scrapers(self, http.metrics_handler(Renderer(self)))
             routes = {lifecycle.METRICS_PATH: metrics, **self._routes}
             asked = self.port
@@ -270,7 +288,8 @@ class Exporter:
             if self._server is not None:
                 for path, handler in routes.items():
                     self._server.route(path, handler)
-        if not (self.web_config and self.web_config.users) and self.addr not in _LOOPBACK:
+        web = self.options.web_config
+        if not (web and web.users) and self.addr not in _LOOPBACK:
             log.warning(
                 "rlpulse: %s served on %s without basic auth: anyone who reaches the port can "
                 "read them (set a web config with basic_auth_users, or addr='127.0.0.1')",

@@ -140,11 +140,6 @@ class Exporter:
         return self.options.rank
 
     @property
-    def addr(self) -> str:
-        """The address it serves on (``addr=`` or RLPULSE_ADDR)."""
-        return self.options.addr
-
-    @property
     def strict(self) -> bool:
         """Whether bad values and calls raise (``strict=``)."""
         return self.options.strict
@@ -153,7 +148,8 @@ class Exporter:
     def url(self) -> str:
         """The metrics URL (with the real port once started)."""
         scheme = "https" if self.tls else "http"
-        host = "127.0.0.1" if self.addr in ("0.0.0.0", "") else self.addr
+        addr = self.options.addr
+        host = "127.0.0.1" if addr in ("0.0.0.0", "") else addr
         return f"{scheme}://{host}:{self.port}/metrics"
 
     @property
@@ -213,19 +209,20 @@ class Exporter:
         with self._lock:
             if self._server is not None:
                 return self
-            web, cert = self.options.web_config, self.options.certfile
+            opts = self.options
+            addr, web, cert = opts.addr, opts.web_config, opts.certfile
             tls = web.server_options() if web is not None else {}
             if cert:  # (a web config with TLS too was refused by Options.resolve)
-                tls["tls"] = http.tls_context(cert, self.options.keyfile)
+                tls["tls"] = http.tls_context(cert, opts.keyfile)
             metrics = scrape.noting_scrapers(self, http.metrics_handler(Renderer(self)))
             routes = {lifecycle.METRICS_PATH: metrics, **self._routes}
             asked = self.port
             try:
-                server = http.Server(self.addr, self.port, routes, **tls).start()
+                server = http.Server(addr, self.port, routes, **tls).start()
             except PortInUseError:
                 if self.strict or not self.port:
                     raise
-                server = http.Server(self.addr, 0, routes, **tls).start()  # training goes on
+                server = http.Server(addr, 0, routes, **tls).start()  # training goes on
             self._server = server
             self.port = server.port
             lifecycle.serving(self)
@@ -251,7 +248,7 @@ class Exporter:
         where = discovery.resolve(self.options.targets_dir)
         if where.directory is None:
             return where
-        local = where.local and self.addr in ("", "0.0.0.0", "::", *_LOOPBACK)
+        local = where.local and self.options.addr in ("", "0.0.0.0", "::", *_LOOPBACK)
         address = targets.address_of(self, "127.0.0.1" if local else None)
         try:
             self.registered = discovery.register(
@@ -289,12 +286,12 @@ class Exporter:
                 for path, handler in routes.items():
                     self._server.route(path, handler)
         web = self.options.web_config
-        if not (web and web.users) and self.addr not in _LOOPBACK:
+        if not (web and web.users) and self.options.addr not in _LOOPBACK:
             log.warning(
                 "rlpulse: %s served on %s without basic auth: anyone who reaches the port can "
                 "read them (set a web config with basic_auth_users, or addr='127.0.0.1')",
                 ", ".join(sorted(routes)),
-                self.addr,
+                self.options.addr,
             )
 
     # ---- rollout traces --------------------------------------------------------------------

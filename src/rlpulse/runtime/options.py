@@ -114,23 +114,38 @@ class Option:
         return self.check(value, where) if self.check else value
 
 
-def _option(doc: str, **how: Any) -> dict[str, Option]:
-    """A field's metadata: the field is resolved as ``Option(doc, **how)`` says."""
-    return {"option": Option(doc, **how)}
+def _option(doc: str, default: Any = None, **how: Any) -> dict[str, Option]:
+    """A field's metadata: the field is resolved as ``Option(doc, default, **how)`` says."""
+    return {"option": Option(doc, default, **how)}
+
+
+def _run(before: Mapping[str, Any]) -> str:
+    return f"run-{uuid.uuid4().hex[:8]}"
+
+
+def _hostname(before: Mapping[str, Any]) -> str:
+    return socket.gethostname()
+
+
+def _node_level(before: Mapping[str, Any]) -> bool:
+    """Node-level readings once per node: on local rank 0."""
+    return bool(before["local_rank"] == 0)
+
+
+def _empty(before: Mapping[str, Any]) -> dict[str, Any]:
+    return {}
 
 
 @dataclass(frozen=True)
 class Options:
     """What one exporter runs with: the arguments of ``resolve``, in resolution order."""
 
-    rank: int = field(metadata=_option("the global rank", default=0, env="RANK", parse=_int))
-    local_rank: int = field(
-        metadata=_option("the rank on this node", default=0, env="LOCAL_RANK", parse=_int)
-    )
+    rank: int = field(metadata=_option("the global rank", 0, env="RANK", parse=_int))
+    local_rank: int = field(metadata=_option("the node's rank", 0, env="LOCAL_RANK", parse=_int))
     port: int = field(
         metadata=_option(
-            "the port to serve: the base port plus the local rank (0: any free port)",
-            default=DEFAULT_PORT,
+            "the base port; the port served is it plus the local rank (0: any free port)",
+            DEFAULT_PORT,
             env="RLPULSE_PORT",
             parse=_int,
             check=_port,
@@ -138,91 +153,58 @@ class Options:
     )
     run_id: str = field(
         metadata=_option(
-            "the run's id (labels every series)",
-            env="RLPULSE_RUN_ID",
-            check=_label,
-            derive=lambda _: f"run-{uuid.uuid4().hex[:8]}",
+            "the run (labels every series)", env="RLPULSE_RUN_ID", check=_label, derive=_run
         )
     )
-    node: str = field(
-        metadata=_option(
-            "the node's name", env="RLPULSE_NODE", derive=lambda _: socket.gethostname()
-        )
+    node: str = field(metadata=_option("the node's name", env="RLPULSE_NODE", derive=_hostname))
+    addr: str = field(metadata=_option("the address to serve on", "0.0.0.0", env="RLPULSE_ADDR"))
+    certfile: str | None = field(metadata=_option("a TLS certificate file", env="RLPULSE_CERTFILE"))
+    keyfile: str | None = field(
+        metadata=_option("the certificate's key file", env="RLPULSE_KEYFILE")
     )
-    addr: str = field(
-        metadata=_option("the address to serve on", default="0.0.0.0", env="RLPULSE_ADDR")
-    )
-    certfile: str | None = field(
-        metadata=_option("a TLS certificate (HTTPS)", env="RLPULSE_CERTFILE")
-    )
-    keyfile: str | None = field(metadata=_option("the certificate's key", env="RLPULSE_KEYFILE"))
     web_config: webconfig.WebConfig | None = field(
-        metadata=_option(
-            "a Prometheus web config file (TLS, basic auth, headers)",
-            env=webconfig.ENV,
-            check=_web_config,
-        )
+        metadata=_option("a web config file (TLS, auth)", env=webconfig.ENV, check=_web_config)
     )
     final_wait: float = field(
         metadata=_option(
-            "seconds the end of a run waits for a last scrape",
-            default=FINAL_WAIT,
-            env=FINAL_WAIT_ENV,
-            parse=_float,
+            "seconds the end waits for a last scrape", FINAL_WAIT, env=FINAL_WAIT_ENV, parse=_float
         )
     )
     expect_scrape: bool = field(
-        metadata=_option(
-            "a scraper will come: the end waits for it even if none came yet",
-            default=False,
-            env="RLPULSE_EXPECT_SCRAPE",
-            parse=_flag,
-        )
+        metadata=_option("a scraper will come", False, env="RLPULSE_EXPECT_SCRAPE", parse=_flag)
     )
     push_gateway: str | None = field(
-        metadata=_option(
-            "a Pushgateway the end of an unscraped run is pushed to", env=PUSHGATEWAY_ENV
-        )
+        metadata=_option("the Pushgateway an unscraped end goes to", env=PUSHGATEWAY_ENV)
     )
     targets_dir: str | os.PathLike[str] | None = field(
-        metadata=_option("the file_sd directory to register in (``rlpulse.runtime.discovery``)")
+        metadata=_option("the file_sd directory (rlpulse.runtime.discovery)")
     )
-    strict: bool = field(metadata=_option("bad values and calls raise (for tests)", default=False))
-    gpu: bool = field(
-        metadata=_option("read GPUs at scrape time", derive=lambda o: o["local_rank"] == 0)
-    )
-    host: bool = field(
-        metadata=_option("read the host at scrape time", derive=lambda o: o["local_rank"] == 0)
-    )
-    process: bool = field(metadata=_option("read this process at scrape time", default=True))
-    label_cap: int = field(metadata=_option("label values kept per user-data label", default=64))
-    unmapped_cap: int = field(metadata=_option("unmapped logged keys kept", default=256))
-    nvml: Any = field(metadata=_option("an NVML module to read GPUs with (tests)"))
+    strict: bool = field(metadata=_option("bad input raises (for tests)", False))
+    gpu: bool = field(metadata=_option("read GPUs at scrape time", derive=_node_level))
+    host: bool = field(metadata=_option("read the host at scrape time", derive=_node_level))
+    process: bool = field(metadata=_option("read this process at scrape time", True))
+    label_cap: int = field(metadata=_option("values kept per user-data label", 64))
+    unmapped_cap: int = field(metadata=_option("unmapped logged keys kept", 256))
+    nvml: Any = field(metadata=_option("the NVML module to read GPUs with (tests)"))
     collector_timeout: float = field(
-        metadata=_option("seconds a scrape-time reading may take", default=0.5)
+        metadata=_option("seconds a scrape-time reading may take", 0.5)
     )
-    collector_ttl: float = field(
-        metadata=_option("seconds a scrape-time reading is reused", default=1.0)
-    )
-    config: Mapping[str, Any] = field(
-        metadata=_option("the run's hyperparameters", derive=lambda _: {})
-    )
+    collector_ttl: float = field(metadata=_option("seconds a scrape-time reading is reused", 1.0))
+    config: Mapping[str, Any] = field(metadata=_option("the run's hyperparameters", derive=_empty))
     metadata: Mapping[str, Any] = field(
-        metadata=_option("the run's metadata (rl_run_info)", derive=lambda _: {})
+        metadata=_option("the run's rl_run_info labels", derive=_empty)
     )
     rollouts: Mapping[str, Any] = field(
-        metadata=_option("``rlpulse.rollouts.Recorder`` options", check=_copy, derive=lambda _: {})
+        metadata=_option("rlpulse.rollouts.Recorder's options", check=_copy, derive=_empty)
     )
     key_map: Mapping[str, Any] | str | os.PathLike[str] | None = field(
         metadata=_option("the user's own key map (a mapping or a file)")
     )
     reference_band: str | os.PathLike[str] | None = field(
-        metadata=_option(
-            "a reference band file to compare the run with", env="RLPULSE_REFERENCE_BAND"
-        )
+        metadata=_option("a reference band to compare with", env="RLPULSE_REFERENCE_BAND")
     )
     drift_reference: str | os.PathLike[str] | None = field(
-        metadata=_option("pinned drift references of an earlier run", env="RLPULSE_DRIFT_REFERENCE")
+        metadata=_option("an earlier run's drift references", env="RLPULSE_DRIFT_REFERENCE")
     )
 
     @property

@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 from prometheus_client import CollectorRegistry
@@ -43,8 +43,12 @@ from rlpulse.runtime.exposition import Renderer
 from rlpulse.runtime.http import PortInUseError
 from rlpulse.runtime.ingest import Ingest, KeptIds, Phase, snapshot_array, snapshot_ids
 from rlpulse.runtime.options import Options
+from rlpulse.runtime.recording import ROLLOUT_ARRAYS, RolloutBatch, check_keywords
 from rlpulse.runtime.store import Store
 from rlpulse.runtime.writes import Writes
+
+if TYPE_CHECKING:
+    from rlpulse.rollouts.records import RolloutTraces
 
 __all__ = ["Exporter", "PortInUseError"]
 
@@ -295,7 +299,7 @@ class Exporter:
             )
 
     # ---- rollout traces --------------------------------------------------------------------
-    def record_rollouts(self, **columns: Any) -> list[int]:
+    def record_rollouts(self, **columns: Unpack[RolloutTraces]) -> list[int]:
         """Offer raw rollouts to this run's bounded store (``rlpulse.rollouts.Recorder.record``).
 
         Returns the batch positions kept. A later ``observe_rollouts(rollout_ids=...)`` uses only
@@ -472,35 +476,18 @@ class Exporter:
         return Phase(self.ingest, name)
 
     # ---- batch APIs -------------------------------------------------------------------------
-    def observe_rollouts(
-        self,
-        *,
-        latency_seconds: Any = None,
-        response_tokens: Any = None,
-        prompt_tokens: Any = None,
-        rewards: Any = None,
-        components: Mapping[str, Any] | None = None,
-        truncated: Any = None,
-        format_ok: Any = None,
-        success: Any = None,
-        group_size: int | None = None,
-        rollout_ids: Sequence[Any] | None = None,
-    ) -> None:
-        """Record one batch of rollouts: per-sample arrays (or lists) of equal length."""
+    def observe_rollouts(self, **batch: Unpack[RolloutBatch]) -> None:
+        """Record one batch of rollouts (``rlpulse.runtime.recording.RolloutBatch``): per-sample
+        arrays (or lists) of equal length."""
+        check_keywords("Exporter.observe_rollouts", batch, RolloutBatch)
         try:
-            given = {label_text(k): v for k, v in (components or {}).items()}
+            given = {label_text(k): v for k, v in (batch.get("components") or {}).items()}
             comps = list(given)
-            raw = {
-                "latency_seconds": latency_seconds,
-                "response_tokens": response_tokens,
-                "prompt_tokens": prompt_tokens,
-                "rewards": rewards,
-                "truncated": truncated,
-                "format_ok": format_ok,
-                "success": success,
-            } | {f"components[{k}]": v for k, v in given.items()}
+            raw = {k: batch.get(k) for k in ROLLOUT_ARRAYS}
+            raw |= {f"components[{k}]": v for k, v in given.items()}
             columns = {k: None if v is None else snapshot_array(v) for k, v in raw.items()}
-            ids = snapshot_ids(rollout_ids, *columns.values())
+            ids = snapshot_ids(batch.get("rollout_ids"), *columns.values())
+            group_size = batch.get("group_size")
             size = None if group_size is None else int(group_size)
             args = (columns, comps, size, ids, self.ingest.kept_ids)
         except Exception as exc:

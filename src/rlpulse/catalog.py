@@ -319,7 +319,8 @@ CATALOG: tuple[Metric, ...] = (
         "gauge",
         "",
         "rl",
-        "A step-indexed detection statistic (signal: see docs/detection.md) of one watched "
+        "A step-indexed detection statistic (signal: see docs/reference/detection.md) of one "
+        "watched "
         "series (series: its label values), worst of the last steps.",
         ("signal", "series"),
     ),

@@ -28,6 +28,7 @@ class Writes:
         self.drops = drops
         # slot -> (metric, labels) of a series the detector watches, None if it does not
         self._watch: dict[int, tuple[str, tuple[str, ...]] | None] = {}
+        self._finite: set[int] = set()  # slots of rewards that had a finite value
 
     def signal(self, slot: int, value: float) -> None:
         """Hand a value written to a watched series to the step-indexed detector."""
@@ -37,10 +38,16 @@ class Writes:
             entry = (s.metric.name, s.labels) if s.metric.name in signals.OBSERVED else None
             self._watch[slot] = entry
         if entry is not None:
+            if entry[0] in signals.REWARDS and value - value == 0:
+                self._finite.add(slot)
             self.detector.observe(entry[0], entry[1], float(value))
 
     def nonfinite(self, series: Series, n: int = 1) -> None:
-        """Count ``n`` NaN/±Inf values written to ``series``; ``ValueError`` when strict."""
+        """Count ``n`` NaN/±Inf values written to ``series``; ``ValueError`` when strict. A
+        reward or return reads NaN until its first episode or batch ends (RLlib logs its mean
+        so): not counted before its first finite value, a failure of the run after it."""
+        if series.metric.name in signals.REWARDS and series.slot not in self._finite:
+            return
         nf = self.store.get("rl_nonfinite_values_total", metric=series.metric.name)
         with self.store.lock:
             self.store.values[nf.slot] += n

@@ -10,6 +10,7 @@ from typing import Any
 
 from rlpulse import catalog
 from rlpulse.detect import drift
+from rlpulse.detect.signals import REWARDS
 from rlpulse.stack import panels
 from rlpulse.stack.alerts import kit, step
 from rlpulse.stack.alerts.inputs import HEALTHY_SAMPLES, TARGET, const, noisy, ramp, series
@@ -365,14 +366,17 @@ _CLIP_ANY = {**TARGET, "bound": "any"}
 NONFINITE_LOSS = "RLNonFiniteLoss"
 _POLICY = {**TARGET, "network": "policy"}
 _LOSS = {**TARGET, "metric": "rl_loss"}
+_REWARD = {**TARGET, "metric": "rl_reward_mean"}
 
 
 def _nonfinite(q: Query, k: Any) -> str:
+    # a reward's gauge reads NaN until its first episode ends: its count alone (the exporter
+    # counts a reward's NaN after its first finite value only) says it broke
     gauges = [
         f"label_replace({q.s(m)} != {q.s(m)} or {q.s(m)} == +Inf or {q.s(m)} == -Inf, "
         f'"metric", "{m.name}", "", "")'
         for m in (M(n) for n in k.metrics)
-        if m.type == "gauge"
+        if m.type == "gauge" and m.name not in REWARDS
     ]
     which = f'metric=~"{regex_alternatives(k.metrics)}"'
     return " or ".join([f"increase({q.s(NONFINITE, which)}[{q.w.recent}]) > 0", *gauges])
@@ -597,11 +601,18 @@ DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=NONFINITE_LOSS,
         key="nonfinite_loss",
-        doc="NaN or Inf in a loss or gradient norm.",
+        doc="NaN or Inf in a loss, gradient norm or reward.",
         settings={
             "for_": "0s",
             "metrics": kit.Knob(
-                ("rl_loss", "rl_policy_loss", "rl_value_loss", "rl_grad_norm"),
+                (
+                    "rl_loss",
+                    "rl_policy_loss",
+                    "rl_value_loss",
+                    "rl_grad_norm",
+                    "rl_reward_mean",
+                    "rl_episode_return",
+                ),
                 "Catalog metrics watched for non-finite values.",
                 frozenset(catalog.BY_NAME),
             ),
@@ -613,13 +624,14 @@ DEFS: tuple[kit.AlertDef, ...] = (
         },
         severity="critical",
         expr=_nonfinite,
-        summary="NaN or Inf in a loss or gradient norm.",
+        summary="NaN or Inf in a loss, gradient norm or reward.",
         description=f"{{{{ $labels.metric }}}} of {ID} is not finite (value or count {HUMANIZE}): "
         "training has diverged or will.",
         check=_nonfinite_problems,
         runbook=kit.Runbook(
             "A loss or gradient norm became NaN or ±Inf (seen in the gauge or counted by the "
-            "exporter). Training has diverged; later steps are usually wasted.",
+            "exporter), or the reward or episode return did after it had values. Training has "
+            "diverged or trains on NaN; later steps are usually wasted.",
             see(TRAINING, panels.NONFINITE, panels.GRAD_NORM, panels.LEARNING_RATE),
             (
                 "Stop the run and resume from the last finite checkpoint.",
@@ -627,6 +639,9 @@ DEFS: tuple[kit.AlertDef, ...] = (
                 "(bf16 instead of fp16, loss scaling).",
                 "Look for a division by a zero standard deviation (group-normalised "
                 "advantages of a zero-std group) or log of 0 probabilities.",
+                "A reward or return (metric rl_reward_mean / rl_episode_return): the environment, "
+                "a reward wrapper or the grader returned NaN or Inf; find the first step it did "
+                "and the rollouts of that step.",
             ),
         ),
         tests=(
@@ -659,6 +674,22 @@ DEFS: tuple[kit.AlertDef, ...] = (
                             kit.Expect("critical", _LOSS, 6),
                         ),
                     ),
+                ),
+            ),
+            kit.Scenario(
+                "A reward gauge that reads NaN until its first batch ends (as RLlib logs its "
+                "mean) is no failure: the exporter counts a reward's NaN only after a finite "
+                "value. From 15m the reward turns NaN and the count grows 1 per minute: fires.",
+                (
+                    (
+                        series(REWARD),
+                        f"NaN NaN NaN NaN NaN {const(0.5, 10)} {' '.join(['NaN'] * 10)}",
+                    ),
+                    (series(NONFINITE, _REWARD), f"{const(0, 15)} {ramp(1, 1, 10)}"),
+                ),
+                (
+                    kit.Check(NONFINITE_LOSS, "4m"),
+                    kit.Check(NONFINITE_LOSS, "17m", (kit.Expect("critical", _REWARD, 3),)),
                 ),
             ),
         ),

@@ -182,11 +182,14 @@ stability index over the reference's deciles (numbers) or categories (texts, dis
 less its expectation when nothing changed, `(k - 1)(1/n_ref + 1/n_now)` for `k` bins (0.018 at
 1,000 samples each; measured on 100 null draws its mean is under a quarter of that and its 99th
 percentile under 0.1, under 0.25 at 200 samples). 0.1 is a small shift, 0.25 a large one. A
-feature that varied in its reference and now reads one value in 90 % of its latest 250 samples
-(a dead sensor), and a new environment or grader version (`observe_versions`, or metadata
-`grader_version` / `<part>_version` at start), score 100. Bounded: at most 16 dimensions of a
-vector (evenly spaced over larger ones, each keeping its own index), 64 features a kind, 32
-categories a feature; a score every 250 new samples, so it does not depend on when it is read.
+feature that varied in its reference and now reads one value in 90 % of its latest 32, 64, 128
+or 250 samples (a dead sensor; checked on every new sample, each span only when it is over 3
+times the longest run of one value the reference held, so a flag that stays put for long
+stretches is judged on its longer spans), and a new environment or grader version
+(`observe_versions`, or metadata `grader_version` / `<part>_version` at start), score 100.
+Bounded: at most 16 dimensions of a vector (evenly spaced over larger ones, each keeping its own
+index), 64 features a kind, 32 categories a feature; a score every 250 new samples, so it
+does not depend on when it is read.
 
 - *input* (`prompt_length`, `source`, `difficulty`, `version:<part>`; from `observe_prompts`,
   `observe_rollouts(prompt_tokens=)`, `observe_versions`): `RLInputDrift` warns past 0.25;
@@ -211,15 +214,25 @@ every 4th step sampled; real TRL GRPO on the tiny GPT-2 of the alert matrix, 16 
   scores peak at 4.6-5.6 for PPO and 1.6-2.3 for A2C as the policy learns, context only), 0 on 3
   healthy GRPO runs, 0 on 5 synthetic prompt streams;
 - *a dead observation* (obs[3], the pole's angular velocity, reads 0 from env step 4,000, resets
-  excepted): `RLInputDrift`'s condition from env step 5,120 (PPO) and 5,008 (A2C). The return
-  falls under half its level at 4,063 and 4,068, before the drift shows: the dead channel is
-  judged on 250 samples (1,000 env steps). PPO's `RLRewardCollapse` condition holds from 5,376
+  excepted): `RLInputDrift`'s condition from env step 4,352 (PPO) and 4,128 (A2C), with 8
+  environments each: 32 samples are 128 env steps, and PPO's callback hands them over once a
+  rollout (256 env steps). The return falls under half its level at 4,063 and 4,068, 290 and
+  60 env steps before the drift shows (judged on 250 samples, 1,000 env steps, it showed at
+  5,120 and 5,008). PPO's `RLRewardCollapse` condition holds from 5,376
   and its page names "Observation drift in obs[3] since step 190"; A2C's return loss raised no
   step alert, so only the drift warning speaks for it;
 - *gravity x3* from env step 8,000 (the return halves at 8,469 and 8,416, then recovers): not
   caught. The observations move, but no more than learning moves them (PPO's peak score 5.0,
   healthy 4.6-5.6): a classic run's observations alone cannot tell new dynamics from a policy
-  that learned; the reference band (above) and the step alerts are what watch its return;
+  that learned; the reference band (above) and the step alerts are what watch its return.
+  A model of the transitions was tried and left out: a linear fit of the next observation on
+  the observation and action over the reference's 1,000 transitions, judged on later
+  transitions inside the reference's range (250 at a time, three seeds, Gymnasium's classic
+  tasks). Its median residual grows 3.6-5.3x under CartPole's gravity x3, 54-60x under
+  Pendulum's, 115x when MountainCar's force halves, but also up to 2.5x when a healthy policy
+  replaces the random one (Pendulum's swing-up, CartPole's balancing), and only 1.2-1.7x under
+  CartPole's gravity x1.5 or Acrobot's second link twice as heavy: no level separates changed
+  dynamics from learning with the margin a warning needs;
 - *an LLM prompt mix* (hard prompts 20% -> 70% at step 70, the `source` column reported from the
   reward function with `observe_prompts`, prompt lengths from the TRL callback): both inputs
   drifted at step 78 in both shifted seeds; the shift starves the groups of signal and

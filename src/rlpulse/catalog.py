@@ -256,7 +256,8 @@ CATALOG: tuple[Metric, ...] = (
         "rl_step_signal",
         "gauge",
         "rl",
-        "A step-indexed detection statistic (signal: see docs/detection.md) of one watched "
+        "A step-indexed detection statistic (signal: see docs/reference/detection.md) of one "
+        "watched "
         "series (series: its label values), worst of the last steps.",
         ("signal", "series"),
     ),

@@ -672,7 +672,7 @@ def test_render_paths() -> None:
         "grafana/provisioning/datasources/datasources.yml",
         "grafana/provisioning/dashboards/dashboards.yml",
         "docker-compose.yml",
-        "docs/dashboards.md",
+        "docs/reference/dashboards.md",
     }
     for rel, text in FILES.items():
         if rel.endswith(".json"):
@@ -680,7 +680,7 @@ def test_render_paths() -> None:
 
 
 def test_docs_list_every_panel() -> None:
-    doc = FILES["docs/dashboards.md"]
+    doc = FILES["docs/reference/dashboards.md"]
     for model in MODELS.values():
         assert f"## {model['title']}" in doc
         for panel in content_panels(model):

@@ -42,13 +42,17 @@ class Served(Protocol):
 
     _lock: threading.Lock
     _server: http.Server | None
-    run_id: str
-    rank: int
     final_wait: float
     expect_scrape: bool
     scraper_seen: bool
     push_gateway: str | None
     registry: CollectorRegistry
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def rank(self) -> int: ...
 
     @property
     def url(self) -> str: ...

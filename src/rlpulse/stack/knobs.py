@@ -50,7 +50,8 @@ def duration(secs: float) -> Duration:
 
 
 def _doc(text: str, choices: frozenset[str] | None = None) -> dict[str, Any]:
-    """Field metadata: the sentence docs/configuration.md shows, and the strings a user may set."""
+    """Field metadata: the sentence docs/reference/configuration.md shows, and the strings a user
+    may set."""
     return {"doc": text, "choices": choices}
 
 

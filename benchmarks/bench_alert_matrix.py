@@ -11,7 +11,7 @@ TRL runs also report live to ``rlpulse stack up --fast`` (real Prometheus and Al
 PagerDuty stand-in on 127.0.0.1) through their callbacks, the CleanRL runs through ``rlpulse
 tail-tensorboard``, and their log is replayed with the same fast rules to compare. Prints the
 table, writes rlpulse/stack/quality/alert-matrix.json (from which ``rlpulse generate`` renders
-docs/alert-quality-trainings.md) and that document.
+docs/reference/alert-quality-trainings.md) and that document.
 Minutes on 2 CPUs (``--quick``: one healthy seed, shorter runs).
 """
 
@@ -34,8 +34,7 @@ from harness import trl_grpo
 from rlpulse.stack.docs import qualitydoc
 
 REPO = Path(__file__).resolve().parents[1]
-RESULTS = qualitydoc.MATRIX  # rendered into DOC by ``rlpulse generate`` too
-DOC = REPO / "docs" / "alert-quality-trainings.md"
+RESULTS = qualitydoc.MATRIX  # its document: qualitydoc.save, as ``rlpulse generate`` renders it
 COMMAND = ".venv/bin/python -m benchmarks.bench_alert_matrix"
 SEEDS = (0, 1, 2)
 # the commit whose rules and signals a row was measured on (``--only`` keeps older rows)
@@ -241,7 +240,6 @@ def main(argv: list[str] | None = None) -> int:
         saved = json.loads(RESULTS.read_text())
         rows, quick = saved["runs"], saved["quick"]
         saved = results(rows, quick)
-        RESULTS.write_text(json.dumps(saved, indent=1) + "\n")
     else:
         with tempfile.TemporaryDirectory(prefix="rlpulse-alert-matrix-") as tmp:
             rows = run_matrix(
@@ -253,10 +251,8 @@ def main(argv: list[str] | None = None) -> int:
                 r for r in json.loads(RESULTS.read_text())["runs"] if r["framework"] != args.only
             ]
             rows = sorted(kept + rows, key=lambda r: list(FRAMEWORKS).index(r["framework"]))
-        RESULTS.parent.mkdir(parents=True, exist_ok=True)
         saved = results(rows, quick)
-        RESULTS.write_text(json.dumps(saved, indent=1) + "\n")
-    DOC.write_text(qualitydoc.matrix_doc(saved))
+    qualitydoc.save(RESULTS, saved, REPO)
     print(qualitydoc.table(rows))
     print(qualitydoc.live_table(rows))
     print(json.dumps(totals(rows), indent=1))

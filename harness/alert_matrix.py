@@ -235,9 +235,10 @@ class LiveStack:
 
     def exporter(self, run_id: str, key_map: dict[str, str] | None = None) -> Exporter:
         """An exporter for one run (with the user's ``key_map``), registered as a file_sd target
-        of the stack."""
+        of the stack. Its end waits up to 30 s for a last scrape (the default is 60 s): the wait
+        ends at the first scrape, and a loaded machine's Prometheus can miss 5 s."""
         exp = Exporter(
-            free_port(), addr="127.0.0.1", run_id=run_id, gpu=False, final_wait=5, key_map=key_map
+            free_port(), addr="127.0.0.1", run_id=run_id, gpu=False, final_wait=30, key_map=key_map
         ).start()
         self.watch(run_id, f"127.0.0.1:{exp.port}")
         return exp

@@ -50,6 +50,16 @@ if str(ROOT) not in sys.path:  # run as a child script: the repository holds har
     sys.path.insert(0, str(ROOT))
 
 from harness.fake_nvml import FakeGpu, FakeNvml  # noqa: E402
+from harness.series import (  # noqa: E402
+    COMPLETION_TOKENS,
+    EVAL_SCORE,
+    GRADER_CALLS,
+    GRADER_LATENCY,
+    PHASE,
+    RESPONSE_LENGTH,
+    ROLLOUT,
+    SAMPLES,
+)
 from harness.stackutil import (  # noqa: E402
     api,
     feeds,
@@ -121,14 +131,6 @@ COMPONENTS = ("correctness", "format", "reasoning")
 PHASES = ("rollout", "reward", "ref", "update", "sync")
 ROLLOUTS_PER_STEP = 64
 GROUP_SIZE = 8
-PHASE = catalog.get("rl_phase_duration_seconds").name
-ROLLOUT = catalog.get("rl_rollout_duration_seconds").name
-LENGTH = catalog.get("rl_response_length_tokens").name
-GRADER_CALLS = catalog.get("rl_grader_calls_total").name
-GRADER_LATENCY = catalog.get("rl_grader_duration_seconds").name
-SAMPLES = catalog.get("rl_samples_total").name
-COMPLETION_TOKENS = catalog.get("rl_completion_tokens_total").name
-EVAL = catalog.get("rl_eval_score").name
 
 
 def feed(exp: Exporter, step: int, rng: random.Random) -> None:
@@ -149,7 +151,7 @@ def feed(exp: Exporter, step: int, rng: random.Random) -> None:
     exp.observe(GRADER_LATENCY, [rng.uniform(0.01, 0.5) for _ in range(4)])
     if exp.rank != 0:
         exp.observe(ROLLOUT, latency, exemplars=ids)
-        exp.observe(LENGTH, tokens, exemplars=ids)
+        exp.observe(RESPONSE_LENGTH, tokens, exemplars=ids)
         exp.count(SAMPLES, n)
         exp.count(COMPLETION_TOKENS, sum(tokens))
         exp.log({}, step=step)
@@ -170,7 +172,7 @@ def feed(exp: Exporter, step: int, rng: random.Random) -> None:
     wobble = {k: v * (1 + 0.05 * math.sin(step + i)) for i, (k, v) in enumerate(GRPO_LOG.items())}
     exp.log(wobble, step=step)
     if step % 10 == 0:
-        exp.set(EVAL, 0.6, benchmark="gsm8k", split="eval")
+        exp.set(EVAL_SCORE, 0.6, benchmark="gsm8k", split="eval")
 
 
 def fake_nvml(gpus: int) -> FakeNvml:

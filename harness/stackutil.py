@@ -32,6 +32,8 @@ from urllib.parse import urlencode
 import promql_parser
 import yaml
 
+from rlpulse.offline.stackrun import ready
+
 T = TypeVar("T")
 
 
@@ -167,15 +169,6 @@ def wait_for(probe: Callable[[], T | None], timeout: float, what: str, every: fl
 def wait_for_data(base: str, expr: str, timeout: float = 60.0) -> list[dict[str, Any]]:
     """Wait until ``expr`` returns a non-empty vector from the Prometheus at ``base``."""
     return wait_for(lambda: results(base, expr), timeout, f"data for {expr}", every=0.5)
-
-
-def ready(url: str) -> bool:
-    """Whether GET ``url`` answers 200."""
-    try:
-        with urllib.request.urlopen(url, timeout=2) as resp:
-            return bool(resp.status == 200)
-    except (OSError, urllib.error.HTTPError):
-        return False
 
 
 @contextlib.contextmanager

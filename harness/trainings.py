@@ -33,6 +33,7 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from harness.qlearning import q_learning_episode
 from rlpulse.runtime.exporter import Exporter
 
 FAILURES = {
@@ -259,16 +260,8 @@ def train_q_learning(
             broken = run.inject_at is not None and episode >= inject_at
             eps = 1.0 if broken else max(0.05, 1.0 - episode / (0.6 * inject_at))
             alpha = 1.0 if broken else 0.1
-            state, _ = env.reset(seed=int(rng.integers(1 << 31)))
-            total, done = 0.0, False
-            while not done:
-                explore = rng.random() < eps
-                action = int(rng.integers(4)) if explore else int(np.argmax(q[state]))
-                nxt, reward, terminated, truncated, _ = env.step(action)
-                target = float(reward) + 0.99 * np.max(q[nxt]) * (not terminated)
-                errors.append(abs(target - q[state, action]))
-                q[state, action] += alpha * (target - q[state, action])
-                state, total, done = nxt, total + float(reward), terminated or truncated
+            seed_now = int(rng.integers(1 << 31))
+            total = q_learning_episode(env, q, rng, seed_now, eps, alpha, 0.99, errors)
             returns.append(total)
             if episode % every == 0:
                 rec = {

@@ -1,9 +1,10 @@
-"""docs/alert-quality.md: every corpus run and demo scenario replayed through the shipped rules.
+"""docs/reference/alert-quality.md: every corpus run and demo scenario replayed through the
+shipped rules.
 
 Run from the repository root with ``.venv/bin/python scripts/alert_quality.py`` (needs
 ``../shared/corpus/real-logs`` and promtool). Writes its results to
 ``rlpulse/stack/quality/alert-quality.json``, from which ``rlpulse generate`` renders
-``docs/alert-quality.md`` (``rlpulse.stack.docs.qualitydoc``), and that document.
+``docs/reference/alert-quality.md`` (``rlpulse.stack.docs.qualitydoc``), and that document.
 Each run (a log, or one run of a log holding several: Dopamine's seeds, a digest's environments)
 has a judgement taken from the corpus README: ``failing`` with the step where the damage is
 visible in the numbers and the alerts that name it, ``healthy``, or ``unclear``. The report says,
@@ -31,7 +32,6 @@ from rlpulse.stack.docs import qualitydoc
 
 REPO = Path(__file__).resolve().parents[1]
 CORPUS = REPO.parent / "shared" / "corpus" / "real-logs"
-OUTPUT = REPO / "docs" / "alert-quality.md"
 COMMAND = ".venv/bin/python scripts/alert_quality.py"
 DEMO_SEED = 0
 DEMO_MIN_STEPS = 120
@@ -323,9 +323,8 @@ def main(argv: list[str]) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         rows += demo_rows(Path(tmp))
     res = results(rows)
-    qualitydoc.CORPUS.write_text(json.dumps(res, indent=1) + "\n")
-    OUTPUT.write_text(qualitydoc.corpus_doc(res))
-    print(f"wrote {qualitydoc.CORPUS} and {OUTPUT}")
+    doc = qualitydoc.save(qualitydoc.CORPUS, res, REPO)
+    print(f"wrote {qualitydoc.CORPUS} and {doc}")
     print("\n".join(qualitydoc.corpus_totals(res["runs"])))
     return 0
 

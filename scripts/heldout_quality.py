@@ -1,4 +1,4 @@
-"""docs/alert-quality-heldout.md: alert quality on causes and runs detection was not tuned on.
+"""docs/reference/alert-quality-heldout.md: alert quality on causes detection was not tuned on.
 
     .venv/bin/python scripts/heldout_quality.py [--no-sb3]
 
@@ -320,10 +320,8 @@ def main(argv: list[str]) -> int:
                 said = f"relevant {row['relevant']} lead {row['relevant_lead']}"
                 print(f"{run.run_id}: {row['alerts']} {said}", flush=True)
     res = {"command": COMMAND, "seeds": list(SEEDS), "runs": rows}
-    qualitydoc.HELDOUT.write_text(json.dumps(res, indent=1) + "\n")
-    out = REPO / "docs" / "alert-quality-heldout.md"
-    out.write_text(qualitydoc.heldout_doc(res))
-    print(f"wrote {qualitydoc.HELDOUT} and {out}")
+    doc = qualitydoc.save(qualitydoc.HELDOUT, res, REPO)
+    print(f"wrote {qualitydoc.HELDOUT} and {doc}")
     leads = [r["relevant_lead"] for r in rows if r["relevant_lead"] is not None]
     print("median lead", statistics.median(leads) if leads else None)
     return 0

@@ -162,9 +162,14 @@ def bcrypt_hash(password: str, cost: int = 10) -> str:
     return str(bcrypt.hashpw(password.encode(), bcrypt.gensalt(cost)).decode())
 
 
+def quiet_exporter(run_id: str, **options: Any) -> Exporter:
+    """An exporter on a free port without hardware collectors (GPU, host), not started."""
+    return Exporter(port=0, run_id=run_id, gpu=False, host=False, **options)
+
+
 @pytest.fixture
 def exporter() -> Iterator[Exporter]:
     """A started exporter on a free port, without hardware collectors."""
-    exp = Exporter(port=0, run_id="test-run", gpu=False, host=False).start()
+    exp = quiet_exporter("test-run").start()
     yield exp
     exp.close()

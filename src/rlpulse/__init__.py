@@ -10,14 +10,17 @@ import os
 import threading
 from collections.abc import Mapping, Sequence
 from contextlib import AbstractContextManager, nullcontext
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 from rlpulse import control, notices
 from rlpulse.control import action, should_save, should_stop
 from rlpulse.runtime import options
 from rlpulse.runtime.exporter import Exporter, PortInUseError
-from rlpulse.runtime.recording import Recording
+from rlpulse.runtime.recording import Recording, RolloutBatch
 from rlpulse.version import __version__ as __version__
+
+if TYPE_CHECKING:
+    from rlpulse.rollouts.records import RolloutTraces
 
 __all__ = [
     "Exporter",
@@ -202,14 +205,14 @@ def phase(name: str) -> AbstractContextManager[Any]:
     return rec.phase(name) if rec is not None else nullcontext()
 
 
-def observe_rollouts(**batch: Any) -> None:
+def observe_rollouts(**batch: Unpack[RolloutBatch]) -> None:
     """Record one batch of rollouts; see ``Exporter.observe_rollouts``."""
     rec = _recording()
     if rec is not None:
         rec.observe_rollouts(**batch)
 
 
-def record_rollouts(**columns: Any) -> list[int]:
+def record_rollouts(**columns: Unpack[RolloutTraces]) -> list[int]:
     """Offer raw rollouts to the run's bounded trace store; see ``Exporter.record_rollouts``."""
     exp = _current
     return exp.record_rollouts(**columns) if exp is not None else []

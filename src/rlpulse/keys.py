@@ -791,7 +791,8 @@ RLLIB = KeyMap(
             },
             patterns={"policy_reward_mean/{*}": None},
             notes={
-                "episode_reward_mean": "NaN in an iteration where no episode finished",
+                "episode_reward_mean": "NaN in an iteration where no episode finished: the log "
+                "reader leaves it out (no value, not a NaN reward)",
                 "episode_reward_min": "of the episodes in the metrics window",
                 "episodes_total": "per iteration in 2018 results, cumulative later: no counter",
                 "episodes": "2018 name of episodes_this_iter",

@@ -518,12 +518,25 @@ def test_an_alertname_with_terminal_escapes_is_shown_inert(
             "ZeroDivisionError",
         ),
         ("exit(2)", "exit status 2"),
+        ("raise SystemExit(4)", "exit status 4"),
     ],
-    ids=["hook-replaced-after-start", "builtin-exit"],
+    ids=["hook-replaced-after-start", "builtin-exit", "top-level-raise"],
 )
 def test_a_crash_is_recorded_however_the_script_reports_it(body: str, reason: str) -> None:
     ended = run_end._end(body)
     assert (ended.outcome["outcome"], ended.outcome["reason"]) == ("crashed", reason), ended.stderr
+
+
+def test_a_raise_whose_status_python_hides_is_said_and_never_a_false_page() -> None:
+    """``raise SystemExit(main())``: Python 3.11 tells exit handlers nothing of main()'s status
+    (3.12+ reads it: tests/unit/test_mainexit.py); the run is recorded finished, and said."""
+    ended = run_end._end("def main():\n    return 3\nraise SystemExit(main())")
+    assert ended.returncode == 3
+    if sys.version_info >= (3, 12):
+        assert (ended.outcome["outcome"], ended.outcome["reason"]) == ("crashed", "exit status 3")
+    else:
+        assert ended.outcome["outcome"] == "finished"
+        assert "whose status Python 3.11 does not tell exit handlers" in ended.stderr
 
 
 class _Gateway(http.server.BaseHTTPRequestHandler):

@@ -30,7 +30,7 @@ from rlpulse.runtime.exporter import Exporter
 from rlpulse.runtime.store import MAX_LABEL_CHARS
 from rlpulse.stack import dashboards
 from rlpulse.stack.config import Config
-from tests.conftest import promtool_check_metrics, scrape
+from tests.conftest import promtool_check_metrics, quiet_exporter, scrape
 from tests.stack.test_faults_support import LocalStack, local_stack
 
 HOSTILE = {
@@ -67,12 +67,9 @@ def _feed(exp: Exporter, run: str) -> None:
 
 
 def _exporter(run: str) -> Exporter:
-    exp = Exporter(
-        port=0,
+    exp = quiet_exporter(
+        run,
         addr="127.0.0.1",
-        run_id=run,
-        gpu=False,
-        host=False,
         config={v: 1.0 for v in HOSTILE.values()},  # rl_hyperparameter{name=...}
         metadata={"benchmark": run, "model": run},
     )

@@ -13,19 +13,19 @@ from gymnasium.wrappers import RecordEpisodeStatistics
 from gymnasium.wrappers.vector import RecordEpisodeStatistics as VectorRecordEpisodeStatistics
 
 import rlpulse
-from rlpulse import catalog
+from harness.series import (
+    ENV_STEPS,
+    EPISODE_LENGTH,
+    EPISODE_RETURN,
+    EPISODES,
+    PHASE,
+    ROLLOUT,
+    SUCCESS,
+)
 from rlpulse.integrations.gymnasium import RlpulseEpisodeStats, RlpulseVectorEpisodeStats
 from rlpulse.rollouts.query import Filter, open_run, query
 from rlpulse.runtime.exporter import Exporter
 from tests.conftest import promtool_check_metrics, scrape, value
-
-EPISODES = catalog.get("rl_episodes_total").name
-RETURN = catalog.get("rl_episode_return").name
-LENGTH = catalog.get("rl_episode_length_steps").name
-STEPS = catalog.get("rl_env_steps_total").name
-SUCCESS = catalog.get("rl_success_ratio").name
-PHASE = catalog.get("rl_phase_duration_seconds").name
-DURATION = catalog.get("rl_rollout_duration_seconds").name
 
 
 @pytest.fixture(autouse=True)
@@ -61,12 +61,12 @@ def test_single_env_matches_gymnasium_statistics(exporter: Exporter) -> None:
     text = scrape(exporter.url)
     assert promtool_check_metrics(text).returncode == 0
     assert value(text, EPISODES) == 130
-    assert value(text, RETURN) == pytest.approx(np.mean(returns[-100:]))
-    assert value(text, LENGTH) == pytest.approx(np.mean(lengths[-100:]))
-    assert value(text, STEPS) == steps == sum(lengths)
+    assert value(text, EPISODE_RETURN) == pytest.approx(np.mean(returns[-100:]))
+    assert value(text, EPISODE_LENGTH) == pytest.approx(np.mean(lengths[-100:]))
+    assert value(text, ENV_STEPS) == steps == sum(lengths)
     assert value(text, PHASE + "_count", phase="env_step") == steps
     assert 0 < value(text, PHASE + "_sum", phase="env_step") < 5
-    assert value(text, DURATION + "_count") == 130
+    assert value(text, ROLLOUT + "_count") == 130
 
 
 def test_success_from_info_on_frozen_lake(exporter: Exporter, data_dir) -> None:
@@ -133,9 +133,9 @@ def test_vector_env_matches_gymnasium_statistics(
     envs.close()
     assert len(returns) > 20
     assert value(text, EPISODES) == len(returns)
-    assert value(text, RETURN) == pytest.approx(np.mean(returns[-100:]))
-    assert value(text, LENGTH) == pytest.approx(np.mean(lengths[-100:]))
-    assert value(text, STEPS) == sum(lengths) + in_progress
+    assert value(text, EPISODE_RETURN) == pytest.approx(np.mean(returns[-100:]))
+    assert value(text, EPISODE_LENGTH) == pytest.approx(np.mean(lengths[-100:]))
+    assert value(text, ENV_STEPS) == sum(lengths) + in_progress
     assert value(text, PHASE + "_count", phase="env_step") == 300
 
 
@@ -147,7 +147,7 @@ def test_wrapper_reports_to_the_process_wide_exporter_once_started() -> None:
     try:
         for _ in range(5):
             env.step(0)
-        assert value(scrape(exp.url), STEPS) == 5
+        assert value(scrape(exp.url), ENV_STEPS) == 5
     finally:
         env.close()
         rlpulse.close()

@@ -15,18 +15,13 @@ import pytest
 from tensorboardX import SummaryWriter as XWriter
 from torch.utils.tensorboard import SummaryWriter
 
+from harness.series import EPISODE_RETURN, OUTCOME, STEP, UNMAPPED, VALUE_LOSS
 from rlpulse import catalog
 from rlpulse.cli import main
 from rlpulse.integrations.tensorboard import TensorBoardTailer
 from rlpulse.offline.logs.tfrecord import frame
 from rlpulse.runtime.exporter import Exporter
 from tests.conftest import promtool_check_metrics, scrape, scrape_as_prometheus, value
-
-RETURN = catalog.get("rl_episode_return").name
-VALUE_LOSS = catalog.get("rl_value_loss").name
-STEP = catalog.get("rl_step").name
-UNMAPPED = catalog.get("rl_unmapped_metric").name
-OUTCOME = catalog.get("rl_run_outcome").name
 
 
 def cleanrl_scalars(writer: SummaryWriter, step: int) -> None:
@@ -71,14 +66,14 @@ def test_command_follows_growing_event_files(tail: tuple[Path, str, subprocess.P
     eventually(lambda: f"{STEP}{{" in scrape(url) and value(scrape(url), STEP) == 1)
     text = scrape(url)
     assert promtool_check_metrics(text).returncode == 0
-    assert value(text, RETURN) == 10.0
+    assert value(text, EPISODE_RETURN) == 10.0
     assert value(text, VALUE_LOSS) == 1.0
     assert value(text, UNMAPPED, key="custom/thing") == 0.5
     assert value(text, catalog.get("rl_run_info").name, framework="cleanrl") == 1
     for step in (2, 3):  # the file grows while tailed
         cleanrl_scalars(writer, step)
     eventually(lambda: value(scrape(url), STEP) == 3)
-    assert value(scrape(url), RETURN) == 30.0
+    assert value(scrape(url), EPISODE_RETURN) == 30.0
     writer.close()
     # a restarted run writes a second event file into the same directory
     again = SummaryWriter(str(logdir))
@@ -165,5 +160,5 @@ def test_backfill_of_a_directory_that_appears_later_ends_as_a_finished_run(
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert value(last, OUTCOME, outcome="finished") == 1
-    assert value(last, RETURN) == 30.0 and value(last, STEP) == 3
+    assert value(last, EPISODE_RETURN) == 30.0 and value(last, STEP) == 3
     assert "exported 3 records" in out  # one record per step

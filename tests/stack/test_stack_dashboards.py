@@ -25,6 +25,7 @@ from rlpulse.stack import alerts, config, dashboards, panels, rules, runbooks
 from rlpulse.stack.config import Config
 from rlpulse.stack.dashboards.common import ALERTS, HEATMAP_COLOR_STEPS, Recorded, Selector, ref_id
 from rlpulse.stack.deploy import compose
+from rlpulse.stack.metrics import SAMPLES
 from rlpulse.stack.promql import sel
 
 REPO = Path(__file__).resolve().parents[2]
@@ -602,11 +603,11 @@ def test_recorded_selectors_go_through_the_one_builder() -> None:
     with pytest.raises(ValueError, match="bad label matcher"):
         rec(rules.PHASE_MEAN, phaze="update")
     with pytest.raises(ValueError, match="bad label matcher"):
-        Recorded(("gpu",))(rules.rate_name(rules.SAMPLES))
+        Recorded(("gpu",))(rules.rate_name(SAMPLES))
     with pytest.raises(ValueError, match="not a recording rule"):
         rec("run:rl_bogus:rate")
     with pytest.raises(ValueError, match="not a recording of rl_entropy"):
-        sel(catalog.get("rl_entropy"), record=rules.rate_name(rules.SAMPLES))
+        sel(catalog.get("rl_entropy"), record=rules.rate_name(SAMPLES))
 
 
 @by_dashboard
@@ -671,7 +672,7 @@ def test_render_paths() -> None:
         "grafana/provisioning/datasources/datasources.yml",
         "grafana/provisioning/dashboards/dashboards.yml",
         "docker-compose.yml",
-        "docs/dashboards.md",
+        "docs/reference/dashboards.md",
     }
     for rel, text in FILES.items():
         if rel.endswith(".json"):
@@ -679,7 +680,7 @@ def test_render_paths() -> None:
 
 
 def test_docs_list_every_panel() -> None:
-    doc = FILES["docs/dashboards.md"]
+    doc = FILES["docs/reference/dashboards.md"]
     for model in MODELS.values():
         assert f"## {model['title']}" in doc
         for panel in content_panels(model):

@@ -20,7 +20,7 @@ import pytest
 import yaml
 from cloudcoil.models.prometheus_operator import v1 as operator
 
-from harness.stackutil import promtool, promtool_test_rules
+from harness.stackutil import promtool
 from rlpulse import catalog, cli
 from rlpulse.stack import config, dashboards, generate, rules, ruletests
 from rlpulse.stack.deploy import kubernetes, prometheus
@@ -259,18 +259,21 @@ def test_promtool_checks_the_extracted_rules(
     print(f"promtool check rules: {found} rules from the PrometheusRule")
 
 
-def test_promtool_unit_tests_pass_on_the_extracted_rules(
+def test_the_extracted_rules_are_those_the_scenario_tests_prove(
     tmp_path: Path, objects: dict[str, dict[str, Any]]
 ) -> None:
-    """prometheus/tests/*.yml (as generated) against the rules taken out of the PrometheusRule:
-    the operator evaluates the rules the scenario tests prove."""
-    _extract_rules(objects, tmp_path / "prometheus")
-    for rel, text in ruletests.render(DEFAULT).items():
-        (tmp_path / rel).parent.mkdir(parents=True, exist_ok=True)
-        (tmp_path / rel).write_text(text)
-    tests = sorted((tmp_path / "prometheus" / "tests").glob("*.yml"))
-    assert [p.stem for p in tests] == sorted(rules.AREAS)
-    promtool_test_rules(tmp_path / "prometheus", [f"tests/{p.name}" for p in tests])
+    """The rules taken out of the PrometheusRule are, as Prometheus reads them, the generated
+    prometheus/rules/<area>.yml that prometheus/tests/<area>.yml pass against in promtool
+    (test_stack_rules): the operator evaluates the rules the scenario tests prove."""
+    generated = rules.render(DEFAULT)
+    paths = _extract_rules(objects, tmp_path / "prometheus")
+    assert sorted(p.stem for p in paths) == sorted(rules.AREAS)
+    for path in paths:
+        rel = path.relative_to(tmp_path).as_posix()
+        assert yaml.safe_load(path.read_text()) == yaml.safe_load(generated[rel]), rel
+    assert set(ruletests.render(DEFAULT)) == {
+        f"prometheus/tests/{area}.yml" for area in rules.AREAS
+    }
 
 
 def test_config_maps_hold_the_dashboards(objects: dict[str, dict[str, Any]]) -> None:

@@ -17,20 +17,12 @@ from pathlib import Path
 
 import pytest
 
+from harness.series import DROPPED, ENV_STEPS, LAST_LOG, PHASE, REWARD, ROLLOUT, STEP, STEP_SIGNAL
 from harness.stackutil import wait_for
 from rlpulse import catalog
 from rlpulse.runtime import workers
 from rlpulse.runtime.exporter import Exporter
 from tests.conftest import samples, scrape, value
-
-STEPS = catalog.get("rl_env_steps_total").name
-SIGNALS = catalog.get("rl_step_signal").name
-ROLLOUT = catalog.get("rl_rollout_duration_seconds").name
-PHASE = catalog.get("rl_phase_duration_seconds").name
-REWARD = catalog.get("rl_reward_mean").name
-DROPPED = catalog.get("rlpulse_dropped_values_total").name
-STEP = catalog.get("rl_step").name
-LAST_LOG = catalog.get("rl_last_step_timestamp_seconds").name
 
 
 def _report(n: int, seed: int) -> None:
@@ -43,15 +35,15 @@ def _report(n: int, seed: int) -> None:
                 response_tokens=[64 + i] * 8,
                 rewards=[float(seed)] * 8,
             )
-        w.count(STEPS, 8)
+        w.count(ENV_STEPS, 8)
     w.set(REWARD, float(seed))
 
 
 def _report_then_hang(ready: multiprocessing.synchronize.Event) -> None:
     w = workers.worker_client()
-    w.count(STEPS, 5)
+    w.count(ENV_STEPS, 5)
     assert w.flush()
-    w.count(STEPS, 1000)  # buffered, never flushed: lost with the worker
+    w.count(ENV_STEPS, 1000)  # buffered, never flushed: lost with the worker
     ready.set()
     time.sleep(60)
 
@@ -72,7 +64,7 @@ def test_workers_add_exactly_into_the_ranks_series(hub: workers.WorkerHub, metho
     exp = hub.exporter
     wait_for(lambda: hub.exited == 3, 10, "three workers to disconnect")
     text = scrape(exp.url)
-    assert value(text, STEPS) == 3 * 5 * 8
+    assert value(text, ENV_STEPS) == 3 * 5 * 8
     assert value(text, ROLLOUT + "_count") == 3 * 5 * 8
     assert value(text, ROLLOUT + "_sum") == pytest.approx(8 * 5 * (0.1 + 0.2 + 0.3))
     assert value(text, "rl_samples_total") == 3 * 5 * 8
@@ -93,12 +85,12 @@ def test_a_killed_worker_is_dropped_and_what_it_sent_stays(hub: workers.WorkerHu
     os.kill(victim.pid, signal.SIGKILL)  # type: ignore[arg-type]
     victim.join(10)
     wait_for(lambda: hub.exited == 1 and not hub.workers(), 10, "the dead worker to be dropped")
-    assert _total(hub.exporter, STEPS) == 5  # exactly what it flushed, nothing twice
+    assert _total(hub.exporter, ENV_STEPS) == 5  # exactly what it flushed, nothing twice
     survivor = ctx.Process(target=_report, args=(2, 0))  # the hub still serves new workers
     survivor.start()
     survivor.join(30)
     wait_for(lambda: hub.exited == 2, 10, "the second worker to disconnect")
-    assert _total(hub.exporter, STEPS) == 5 + 2 * 8
+    assert _total(hub.exporter, ENV_STEPS) == 5 + 2 * 8
 
 
 def test_worker_churn_adds_no_series(hub: workers.WorkerHub) -> None:
@@ -114,8 +106,8 @@ def test_worker_churn_adds_no_series(hub: workers.WorkerHub) -> None:
         wait_for(lambda e=epoch: hub.exited == 4 * (e + 1), 10, "the epoch's workers to exit")
         text = scrape(hub.exporter.url)
         # step signals appear once their series have warmed up (values, not worker churn)
-        counts.append(sum(1 for name, _ in samples(text) if not name.startswith(SIGNALS)))
-        assert value(text, STEPS) == 8 * 4 * (epoch + 1)
+        counts.append(sum(1 for name, _ in samples(text) if not name.startswith(STEP_SIGNAL)))
+        assert value(text, ENV_STEPS) == 8 * 4 * (epoch + 1)
     assert len(set(counts)) == 1, counts
 
 
@@ -123,14 +115,14 @@ def test_a_plain_subprocess_finds_the_hub_in_its_environment(hub: workers.Worker
     code = (
         "from rlpulse.runtime import workers\n"
         "w = workers.worker_client(name='grader')\n"
-        f"w.count({STEPS!r}, 7)\n"
+        f"w.count({ENV_STEPS!r}, 7)\n"
         "w.log({'rollout/queue_depth': 3.0})\n"
     )
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, timeout=60)
     assert run.returncode == 0, run.stderr.decode()
     wait_for(lambda: hub.exited == 1, 10, "the subprocess to disconnect")
-    assert _total(hub.exporter, STEPS) == 7  # sent at interpreter exit
+    assert _total(hub.exporter, ENV_STEPS) == 7  # sent at interpreter exit
 
 
 def test_worker_log_maps_keys_but_leaves_the_trainers_step_and_liveness(
@@ -154,11 +146,11 @@ def test_worker_log_maps_keys_but_leaves_the_trainers_step_and_liveness(
 def test_flush_waits_until_the_exporter_applied_everything(hub: workers.WorkerHub) -> None:
     w = workers.worker_client(str(hub.address), flush_interval=60)
     for _ in range(5000):  # several batches of max_batch
-        w.count(STEPS, 1)
+        w.count(ENV_STEPS, 1)
     w.observe(ROLLOUT, [0.5, 1.5], exemplars=["a", "b"])
     assert w.flush()
     text = scrape(hub.exporter.url)
-    assert value(text, STEPS) == 5000
+    assert value(text, ENV_STEPS) == 5000
     assert value(text, ROLLOUT + "_count") == 2
     w.close()
 
@@ -167,7 +159,7 @@ def test_bad_calls_are_counted_not_fatal(hub: workers.WorkerHub) -> None:
     w = workers.worker_client(hub.address, flush_interval=60)
     w.count("rl_no_such_metric_total", 1)
     w.set(REWARD, "high")
-    w.count(STEPS, 2)
+    w.count(ENV_STEPS, 2)
     assert w.flush()
     raw = Client(hub.address.path, family="AF_UNIX", authkey=hub.address.key)
     raw.send(("hello", {"name": "raw", "pid": 1}))
@@ -179,7 +171,7 @@ def test_bad_calls_are_counted_not_fatal(hub: workers.WorkerHub) -> None:
     assert value(text, DROPPED, reason="bad_metric") == 1
     assert value(text, DROPPED, reason="non_numeric") == 1
     assert value(text, DROPPED, reason="bad_worker_call") == 3
-    assert value(text, STEPS) == 2
+    assert value(text, ENV_STEPS) == 2
     w.close()
 
 
@@ -187,7 +179,7 @@ def test_a_client_without_the_key_is_refused(hub: workers.WorkerHub) -> None:
     with pytest.raises(multiprocessing.AuthenticationError):
         Client(hub.address.path, family="AF_UNIX", authkey=b"wrong")
     w = workers.worker_client(hub.address)
-    w.count(STEPS, 1)
+    w.count(ENV_STEPS, 1)
     assert w.flush()  # the hub kept serving
     w.close()
 
@@ -196,7 +188,7 @@ def test_without_a_hub_calls_do_nothing(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.delenv(workers.ENV, raising=False)
     w = workers.worker_client()
     assert not w.connected
-    w.count(STEPS, 1)
+    w.count(ENV_STEPS, 1)
     w.observe_episodes([1.0], [10])
     assert not w.flush()
     monkeypatch.setenv(workers.ENV, "no-at-sign")
@@ -208,11 +200,11 @@ def test_a_hub_that_went_away_is_logged_once(
     hub: workers.WorkerHub, caplog: pytest.LogCaptureFixture
 ) -> None:
     w = workers.worker_client(hub.address, flush_interval=60)
-    w.count(STEPS, 1)
+    w.count(ENV_STEPS, 1)
     assert w.flush()
     hub.close()
     for _ in range(3):
-        w.count(STEPS, 1)
+        w.count(ENV_STEPS, 1)
         assert not w.flush(timeout=1)
     assert not w.connected
     assert sum("cannot reach" in r.message for r in caplog.records) == 1

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from rlpulse import Exporter
 from rlpulse.detect import band
 from rlpulse.detect.signals import Detector
+from tests.conftest import quiet_exporter
 
 
 def _curve(level: float, slope: float, wiggle: float, n: int = 100) -> list[tuple[float, ...]]:
@@ -136,17 +136,9 @@ def test_without_a_band_nothing_is_exported_and_an_unreadable_one_is_said_not_ra
     )
     bad = tmp_path / "band.json"
     bad.write_text("{")
-    exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False, reference_band=bad)
+    exp = quiet_exporter("r", process=False, reference_band=bad)
     assert exp.detector.band is None
     assert "reference band" in caplog.text and "not compared" in caplog.text
     exp.close()
     with pytest.raises(ValueError, match="reference band"):
-        Exporter(
-            port=0,
-            run_id="r",
-            gpu=False,
-            host=False,
-            process=False,
-            reference_band=bad,
-            strict=True,
-        )
+        quiet_exporter("r", process=False, reference_band=bad, strict=True)

@@ -51,8 +51,9 @@ def test_catalog_follows_the_naming_conventions() -> None:
 
 
 def test_docs_metrics_md_is_fresh() -> None:
-    committed = (ROOT / "docs" / "metrics.md").read_text()
-    assert committed == reference.as_markdown(), "docs/metrics.md is stale: run `rlpulse generate`"
+    committed = (ROOT / "docs" / "reference" / "metrics.md").read_text()
+    stale = "docs/reference/metrics.md is stale: run `rlpulse generate`"
+    assert committed == reference.as_markdown(), stale
 
 
 def test_unknown_subcommand_is_a_usage_error() -> None:

@@ -58,6 +58,35 @@ def test_a_channel_that_varied_and_now_reads_one_value_is_dead() -> None:
     assert not always.varied and always.score(np.zeros(1000)) == 0.0
 
 
+def test_a_dead_channel_shows_within_32_samples_not_a_window_later() -> None:
+    """A channel that varied and then reads one value (a reset's real reading now and then
+    included) is dead once 90% of its latest 32 samples are one value, however recently the last
+    score was; a channel whose reference held one value for long stretches needs longer spans."""
+    rng = np.random.default_rng(5)
+    f = drift.Feature("observation", "obs[3]", numeric=True, ref=None)
+    f.add(rng.normal(size=drift.REFERENCE + drift.EVERY), 0.0)  # a reference and one score
+    assert f.score < drift.SHIFT and f.onset is None and f.ref is not None and f.ref.run == 1
+    dead = np.zeros(drift.DEAD_SPANS[0])
+    dead[7] = 0.3  # a reset between the dead readings
+    f.add(dead[:28], 1.0)
+    assert f.score < drift.EVENT and f.onset is None
+    f.add(dead[28:], 2.0)
+    assert f.score == drift.EVENT and f.onset == 2.0
+    flag = np.repeat(rng.choice([0.0, 1.0, 2.0], 50), 20)  # a flag that stays put 20 samples
+    sticky = drift.Reference.of(flag)
+    assert sticky.varied and sticky.run >= 20
+    assert not sticky.dead(np.zeros(64)) and sticky.dead(np.zeros(drift.EVERY))
+    assert sticky.dead(np.zeros(128)) == (drift.DEAD_RUNS * sticky.run < 128)
+    tag = drift.Reference.of(list(rng.choice(["a", "b", "c"], 1000, p=[0.49, 0.49, 0.02])))
+    assert tag.varied and not tag.dead(["a"] * 24 + ["b"] * 8) and tag.dead(["b"] * 3 + ["a"] * 29)
+    again = drift.Reference.from_dict(sticky.to_dict(), "x")
+    assert again == sticky
+    healthy = drift.Feature("observation", "obs[0]", numeric=True, ref=None)
+    for step in range(40):  # a continuous channel never repeats itself
+        healthy.add(rng.normal(size=100), float(step))
+    assert healthy.score < drift.SHIFT and healthy.onset is None
+
+
 def test_a_category_shift_and_a_new_category_score_as_large_shifts() -> None:
     rng = np.random.default_rng(3)
     ref = drift.Reference.of(list(rng.choice(["gsm8k", "math"], 1000, p=[0.8, 0.2])))

@@ -1,7 +1,7 @@
 """Consecutive ``log()`` calls are applied in columns (``Ingest.apply_run``): the store, the drop
 and non-finite counts and every detector answer equal those of the same calls applied one at a
-time, whatever the values (NaN, ±Inf, ints, no numbers), the steps (repeated, going back, none,
-no numbers) and the key orders."""
+time, whatever the values (NaN, ±Inf, ints, no numbers, a reward NaN before its first finite
+value), the steps (repeated, going back, none, no numbers) and the key orders."""
 
 from __future__ import annotations
 
@@ -30,7 +30,9 @@ def _calls(seed: int) -> list[tuple[dict[str, Any], Any]]:
             "my_custom_key": float(i),
         }
         r = rng.random()
-        if r < 0.03:
+        if i < 20:
+            row["rl_reward_mean"] = math.nan  # before the first batch ends: not counted
+        elif r < 0.03:
             row["rl_entropy"] = math.nan
         elif r < 0.05:
             row["rl_reward_mean"] = -math.inf

@@ -508,8 +508,9 @@ def test_aliases_list_keys_and_pattern_templates() -> None:
 
 
 def test_docs_frameworks_md_is_fresh() -> None:
-    doc = (ROOT / "docs" / "frameworks.md").read_text()
-    assert doc == keysdoc.markdown(), "docs/frameworks.md is stale: run `rlpulse generate`"
+    doc = (ROOT / "docs" / "reference" / "frameworks.md").read_text()
+    stale = "docs/reference/frameworks.md is stale: run `rlpulse generate`"
+    assert doc == keysdoc.markdown(), stale
     for framework in keys.FRAMEWORKS:
         assert f"\n## {framework}\n" in doc
 

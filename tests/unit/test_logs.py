@@ -191,27 +191,13 @@ def test_malformed_logs_name_file_and_line(
 def test_unknown_formats_are_named(tmp_path: Path) -> None:
     blob = tmp_path / "notes.txt"
     blob.write_text("just some notes\n")
-    with pytest.raises(LogFormatError, match="cannot tell the log format"):
+    with pytest.raises(LogFormatError, match="cannot tell the log format") as err:
         read_log(blob)
+    assert all(name in str(err.value) for name in FORMATS)  # it lists what --format takes
     with pytest.raises(ValueError, match="unknown log format 'wandb'"):
         resolve_format(blob, "wandb")
     with pytest.raises(FileNotFoundError):
         read_log(tmp_path / "missing.json")
-    assert set(FORMATS) == {
-        "trl",
-        "verl-log",
-        "verl-jsonl",
-        "sb3-csv",
-        "sb3-eval-json",
-        "tensorboard",
-        "jsonl",
-        "rllib-json",
-        "rllib-csv",
-        "dopamine",
-        "json-columns",
-        "deepspeed-chat",
-        "env-digest",
-    }
 
 
 # ---- second-batch formats -----------------------------------------------------------------------
@@ -277,8 +263,11 @@ def test_dopamine_runs_split_where_iteration_restarts() -> None:
 @needs_corpus
 def test_rllib_result_json_nan_and_nesting() -> None:
     records = list(read_log(corpus_file("rllib/ray-project__rl-experiments__atari-apex")))
-    nan_steps = [r.step for r in records if math.isnan(r.values["episode_reward_mean"])]
-    assert nan_steps == [1, 136, 215, 219]
+    # Tune's NaN for "no episode ended in this iteration" is no value, not a NaN reward
+    no_value = [r.step for r in records if "episode_reward_mean" not in r.values]
+    assert no_value == [1, 136, 215, 219]
+    assert all(r.values["episodes"] == 0 for r in records if r.step in no_value)
+    assert not any(math.isnan(v) for r in records for k, v in r.values.items() if "episode_" in k)
     assert records[1].timestamp == 1538186557 and "info/num_steps_trained" in records[1].values
     assert not any(k.startswith("config/") for r in records for k in r.values)
 
@@ -300,6 +289,29 @@ def test_sb3_eval_history() -> None:
         "eval/std_reward": pytest.approx(34.112, abs=1e-3),
     }
     assert sum(r.values["eval/mean_reward"] == 0 for r in records) == 48
+
+
+def test_an_rllib_episode_nan_is_no_value_unless_episodes_ended(tmp_path: Path) -> None:
+    """Issue 24: Tune writes "no episode ended" as NaN; a NaN of an iteration whose count says
+    episodes ended is a NaN reward (a broken environment), read as such."""
+    log = tmp_path / "result.json"
+    rows = [
+        '{"training_iteration": 1, "episodes_this_iter": 0, "episode_reward_mean": NaN}',
+        '{"training_iteration": 2, "episodes_this_iter": 3, "episode_reward_mean": 4.5}',
+        '{"training_iteration": 3, "env_runners": {"num_episodes": 0, '
+        '"episode_return_mean": NaN}, "info": {"loss": NaN}}',
+        '{"training_iteration": 4, "episodes_this_iter": 2, "episode_reward_mean": NaN}',
+        '{"training_iteration": 5, "episode_len_mean": NaN}',
+    ]
+    log.write_text("\n".join(rows) + "\n")
+    records = list(read_log(log))
+    assert "episode_reward_mean" not in records[0].values and records[1].values[
+        "episode_reward_mean"
+    ] == pytest.approx(4.5)
+    assert "env_runners/episode_return_mean" not in records[2].values
+    assert math.isnan(records[2].values["info/loss"])  # only episode statistics are excused
+    assert math.isnan(records[3].values["episode_reward_mean"])
+    assert "episode_len_mean" not in records[4].values  # no count: Tune's "no value"
 
 
 def test_rllib_csv_cells_are_literals_never_code(tmp_path: Path) -> None:

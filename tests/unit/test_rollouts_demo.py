@@ -9,6 +9,7 @@ import json
 from rlpulse.cli import main
 from rlpulse.demo import scenarios
 from rlpulse.demo.grpo import Trainer
+from rlpulse.demo.publish import trace_columns
 from rlpulse.demo.task import CORRECT, LOOPHOLE
 from rlpulse.rollouts import Recorder
 
@@ -20,21 +21,7 @@ def record_demo(data_dir, run_id: str, scenario: str) -> None:
     rec = Recorder(run_id, data_dir=data_dir)
     trainer = Trainer(scenarios.get(scenario).config, seed=0)
     for stats in trainer.run(STEPS):
-        batch = stats.rollouts
-        records = batch.records()
-        rec.record(
-            rollout_ids=batch.ids(),
-            step=batch.step,
-            group_ids=[f"p{r.group}" for r in records],
-            prompts=[r.prompt for r in records],
-            responses=[r.response for r in records],
-            rewards=batch.rewards,
-            components=batch.components,
-            advantages=batch.advantages,
-            lengths=batch.response_tokens,
-            truncated=batch.truncated,
-            verdicts=[r.verdict for r in records],
-        )
+        rec.record(**trace_columns(stats.rollouts))
     rec.close()
 
 

@@ -104,7 +104,7 @@ def test_reservoir_is_uniform_across_batches():
     for step in range(400):
         seqs = []
         for b in range(10):  # 10 batches of 50 rollouts
-            cols = Columns.parse(step, None, None, {"rewards": np.zeros(50)}, {})
+            cols = Columns.parse({"step": step, "rewards": np.zeros(50)})
             sel = sampler.select(cols, b * 50)
             seqs += [b * 50 + p for p in sel.keep]
         kept = {s for _, s in sampler._state(step).slots["sample"].items}

@@ -456,6 +456,7 @@ def test_the_frozenlake_tutorial_never_reaches_a_critical_level() -> None:
     import gymnasium as gym
     import numpy as np
 
+    from harness.qlearning import q_learning_episode
     from rlpulse.stack.alerts import rl, task
 
     critical = {
@@ -471,17 +472,9 @@ def test_the_frozenlake_tutorial_never_reaches_a_critical_level() -> None:
         reads = random.Random(seed)
         epsilon = 1.0
         for e in range(500):
-            state, _ = env.reset(seed=e)
-            r, done = 0.0, False
-            while not done:
-                explore = rng.random() < epsilon
-                action = int(rng.integers(4)) if explore else int(np.argmax(q[state]))
-                nxt, r, terminated, truncated, _ = env.step(action)
-                target = float(r) + 0.95 * np.max(q[nxt]) * (not terminated)
-                q[state, action] += 0.8 * (target - q[state, action])
-                state, done = nxt, terminated or truncated
+            r = q_learning_episode(env, q, rng, e, epsilon, 0.8, 0.95)  # 1 at the goal, else 0
             epsilon = max(0.05, epsilon * 0.99)
-            exp.log({"episode": e, "reward": float(r)}, step=e)
+            exp.log({"episode": e, "reward": r}, step=e)
             if reads.random() < 0.2 or e == 499:
                 for (signal, _series), v in _signals(exp).items():
                     level, above = critical.get(signal, (None, True))

@@ -23,6 +23,7 @@ import pytest
 from rlpulse import Exporter
 from rlpulse.detect import band, lastgood, signals
 from rlpulse.offline.logs import read_log
+from tests.conftest import quiet_exporter
 
 GOLDEN = Path(__file__).parent / "data" / "signals_golden.json.gz"
 CORPUS = Path(__file__).resolve().parents[3] / "shared" / "corpus" / "real-logs"
@@ -128,14 +129,7 @@ def _scenario(name: str) -> tuple[list[Call], float, band.Band | None]:
 
 
 def _exporter(b: band.Band | None) -> Exporter:
-    exp = Exporter(
-        port=0,
-        run_id="golden",
-        gpu=False,
-        host=False,
-        process=False,
-        key_map={"pass_rate": "objective"},
-    )
+    exp = quiet_exporter("golden", process=False, key_map={"pass_rate": "objective"})
     exp.detector.band = b
     return exp
 

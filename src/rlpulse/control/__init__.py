@@ -236,7 +236,7 @@ class Control:
             return False
         host = host.strip("[]").lower()
         if self._locals is None:
-            self._locals = _local_names(self.exporter.addr)
+            self._locals = _local_names(self.exporter.options.addr)
         return host in self._locals or bool(_addresses(host) & self._locals)
 
     def _confirmed(self, alert: Firing) -> bool:

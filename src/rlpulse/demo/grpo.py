@@ -21,7 +21,7 @@ import numpy as np
 from rlpulse.demo.collective import CollectiveAborted, PeerGroup
 from rlpulse.demo.policy import DTYPE, Adam, Generation
 from rlpulse.demo.pretrain import pretrain
-from rlpulse.demo.rollouts import RolloutBatch
+from rlpulse.demo.rollouts import StepRollouts
 from rlpulse.demo.task import COMPONENTS, CORRECT, RewardSpec, grade, reward_components
 from rlpulse.demo.task import sample_prompts as draw_prompts
 
@@ -68,7 +68,7 @@ class StepStats:
 
     step: int
     metrics: dict[str, float]  # the trainer's log dict, TRL GRPOTrainer key names
-    rollouts: RolloutBatch
+    rollouts: StepRollouts
     phases: dict[str, float]  # seconds per phase
     train_score: float  # training grader's correctness rate on this step's rollouts
     eval_score: float | None  # strict grader on the held-out prompts, on eval steps
@@ -151,7 +151,7 @@ class Trainer:
         if step == 1 or step % cfg.eval_every == 0:
             with self._phase("eval", phases):
                 eval_score = self.last_eval = self.evaluate()
-        batch = RolloutBatch(
+        batch = StepRollouts(
             step, batch_prompts, gen, grades, comps, rewards, advantages, grader_s, cfg.group_size
         )
         self.num_tokens += int(batch.prompt_tokens.sum() + gen.lengths.sum())
@@ -259,7 +259,7 @@ class Trainer:
 
     # ---- the log dict -------------------------------------------------------------------------
     def _metrics(
-        self, batch: RolloutBatch, group_std: np.ndarray, u: dict[str, float]
+        self, batch: StepRollouts, group_std: np.ndarray, u: dict[str, float]
     ) -> dict[str, float]:
         cfg = self.config
         lengths = batch.response_tokens.astype(float)

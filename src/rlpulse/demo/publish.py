@@ -7,11 +7,14 @@ around the trainer's phases (see ``Trainer(phase=...)``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 import rlpulse
 from rlpulse import catalog
 from rlpulse.demo.grpo import StepStats, TrainConfig
+from rlpulse.demo.rollouts import StepRollouts
 from rlpulse.demo.task import BENCHMARK
 
 EVAL_SCORE = catalog.get("rl_eval_score").name
@@ -38,40 +41,33 @@ def publish_config(config: TrainConfig) -> None:
     rlpulse.set(KL_COEF, config.beta)
 
 
+def trace_columns(rollouts: StepRollouts) -> dict[str, Any]:
+    """One step's rollouts as the arguments of ``record_rollouts`` (the trace store's columns)."""
+    records = rollouts.records()
+    return {
+        "rollout_ids": rollouts.ids(),
+        "step": rollouts.step,
+        "group_ids": [f"s{rollouts.step}-p{r.group}" for r in records],
+        "prompts": [r.prompt for r in records],
+        "responses": [r.response for r in records],
+        "rewards": rollouts.rewards,
+        "components": rollouts.components,
+        "advantages": rollouts.advantages,
+        "lengths": rollouts.response_tokens,
+        "truncated": rollouts.truncated,
+        "verdicts": [r.verdict for r in records],
+    }
+
+
 def publish_step(stats: StepStats, record: bool = True) -> None:
     """Everything one step produced. ``record`` also offers the rollouts to the trace store."""
-    batch = stats.rollouts
-    ids = batch.ids()
+    rollouts = stats.rollouts
     if record:
-        records = batch.records()
-        rlpulse.record_rollouts(
-            rollout_ids=ids,
-            step=batch.step,
-            group_ids=[f"s{batch.step}-p{r.group}" for r in records],
-            prompts=[r.prompt for r in records],
-            responses=[r.response for r in records],
-            rewards=batch.rewards,
-            components=batch.components,
-            advantages=batch.advantages,
-            lengths=batch.response_tokens,
-            truncated=batch.truncated,
-            verdicts=[r.verdict for r in records],
-        )
-    rlpulse.observe_rollouts(
-        latency_seconds=batch.gen.latency,
-        response_tokens=batch.response_tokens,
-        prompt_tokens=batch.prompt_tokens,
-        rewards=batch.rewards,
-        components=batch.components,
-        truncated=batch.truncated,
-        format_ok=batch.format_ok,
-        success=batch.success,
-        group_size=batch.group_size,
-        rollout_ids=ids,
-    )
-    rlpulse.observe(GRADER_SECONDS, batch.grader_seconds)
-    rlpulse.count(GRADER_CALLS, len(batch.grader_seconds))
-    adv = batch.advantages
+        rlpulse.record_rollouts(**trace_columns(rollouts))
+    rlpulse.observe_rollouts(**rollouts.batch())
+    rlpulse.observe(GRADER_SECONDS, rollouts.grader_seconds)
+    rlpulse.count(GRADER_CALLS, len(rollouts.grader_seconds))
+    adv = rollouts.advantages
     for stat, fn in (("mean", np.mean), ("std", np.std), ("min", np.min), ("max", np.max)):
         rlpulse.set(ADVANTAGE[stat], float(fn(adv)))
     rlpulse.set(EVAL_SCORE, stats.train_score, benchmark=BENCHMARK, split="train")

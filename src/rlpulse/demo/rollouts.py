@@ -1,4 +1,4 @@
-"""One step's rollouts: per-sample arrays for the exporter and per-rollout records for traces."""
+"""One step's rollouts: a ``RolloutBatch`` for the exporter and per-rollout records for traces."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import numpy as np
 
 from rlpulse.demo.policy import Generation
 from rlpulse.demo.task import COMPONENTS, Grade, render, render_prompt
+from rlpulse.runtime.recording import RolloutBatch
 
 
 @dataclass(frozen=True)
@@ -29,7 +30,7 @@ class RolloutRecord:
 
 
 @dataclass
-class RolloutBatch:
+class StepRollouts:
     """The rollouts of one training step, grouped consecutively by prompt."""
 
     step: int
@@ -66,6 +67,21 @@ class RolloutBatch:
     def success(self) -> np.ndarray:
         """Responses the training grader judged correct."""
         return np.array([g.correct for g in self.grades])
+
+    def batch(self) -> RolloutBatch:
+        """The step's rollouts as ``observe_rollouts`` takes them."""
+        return RolloutBatch(
+            latency_seconds=self.gen.latency,
+            response_tokens=self.response_tokens,
+            prompt_tokens=self.prompt_tokens,
+            rewards=self.rewards,
+            components=self.components,
+            truncated=self.truncated,
+            format_ok=self.format_ok,
+            success=self.success,
+            group_size=self.group_size,
+            rollout_ids=self.ids(),
+        )
 
     def ids(self) -> list[str]:
         """A stable id per rollout: ``s<step>-p<group>-g<index in group>``."""

@@ -17,7 +17,10 @@ categories (text, discrete actions): ``sum((c - r) ln(c / r))`` over bins with r
 changed, ``(k - 1)(1/n_ref + 1/n_now)`` for ``k`` bins (the small-sample bias), at least 0.
 By convention 0.1 is a small shift and 0.25 (``SHIFT``) a large one. Two changes no sample size
 explains score ``EVENT``: a feature that varied in its reference and now reads one value (in
-``DEAD_SHARE`` of its latest ``EVERY`` samples: a dead sensor, a stuck tag), and a new
+``DEAD_SHARE`` of its latest ``n`` samples for an ``n`` of ``DEAD_SPANS`` over
+``DEAD_RUNS`` times the longest run of one value its reference had, or of ``EVERY``; checked on
+every new sample, so a dead continuous sensor shows within 32 samples, resets between them or
+not, while a flag that stays put for long stretches is judged on its longer spans), and a new
 environment or grader version (``version``). ``onset`` is the step since which a feature is
 drifted (its score at ``SHIFT`` or above; an input's only, or any kind's ``EVENT``), cleared
 once it is back under ``CLEAR``.
@@ -58,6 +61,8 @@ CLEAR = 0.1  # and stays drifted until back under this
 EVENT = 100.0  # the score of a change no sample size explains (dead channel, new version)
 CAP = 50.0  # scores of a shift stop here (below EVENT)
 DEAD_SHARE = 0.9  # the latest EVERY samples this much one value, from a reference that varied
+DEAD_SPANS = (32, 64, 128, EVERY)  # latest samples judged for a dead feature ...
+DEAD_RUNS = 3  # ... when over this many times the reference's longest run of one value
 VARIED_SHARE = 0.5  # a reference varied when no value holds this share of it
 MAX_DIMS = 16  # dimensions of a vector feature that are watched
 MAX_FEATURES = 64  # features per kind
@@ -70,13 +75,14 @@ OTHER = "other"  # the category of those past MAX_CATEGORIES
 class Reference:
     """What a feature is compared with: numeric ``edges`` (bin ``i`` holds values in
     ``[edges[i-1], edges[i])``) or ``categories``, the share of each bin, whether it varied,
-    and how many samples it was made of."""
+    how many samples it was made of, and its longest run of one value in sample order."""
 
     shares: tuple[float, ...]
     n: int
     varied: bool
     edges: tuple[float, ...] | None = None
     categories: tuple[str, ...] | None = None
+    run: int = EVERY  # (a pinned file without one: judged on EVERY samples alone)
 
     @classmethod
     def of(cls, values: np.ndarray | list[str]) -> Reference:
@@ -89,18 +95,30 @@ class Reference:
             _, same = np.unique(values, return_counts=True)
             varied = same.max() < VARIED_SHARE * values.size
             shares = counts / values.size
-            return cls(tuple(shares.tolist()), values.size, bool(varied), tuple(edges.tolist()))
+            edged = tuple(edges.tolist())
+            return cls(tuple(shares.tolist()), values.size, bool(varied), edged, run=_run(values))
         cats, same = np.unique(np.asarray(values, dtype=object), return_counts=True)
         varied = same.max() < VARIED_SHARE * len(values)
         shares = same / len(values)
-        return cls(tuple(shares.tolist()), len(values), bool(varied), None, tuple(map(str, cats)))
+        named = tuple(map(str, cats))
+        run = _run(np.unique(np.asarray(values, dtype=object), return_inverse=True)[1])
+        return cls(tuple(shares.tolist()), len(values), bool(varied), None, named, run)
+
+    def dead(self, values: np.ndarray | list[str]) -> bool:
+        """Whether a feature that varied reads one value now (``values``: its latest): in
+        ``DEAD_SHARE`` of its latest ``n``, for each ``n`` of ``DEAD_SPANS`` longer than
+        ``DEAD_RUNS`` times the reference's longest run (``EVERY`` always)."""
+        if not self.varied:
+            return False
+        spans = [n for n in DEAD_SPANS if n == EVERY or n > DEAD_RUNS * self.run]
+        return any(len(values) >= n and _top_share(values[-n:]) >= DEAD_SHARE for n in spans)
 
     def score(self, values: np.ndarray | list[str]) -> float:
         """The debiased PSI of ``values`` against this reference (``EVENT`` for a dead
         feature: its latest ``EVERY`` values nearly all one, so a dead channel shows within a
         quarter of a window)."""
         n = len(values)
-        if self.varied and _top_share(values[-EVERY:]) >= DEAD_SHARE:
+        if self.dead(values):
             return EVENT
         if self.edges is not None:
             arr = np.asarray(values, dtype=np.float64)
@@ -122,7 +140,12 @@ class Reference:
         return min(max(psi - bias, 0.0), CAP)
 
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"n": self.n, "varied": self.varied, "shares": list(self.shares)}
+        out: dict[str, Any] = {
+            "n": self.n,
+            "varied": self.varied,
+            "run": self.run,
+            "shares": list(self.shares),
+        }
         if self.edges is not None:
             out["edges"] = list(self.edges)
         else:
@@ -139,6 +162,9 @@ class Reference:
             raise ValueError(f"{where}: needs n (a positive count) and shares (a list)")
         if not all(isinstance(s, int | float) and 0 <= s <= 1 for s in shares):
             raise ValueError(f"{where}: shares must be numbers in [0, 1]")
+        run = data.get("run", EVERY)
+        if not isinstance(run, int) or run < 1:
+            raise ValueError(f"{where}: run must be a positive count")
         if (edges is None) == (cats is None):
             raise ValueError(f"{where}: give edges (numbers) or categories (texts), not both")
         size = len(edges) + 1 if isinstance(edges, list) else len(cats or ())
@@ -149,11 +175,18 @@ class Reference:
                 raise ValueError(f"{where}: edges must be finite numbers")
             if list(edges) != sorted(set(edges)):
                 raise ValueError(f"{where}: edges must ascend")
-            return cls(tuple(map(float, shares)), n, bool(data.get("varied")), tuple(edges))
+            varied, bins = bool(data.get("varied")), tuple(map(float, shares))
+            return cls(bins, n, varied, tuple(edges), run=run)
         assert isinstance(cats, list)
-        return cls(
-            tuple(map(float, shares)), n, bool(data.get("varied")), None, tuple(map(str, cats))
-        )
+        varied, bins = bool(data.get("varied")), tuple(map(float, shares))
+        return cls(bins, n, varied, None, tuple(map(str, cats)), run)
+
+
+def _run(values: np.ndarray) -> int:
+    """The longest run of one value in ``values`` (in their order)."""
+    changes = np.flatnonzero(values[1:] != values[:-1])
+    edges = np.concatenate(([-1], changes, [values.size - 1]))
+    return int(np.diff(edges).max())
 
 
 def _top_share(values: np.ndarray | list[str]) -> float:
@@ -215,9 +248,13 @@ class Feature:
             assert isinstance(self.window, list)
             self.window = (self.window + values)[-WINDOW:]
         self.since += len(values)
-        if self.since >= EVERY and self.ref is not None:
+        if self.ref is None:
+            return
+        if self.since >= EVERY:
             self.since = 0
             self._scored(self.ref.score(self.window), step)
+        elif self.score != EVENT and self.ref.dead(self.window):
+            self._scored(EVENT, step)  # a dead channel shows within DEAD_SPANS[0] samples
 
     def _category(self, value: str) -> str:
         if value in self.categories:

@@ -339,7 +339,8 @@ def _log_tail(path: Path, lines: int = 15) -> str:
         return ""
 
 
-def _ready(url: str) -> bool:
+def ready(url: str) -> bool:
+    """Whether GET ``url`` answers 200."""
     try:
         with urllib.request.urlopen(url, timeout=2) as resp:
             return bool(resp.status == 200)
@@ -371,7 +372,7 @@ def start(svc: Service, d: Path) -> int:
 def wait_ready(svc: Service, d: Path, timeout: float = READY_TIMEOUT) -> None:
     """Block until ``svc`` answers its readiness URL; an error with its log tail if it exits."""
     deadline = time.monotonic() + timeout
-    while not _ready(svc.url + svc.ready_path):
+    while not ready(svc.url + svc.ready_path):
         if running_pid(d, svc.name) is None:
             raise RuntimeError(
                 f"{svc.name} exited during startup; {d / (svc.name + '.log')}:\n"
@@ -499,7 +500,7 @@ def status(d: Path) -> dict[str, dict[str, Any]]:
         out[name] = {
             **info,
             "pid": pid,
-            "ready": pid is not None and _ready(info["url"] + "/-/ready"),
+            "ready": pid is not None and ready(info["url"] + "/-/ready"),
         }
     return out
 

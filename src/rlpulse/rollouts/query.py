@@ -12,29 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from rlpulse.rollouts.paths import list_runs, run_file
+from rlpulse.rollouts.store import FIELDS
 
 _COMPONENT = re.compile(r"^\s*([A-Za-z0-9_.:/-]+)\s*(>=|<=|==|!=|>|<|=)\s*(\S+)\s*$")
 _SQL_OPS = {">": ">", "<": "<", ">=": ">=", "<=": "<=", "=": "=", "==": "=", "!=": "!="}
-_FIELDS = (
-    "rollout_id",
-    "step",
-    "rank",
-    "group_id",
-    "reward",
-    "components",
-    "advantage",
-    "length",
-    "truncated",
-    "verdict",
-    "error",
-    "prompt",
-    "response",
-    "tool_calls",
-    "metadata",
-    "nonfinite",
-    "kept_for",
-    "recorded_at",
-)
 MAX_LIMIT = 10_000
 # how each order sorts, and the rows it needs a value in; ties go to the newest step (where a
 # failure that an alert just found shows), then by insertion
@@ -184,7 +165,7 @@ class Filter:
         # the page's ids first (sorted on an index, without reading the rows' text), then
         # those rows: a sort over many rows never carries their prompts and responses
         picked = f"SELECT id FROM rollouts{cond} ORDER BY {order} {page}"
-        sql = f"SELECT {', '.join(_FIELDS)} FROM rollouts WHERE id IN ({picked}) ORDER BY {order}"
+        sql = f"SELECT {', '.join(FIELDS)} FROM rollouts WHERE id IN ({picked}) ORDER BY {order}"
         return sql, [*params, *after]
 
 
@@ -211,7 +192,7 @@ def _number(value: Any) -> float | None:
 
 
 def _decode(row: tuple[Any, ...]) -> dict[str, Any]:
-    rec = dict(zip(_FIELDS, row, strict=True))
+    rec = dict(zip(FIELDS, row, strict=True))
     nonfinite = set(filter(None, rec["nonfinite"].split(",")))
     for key in ("reward", "advantage"):
         rec[key] = _number(rec[key])
@@ -244,7 +225,7 @@ def find(
     for run in runs:
         conn = open_run(run, data_dir)
         try:
-            sql = f"SELECT {', '.join(_FIELDS)} FROM rollouts WHERE rollout_id = ? "
+            sql = f"SELECT {', '.join(FIELDS)} FROM rollouts WHERE rollout_id = ? "
             row = conn.execute(sql + "ORDER BY id DESC LIMIT 1", (rollout_id,)).fetchone()
         finally:
             conn.close()

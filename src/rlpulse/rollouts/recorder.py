@@ -8,15 +8,16 @@ import os
 import secrets
 import threading
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, Unpack
 
 from rlpulse import catalog
 from rlpulse.rollouts.paths import run_file
-from rlpulse.rollouts.records import ColumnError, Columns
+from rlpulse.rollouts.records import ColumnError, Columns, RolloutTraces
 from rlpulse.rollouts.sampler import Sampler, SamplingConfig
 from rlpulse.rollouts.store import Batch, Counters, Writer
+from rlpulse.runtime.recording import check_keywords
 
 log = logging.getLogger("rlpulse.rollouts")
 
@@ -137,51 +138,15 @@ class Recorder:
         if not self._closed:
             self._writer = self._new_writer()
 
-    def record(
-        self,
-        *,
-        rollout_ids: Any = None,
-        step: Any = None,
-        group_ids: Any = None,
-        prompts: Any = None,
-        responses: Any = None,
-        rewards: Any = None,
-        components: Mapping[str, Any] | None = None,
-        advantages: Any = None,
-        lengths: Any = None,
-        truncated: Any = None,
-        verdicts: Any = None,
-        errors: Any = None,
-        tool_calls: Any = None,
-        metadata: Any = None,
-    ) -> list[int]:
-        """Offer one batch of rollouts (columns of equal length); returns the positions (in
-        the batch, ascending) of the rollouts kept for the store, e.g. to choose exemplars.
-
-        ``step`` is one integer or one per rollout; ``components`` maps a reward component's
-        name to its column; ``errors`` holds a grader error message (or None) per rollout;
-        ``tool_calls`` a list of dicts per rollout; ``metadata`` a dict per rollout or one dict
-        for the whole batch. Rollouts without ``rollout_ids`` are named ``"<step>-<n>"``.
-        """
+    def record(self, **columns: Unpack[RolloutTraces]) -> list[int]:
+        """Offer one batch of rollouts (``RolloutTraces``: columns of equal length); returns the
+        positions (in the batch, ascending) of the rollouts kept for the store, e.g. to choose
+        exemplars."""
+        check_keywords("Recorder.record", columns, RolloutTraces)
         if self._closed:
             return []
         try:
-            cols = Columns.parse(
-                step,
-                components,
-                truncated,
-                {"rewards": rewards, "advantages": advantages, "lengths": lengths},
-                {
-                    "rollout_ids": rollout_ids,
-                    "group_ids": group_ids,
-                    "prompts": prompts,
-                    "responses": responses,
-                    "verdicts": verdicts,
-                    "errors": errors,
-                    "tool_calls": tool_calls,
-                    "metadata": metadata,
-                },
-            )
+            cols = Columns.parse(columns)
         except ColumnError as exc:
             return self._invalid(exc)
         try:
@@ -263,6 +228,6 @@ def _after_fork_in_child() -> None:
 os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
-def record_rollouts(recorder: Recorder, **columns: Any) -> list[int]:
-    """Offer a batch to ``recorder``; the keyword arguments are those of ``Recorder.record``."""
+def record_rollouts(recorder: Recorder, **columns: Unpack[RolloutTraces]) -> list[int]:
+    """Offer a batch (``RolloutTraces``) to ``recorder``."""
     return recorder.record(**columns)

@@ -11,12 +11,41 @@ import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypedDict
 
 import numpy as np
 
 SHORT_TEXT = 256  # chars kept of ids, group ids and verdicts
 ERROR_TEXT = 2048  # chars kept of a grader error
+
+
+class RolloutTraces(TypedDict, total=False):
+    """One batch offered to the trace store (``Recorder.record``): columns of equal length,
+    any left out or None; rollouts without ``rollout_ids`` are named ``"<step>-<n>"``."""
+
+    rollout_ids: Any
+    step: Any  # one integer or one per rollout
+    group_ids: Any
+    prompts: Any
+    responses: Any
+    rewards: Any
+    components: Mapping[str, Any] | None  # a reward component's name -> its column
+    advantages: Any
+    lengths: Any
+    truncated: Any
+    verdicts: Any
+    errors: Any  # a grader error message (or None) per rollout
+    tool_calls: Any  # a list of dicts per rollout
+    metadata: Any  # a dict per rollout, or one dict for the whole batch
+
+
+NUMERIC_COLUMNS = ("rewards", "advantages", "lengths")
+# the columns kept per rollout as given (texts and JSON), in their order
+TEXT_COLUMNS = tuple(
+    k
+    for k in RolloutTraces.__annotations__
+    if k not in (*NUMERIC_COLUMNS, "step", "components", "truncated")
+)
 
 
 class ColumnError(ValueError):
@@ -113,16 +142,12 @@ class Columns:
     shared_metadata: Mapping[str, Any] | None = None
 
     @classmethod
-    def parse(
-        cls,
-        step: Any,
-        components: Mapping[str, Any] | None,
-        truncated: Any,
-        numeric: Mapping[str, Any],
-        text: Mapping[str, Any],
-    ) -> Columns:
-        """Validate a batch; ``ColumnError`` names the first bad column."""
-        arrays = {k: _numeric(k, v) for k, v in numeric.items() if v is not None}
+    def parse(cls, batch: Mapping[str, Any]) -> Columns:
+        """Validate a batch (``RolloutTraces``); ``ColumnError`` names the first bad column."""
+        step: Any = batch.get("step")
+        components, truncated = batch.get("components"), batch.get("truncated")
+        arrays = {k: _numeric(k, v) for k in NUMERIC_COLUMNS if (v := batch.get(k)) is not None}
+        text = {k: batch.get(k) for k in TEXT_COLUMNS}
         comps = {}
         if components is not None:
             if not isinstance(components, Mapping):

@@ -85,15 +85,11 @@ CREATE TRIGGER IF NOT EXISTS rollouts_removed AFTER DELETE ON rollouts BEGIN
     UPDATE totals SET rows = rows - 1, bytes = bytes - OLD.nbytes;
 END;
 """
-COLUMNS = (
-    "session",
-    "seq",
+FIELDS = (  # a stored rollout as it is read back (rlpulse.rollouts.query), in its order
     "rollout_id",
     "step",
     "rank",
     "group_id",
-    "prompt",
-    "response",
     "reward",
     "components",
     "advantage",
@@ -101,13 +97,15 @@ COLUMNS = (
     "truncated",
     "verdict",
     "error",
+    "prompt",
+    "response",
     "tool_calls",
     "metadata",
     "nonfinite",
     "kept_for",
     "recorded_at",
-    "nbytes",
 )
+COLUMNS = ("session", "seq", *FIELDS, "nbytes")  # what ``encode`` gives, in its order
 _INSERT = (
     f"INSERT OR IGNORE INTO rollouts ({', '.join(COLUMNS)}) "
     f"VALUES ({', '.join('?' * len(COLUMNS))})"
@@ -128,7 +126,7 @@ def _finite_or_none(value: float | None) -> float | None:
 
 
 def encode(row: Mapping[str, Any], session: int, seq: int, rank: int) -> tuple[Any, ...]:
-    """The INSERT parameters of one record (see ``records.Columns.row``)."""
+    """The INSERT parameters of one record (see ``records.Columns.row``), ``COLUMNS``' order."""
     comps = row.get("components") or {}
     nonfinite = [k for k in ("reward", "advantage") if _nonfinite(row.get(k))]
     nonfinite += [f"components.{k}" for k, v in comps.items() if _nonfinite(v)]
@@ -146,8 +144,6 @@ def encode(row: Mapping[str, Any], session: int, seq: int, rank: int) -> tuple[A
         int(row.get("step", -1)),
         rank,
         row.get("group_id"),
-        row.get("prompt"),
-        row.get("response"),
         _finite_or_none(row.get("reward")),
         comps_json,
         _finite_or_none(row.get("advantage")),
@@ -155,6 +151,8 @@ def encode(row: Mapping[str, Any], session: int, seq: int, rank: int) -> tuple[A
         None if truncated is None else int(bool(truncated)),
         row.get("verdict"),
         row.get("error"),
+        row.get("prompt"),
+        row.get("response"),
         row.get("tool_calls"),
         row.get("metadata"),
         ",".join(nonfinite),

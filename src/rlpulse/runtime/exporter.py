@@ -25,7 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import numpy as np
 from prometheus_client import CollectorRegistry
@@ -43,8 +43,12 @@ from rlpulse.runtime.exposition import Renderer
 from rlpulse.runtime.http import PortInUseError
 from rlpulse.runtime.ingest import Ingest, KeptIds, Phase, snapshot_array, snapshot_ids
 from rlpulse.runtime.options import Options
+from rlpulse.runtime.recording import ROLLOUT_ARRAYS, RolloutBatch, check_keywords
 from rlpulse.runtime.store import Store
 from rlpulse.runtime.writes import Writes
+
+if TYPE_CHECKING:
+    from rlpulse.rollouts.records import RolloutTraces
 
 __all__ = ["Exporter", "PortInUseError"]
 
@@ -59,19 +63,19 @@ MAX_REASON_CHARS = 120
 
 
 class Exporter:
-    """One process's exporter; its arguments are those of
-    ``rlpulse.runtime.options.Options.resolve``."""
+    """One process's exporter; its arguments are the fields of ``rlpulse.runtime.options.Options``
+    (the port, then keywords), kept resolved as ``options``."""
 
     def __init__(self, port: int | None = None, **arguments: Any) -> None:
-        options.check_names(arguments)
         opts = self.options = Options.resolve(port, **arguments)
-        self.strict = opts.strict
-        self.rank, self.local_rank, self.node = opts.rank, opts.local_rank, opts.node
-        self.port, self.addr, self.run_id = opts.port, opts.addr, opts.run_id
-        self.certfile, self.keyfile, self.web_config = opts.certfile, opts.keyfile, opts.web_config
+        # what the run's discovery and start change (rlpulse.runtime.discovery, targets):
+        self.port = opts.port  # the port served, once serving
+        self.final_wait = opts.final_wait
+        self.expect_scrape = opts.expect_scrape
+        self.push_gateway = opts.push_gateway
         self._routes: dict[str, http.Handler] = {}
         self._close_hooks: list[Callable[[], None]] = []
-        self.identity = [self.run_id, str(self.rank), str(self.local_rank), self.node]
+        self.identity = [opts.run_id, str(opts.rank), str(opts.local_rank), opts.node]
         self.store = Store(label_cap=opts.label_cap)
         self.drops = Drops(opts.strict)
         self.detector = signals.Detector()  # step-indexed detection of RL failure signals
@@ -101,9 +105,6 @@ class Exporter:
         self._lock = threading.Lock()
         self._episodes = batches.Episodes()
         self._readers: list[CachedReader] = []
-        self.final_wait = opts.final_wait
-        self.expect_scrape = opts.expect_scrape
-        self.push_gateway = opts.push_gateway
         self.outcome: tuple[str, str] | None = None  # (outcome, reason) once the run has ended
         # (outcome, reason) an alert asked for (rlpulse.control): a normal end becomes this
         self.asked_end: tuple[str, str] | None = None
@@ -133,10 +134,26 @@ class Exporter:
 
     # ---- lifecycle ------------------------------------------------------------------------
     @property
+    def run_id(self) -> str:
+        """The run's id (``run_id=`` or RLPULSE_RUN_ID)."""
+        return self.options.run_id
+
+    @property
+    def rank(self) -> int:
+        """The process's global rank (``rank=`` or RANK)."""
+        return self.options.rank
+
+    @property
+    def strict(self) -> bool:
+        """Whether bad values and calls raise (``strict=``)."""
+        return self.options.strict
+
+    @property
     def url(self) -> str:
         """The metrics URL (with the real port once started)."""
         scheme = "https" if self.tls else "http"
-        host = "127.0.0.1" if self.addr in ("0.0.0.0", "") else self.addr
+        addr = self.options.addr
+        host = "127.0.0.1" if addr in ("0.0.0.0", "") else addr
         return f"{scheme}://{host}:{self.port}/metrics"
 
     @property
@@ -196,18 +213,20 @@ class Exporter:
         with self._lock:
             if self._server is not None:
                 return self
-            tls = self.web_config.server_options() if self.web_config is not None else {}
-            if self.certfile:  # (a web config with TLS too was refused in __init__)
-                tls["tls"] = http.tls_context(self.certfile, self.keyfile)
+            opts = self.options
+            addr, web, cert = opts.addr, opts.web_config, opts.certfile
+            tls = web.server_options() if web is not None else {}
+            if cert:  # (a web config with TLS too was refused by Options.resolve)
+                tls["tls"] = http.tls_context(cert, opts.keyfile)
             metrics = scrape.noting_scrapers(self, http.metrics_handler(Renderer(self)))
             routes = {lifecycle.METRICS_PATH: metrics, **self._routes}
             asked = self.port
             try:
-                server = http.Server(self.addr, self.port, routes, **tls).start()
+                server = http.Server(addr, self.port, routes, **tls).start()
             except PortInUseError:
                 if self.strict or not self.port:
                     raise
-                server = http.Server(self.addr, 0, routes, **tls).start()  # training goes on
+                server = http.Server(addr, 0, routes, **tls).start()  # training goes on
             self._server = server
             self.port = server.port
             lifecycle.serving(self)
@@ -233,7 +252,7 @@ class Exporter:
         where = discovery.resolve(self.options.targets_dir)
         if where.directory is None:
             return where
-        local = where.local and self.addr in ("", "0.0.0.0", "::", *_LOOPBACK)
+        local = where.local and self.options.addr in ("", "0.0.0.0", "::", *_LOOPBACK)
         address = targets.address_of(self, "127.0.0.1" if local else None)
         try:
             self.registered = discovery.register(
@@ -270,16 +289,17 @@ class Exporter:
             if self._server is not None:
                 for path, handler in routes.items():
                     self._server.route(path, handler)
-        if not (self.web_config and self.web_config.users) and self.addr not in _LOOPBACK:
+        web = self.options.web_config
+        if not (web and web.users) and self.options.addr not in _LOOPBACK:
             log.warning(
                 "rlpulse: %s served on %s without basic auth: anyone who reaches the port can "
                 "read them (set a web config with basic_auth_users, or addr='127.0.0.1')",
                 ", ".join(sorted(routes)),
-                self.addr,
+                self.options.addr,
             )
 
     # ---- rollout traces --------------------------------------------------------------------
-    def record_rollouts(self, **columns: Any) -> list[int]:
+    def record_rollouts(self, **columns: Unpack[RolloutTraces]) -> list[int]:
         """Offer raw rollouts to this run's bounded store (``rlpulse.rollouts.Recorder.record``).
 
         Returns the batch positions kept. A later ``observe_rollouts(rollout_ids=...)`` uses only
@@ -456,35 +476,18 @@ class Exporter:
         return Phase(self.ingest, name)
 
     # ---- batch APIs -------------------------------------------------------------------------
-    def observe_rollouts(
-        self,
-        *,
-        latency_seconds: Any = None,
-        response_tokens: Any = None,
-        prompt_tokens: Any = None,
-        rewards: Any = None,
-        components: Mapping[str, Any] | None = None,
-        truncated: Any = None,
-        format_ok: Any = None,
-        success: Any = None,
-        group_size: int | None = None,
-        rollout_ids: Sequence[Any] | None = None,
-    ) -> None:
-        """Record one batch of rollouts: per-sample arrays (or lists) of equal length."""
+    def observe_rollouts(self, **batch: Unpack[RolloutBatch]) -> None:
+        """Record one batch of rollouts (``rlpulse.runtime.recording.RolloutBatch``): per-sample
+        arrays (or lists) of equal length."""
+        check_keywords("Exporter.observe_rollouts", batch, RolloutBatch)
         try:
-            given = {label_text(k): v for k, v in (components or {}).items()}
+            given = {label_text(k): v for k, v in (batch.get("components") or {}).items()}
             comps = list(given)
-            raw = {
-                "latency_seconds": latency_seconds,
-                "response_tokens": response_tokens,
-                "prompt_tokens": prompt_tokens,
-                "rewards": rewards,
-                "truncated": truncated,
-                "format_ok": format_ok,
-                "success": success,
-            } | {f"components[{k}]": v for k, v in given.items()}
+            raw = {k: batch.get(k) for k in ROLLOUT_ARRAYS}
+            raw |= {f"components[{k}]": v for k, v in given.items()}
             columns = {k: None if v is None else snapshot_array(v) for k, v in raw.items()}
-            ids = snapshot_ids(rollout_ids, *columns.values())
+            ids = snapshot_ids(batch.get("rollout_ids"), *columns.values())
+            group_size = batch.get("group_size")
             size = None if group_size is None else int(group_size)
             args = (columns, comps, size, ids, self.ingest.kept_ids)
         except Exception as exc:

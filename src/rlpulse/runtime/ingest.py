@@ -213,10 +213,13 @@ class Ingest:
         for i, v in zip(plan.slots, last[0].values(), strict=True):
             values[i] = v
         bad = ~np.isfinite(matrix)
-        if bad.any():  # counted in the order the calls met them
-            cols = bad.any(axis=0).nonzero()[0]
-            for j in sorted(cols.tolist(), key=lambda j: (int(bad[:, j].argmax()), j)):
-                self.writes.nonfinite(self.store.by_slot[plan.slots[j]], int(bad[:, j].sum()))
+        counted = []  # (first counted, column, how many), counted in the order calls met them
+        for j, slot in enumerate(plan.slots):
+            column = self.writes.counted(slot, bad[:, j])
+            if column.any():
+                counted.append((int(column.argmax()), j, int(column.sum())))
+        for _, j, n in sorted(counted):
+            self.writes.nonfinite(self.store.by_slot[plan.slots[j]], n)
         stamps = np.fromiter((call[2] for call in run), float, len(run))
         self.writes.detector.observe_rows(plan.series, matrix[:, plan.watched], steps, stamps)
         if steps is not None:

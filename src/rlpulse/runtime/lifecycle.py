@@ -27,7 +27,7 @@ from typing import Any, Protocol
 from prometheus_client import CollectorRegistry, push_to_gateway
 
 from rlpulse import notices
-from rlpulse.runtime import http
+from rlpulse.runtime import http, mainexit
 from rlpulse.runtime.options import FINAL_WAIT_ENV
 
 log = logging.getLogger("rlpulse")
@@ -42,13 +42,17 @@ class Served(Protocol):
 
     _lock: threading.Lock
     _server: http.Server | None
-    run_id: str
-    rank: int
     final_wait: float
     expect_scrape: bool
     scraper_seen: bool
     push_gateway: str | None
     registry: CollectorRegistry
+
+    @property
+    def run_id(self) -> str: ...
+
+    @property
+    def rank(self) -> int: ...
 
     @property
     def url(self) -> str: ...
@@ -236,12 +240,31 @@ def _uncaught() -> tuple[str, str] | None:
     return ("crashed", last.__name__)
 
 
+def _raised_at_top(noted: bool) -> tuple[str, str] | None:
+    """The outcome of a ``raise SystemExit(n)`` in the main module, which no hook sees
+    (runtime/mainexit.py); when no hook ``noted`` an exit and its status cannot be read: said,
+    and left finished."""
+    ended, status = mainexit.raised()
+    if not ended or (noted and status is mainexit.UNKNOWN):
+        return None
+    if status is mainexit.UNKNOWN:
+        notices.warn(
+            "exit_status_unknown",
+            "rlpulse: the script ended with a SystemExit raised outside sys.exit(), whose status "
+            "Python %d.%d does not tell exit handlers; the run is recorded finished (with "
+            "sys.exit(...) a non-zero status is recorded as a crash)",
+            *sys.version_info[:2],
+        )
+        return None
+    return ("finished", "") if status == 0 else ("crashed", f"exit status {status!r}")
+
+
 def _end_all() -> None:
     """At interpreter exit: end every serving exporter with the outcome the exit hooks saw. The
     waits for a last scrape share one deadline, so several exporters cost one wait; a second
     Ctrl-C or a SIGTERM meanwhile cuts the wait short, never the end record or the push."""
-    if _exit_outcome is None or _exit_outcome[0] == "finished":
-        seen = _uncaught()
+    if (_exit_outcome is None or _exit_outcome[0] == "finished") and _live:
+        seen = _uncaught() or _raised_at_top(_exit_outcome is not None)
         if seen is not None:
             _note_outcome(*seen)
     outcome, reason = _exit_outcome or ("finished", "")
@@ -330,6 +353,7 @@ def _install_exit_hooks() -> None:
     sys.excepthook = excepthook
     threading.excepthook = thread_excepthook
     sys.exit = exit
+    mainexit.watch()
     for name in ("exit", "quit"):  # site's exit() / quit() raise SystemExit without sys.exit
         builtin = getattr(builtins, name, None)
         if builtin is not None:

@@ -1,24 +1,21 @@
 """The exporter's options: its arguments, else the environment, else the defaults, checked once.
 
-``Options.resolve`` is the one place the exporter reads the environment: ``RANK``,
-``LOCAL_RANK``, ``RLPULSE_PORT``, ``RLPULSE_ADDR``, ``RLPULSE_RUN_ID``, ``RLPULSE_NODE``,
-``RLPULSE_CERTFILE``, ``RLPULSE_KEYFILE``, ``RLPULSE_WEB_CONFIG``, ``RLPULSE_FINAL_WAIT``,
-``RLPULSE_EXPECT_SCRAPE``, ``RLPULSE_PUSHGATEWAY``, ``RLPULSE_REFERENCE_BAND``,
-``RLPULSE_DRIFT_REFERENCE`` and
-``RLPULSE_TARGETS_DIR`` (read by ``rlpulse.runtime.discovery`` when the exporter starts). A
-misspelt option or a port that is no port is a one-line ``TypeError``/``ValueError`` in the
-caller's terms.
+``Options`` is the table: each field is one option (its type, environment variable, parser,
+check, default and meaning, spelled once), and ``Options.resolve`` walks it. It is the one place
+the exporter reads the environment (``RLPULSE_TARGETS_DIR`` is read by
+``rlpulse.runtime.discovery`` when the exporter starts). A misspelt option or a port that is no
+port is a one-line ``TypeError``/``ValueError`` in the caller's terms: the argument or the
+environment variable it came from.
 """
 
 from __future__ import annotations
 
 import difflib
-import inspect
 import os
 import socket
 import uuid
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from rlpulse.runtime import webconfig
@@ -27,177 +24,37 @@ from rlpulse.runtime.store import MAX_LABEL_CHARS
 DEFAULT_PORT = 9400
 FINAL_WAIT = 60.0  # seconds the end of a run waits for a last scrape, by default
 FINAL_WAIT_ENV = "RLPULSE_FINAL_WAIT"
-EXPECT_SCRAPE_ENV = "RLPULSE_EXPECT_SCRAPE"
 PUSHGATEWAY_ENV = "RLPULSE_PUSHGATEWAY"
-BAND_ENV = "RLPULSE_REFERENCE_BAND"
-DRIFT_ENV = "RLPULSE_DRIFT_REFERENCE"
 
 
-def _env_int(name: str) -> int | None:
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
+def _text(raw: str, var: str) -> str | None:
+    return raw or None
+
+
+def _int(raw: str, var: str) -> int | None:
+    if raw == "":
         return None
     try:
         return int(raw)
     except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} is not an integer") from None
+        raise ValueError(f"environment variable {var}={raw!r} is not an integer") from None
 
 
-def _env_float(name: str, default: float) -> float:
-    raw = os.environ.get(name, "").strip()
+def _float(raw: str, var: str) -> float | None:
+    raw = raw.strip()
     if not raw:
-        return default
+        return None
     try:
         return float(raw)
     except ValueError:
-        raise ValueError(f"environment variable {name}={raw!r} is not a number") from None
+        raise ValueError(f"environment variable {var}={raw!r} is not a number") from None
 
 
-def _env_flag(name: str) -> bool:
-    return os.environ.get(name, "").strip().lower() not in ("", "0", "false", "no")
+def _flag(raw: str, var: str) -> bool:
+    return raw.strip().lower() not in ("", "0", "false", "no")
 
 
-@dataclass(frozen=True)
-class Options:
-    """What one exporter runs with (see ``resolve`` for the arguments)."""
-
-    port: int  # the port to serve: the base port plus the local rank (0: any free port)
-    run_id: str
-    rank: int
-    local_rank: int
-    node: str
-    addr: str
-    certfile: str | None
-    keyfile: str | None
-    web_config: webconfig.WebConfig | None
-    final_wait: float
-    expect_scrape: bool
-    push_gateway: str | None
-    targets_dir: str | os.PathLike[str] | None = None
-    strict: bool = False
-    gpu: bool = False
-    host: bool = False
-    process: bool = True
-    label_cap: int = 64
-    unmapped_cap: int = 256
-    nvml: Any = None
-    collector_timeout: float = 0.5
-    collector_ttl: float = 1.0
-    config: Mapping[str, Any] = field(default_factory=dict)
-    metadata: Mapping[str, Any] = field(default_factory=dict)
-    rollouts: Mapping[str, Any] = field(default_factory=dict)
-    key_map: Mapping[str, Any] | str | os.PathLike[str] | None = None
-    reference_band: str | os.PathLike[str] | None = None
-    drift_reference: str | os.PathLike[str] | None = None
-
-    @property
-    def tls(self) -> bool:
-        """Whether the endpoint serves HTTPS."""
-        return bool(self.certfile) or (
-            self.web_config is not None and self.web_config.tls is not None
-        )
-
-    @classmethod
-    def resolve(
-        cls,
-        port: int | None = None,
-        *,
-        run_id: str | None = None,
-        rank: int | None = None,
-        local_rank: int | None = None,
-        node: str | None = None,
-        addr: str | None = None,
-        config: Mapping[str, Any] | None = None,
-        metadata: Mapping[str, Any] | None = None,
-        strict: bool = False,
-        gpu: bool | None = None,
-        host: bool | None = None,
-        process: bool = True,
-        certfile: str | None = None,
-        keyfile: str | None = None,
-        web_config: str | os.PathLike[str] | None = None,
-        label_cap: int = 64,
-        unmapped_cap: int = 256,
-        nvml: Any = None,
-        collector_timeout: float = 0.5,
-        collector_ttl: float = 1.0,
-        rollouts: Mapping[str, Any] | None = None,
-        key_map: Mapping[str, Any] | str | os.PathLike[str] | None = None,
-        final_wait: float | None = None,
-        expect_scrape: bool | None = None,
-        push_gateway: str | None = None,
-        targets_dir: str | os.PathLike[str] | None = None,
-        reference_band: str | os.PathLike[str] | None = None,
-        drift_reference: str | os.PathLike[str] | None = None,
-    ) -> Options:
-        """The options from arguments, the environment and defaults; ``ValueError`` for a bad
-        environment value, an over-long run id or a certificate given twice.
-
-        ``gpu`` and ``host`` default to local rank 0 (node-level readings once per node).
-        """
-        rank_ = rank if rank is not None else (_env_int("RANK") or 0)
-        local = local_rank if local_rank is not None else (_env_int("LOCAL_RANK") or 0)
-        base = _port(port) if port is not None else _env_int("RLPULSE_PORT")
-        base = DEFAULT_PORT if base is None else _port(base, "RLPULSE_PORT")
-        if base and not 0 < base + local < 65536:
-            raise ValueError(f"rlpulse: port {base} + local rank {local} is no TCP port")
-        run = run_id or os.environ.get("RLPULSE_RUN_ID") or f"run-{uuid.uuid4().hex[:8]}"
-        if len(run) > MAX_LABEL_CHARS:
-            raise ValueError(
-                f"rlpulse: {'run_id' if run_id else 'RLPULSE_RUN_ID'} is {len(run)} characters "
-                "long; at most "
-                f"{MAX_LABEL_CHARS} (it labels every series): {run[:40]!r}..."
-            )
-        cert = certfile or os.environ.get("RLPULSE_CERTFILE") or None
-        web_path = web_config or os.environ.get(webconfig.ENV) or None
-        try:
-            web = webconfig.load(web_path) if web_path else None
-        except webconfig.WebConfigError as exc:
-            if web_config:
-                raise
-            raise webconfig.WebConfigError(f"{webconfig.ENV}: {exc}") from None
-        if cert and web is not None and web.tls is not None:
-            raise ValueError(
-                f"rlpulse: both certfile ({cert}) and tls_server_config in web config "
-                f"{web.path}: give the certificate in one place"
-            )
-        return cls(
-            port=base + local if base else 0,
-            run_id=run,
-            rank=rank_,
-            local_rank=local,
-            node=node or os.environ.get("RLPULSE_NODE") or socket.gethostname(),
-            addr=addr or os.environ.get("RLPULSE_ADDR") or "0.0.0.0",
-            certfile=cert,
-            keyfile=keyfile or os.environ.get("RLPULSE_KEYFILE") or None,
-            web_config=web,
-            final_wait=final_wait
-            if final_wait is not None
-            else _env_float(FINAL_WAIT_ENV, FINAL_WAIT),
-            expect_scrape=expect_scrape
-            if expect_scrape is not None
-            else _env_flag(EXPECT_SCRAPE_ENV),
-            push_gateway=push_gateway or os.environ.get(PUSHGATEWAY_ENV) or None,
-            targets_dir=targets_dir,
-            strict=strict,
-            gpu=local == 0 if gpu is None else gpu,
-            host=local == 0 if host is None else host,
-            process=process,
-            label_cap=label_cap,
-            unmapped_cap=unmapped_cap,
-            nvml=nvml,
-            collector_timeout=collector_timeout,
-            collector_ttl=collector_ttl,
-            config=config or {},
-            metadata=metadata or {},
-            rollouts=dict(rollouts or {}),
-            key_map=key_map,
-            reference_band=reference_band or os.environ.get(BAND_ENV) or None,
-            drift_reference=drift_reference or os.environ.get(DRIFT_ENV) or None,
-        )
-
-
-def _port(value: object, where: str = "port") -> int:
+def _port(value: object, where: str) -> int:
     """A port number (0: any free port) from an argument; a one-line error naming it else."""
     if isinstance(value, bool) or not isinstance(value, int):
         text = value.strip() if isinstance(value, str) else None
@@ -209,9 +66,179 @@ def _port(value: object, where: str = "port") -> int:
     return value
 
 
+def _label(value: str, where: str) -> str:
+    if len(value) > MAX_LABEL_CHARS:
+        raise ValueError(
+            f"rlpulse: {where} is {len(value)} characters long; at most "
+            f"{MAX_LABEL_CHARS} (it labels every series): {value[:40]!r}..."
+        )
+    return value
+
+
+def _web_config(path: str | os.PathLike[str], where: str) -> webconfig.WebConfig:
+    try:
+        return webconfig.load(path)
+    except webconfig.WebConfigError as exc:
+        if where == "web_config":
+            raise
+        raise webconfig.WebConfigError(f"{where}: {exc}") from None
+
+
+def _copy(value: Mapping[str, Any], where: str) -> dict[str, Any]:
+    return dict(value)
+
+
+@dataclass(frozen=True)
+class Option:
+    """How one option is resolved: the argument if given (not None; for a text option read
+    from the environment, not empty either), else ``env`` read by ``parse`` (None: unset), else
+    the default (``derive``d from the options before it, or ``default``). A given
+    value passes ``check(value, where)``, ``where`` naming the argument or the variable."""
+
+    doc: str
+    default: Any = None
+    env: str | None = None
+    parse: Callable[[str, str], Any] = _text
+    check: Callable[[Any, str], Any] | None = None
+    derive: Callable[[Mapping[str, Any]], Any] | None = None  # the default, from those before
+
+    def resolve(self, name: str, argument: Any, before: Mapping[str, Any]) -> Any:
+        """This option's value from its ``argument`` and the options resolved ``before`` it."""
+        value, where = argument, name
+        text = self.env is not None and self.parse is _text
+        if self.env is not None and (argument is None or (text and argument == "")):
+            raw = os.environ.get(self.env)
+            value, where = (None if raw is None else self.parse(raw, self.env)), self.env
+        if value is None:
+            return self.derive(before) if self.derive else self.default
+        return self.check(value, where) if self.check else value
+
+
+def _option(doc: str, default: Any = None, **how: Any) -> dict[str, Option]:
+    """A field's metadata: the field is resolved as ``Option(doc, default, **how)`` says."""
+    return {"option": Option(doc, default, **how)}
+
+
+def _run(before: Mapping[str, Any]) -> str:
+    return f"run-{uuid.uuid4().hex[:8]}"
+
+
+def _hostname(before: Mapping[str, Any]) -> str:
+    return socket.gethostname()
+
+
+def _node_level(before: Mapping[str, Any]) -> bool:
+    """Node-level readings once per node: on local rank 0."""
+    return bool(before["local_rank"] == 0)
+
+
+def _empty(before: Mapping[str, Any]) -> dict[str, Any]:
+    return {}
+
+
+@dataclass(frozen=True)
+class Options:
+    """What one exporter runs with: the arguments of ``resolve``, in resolution order."""
+
+    rank: int = field(metadata=_option("the global rank", 0, env="RANK", parse=_int))
+    local_rank: int = field(metadata=_option("the node's rank", 0, env="LOCAL_RANK", parse=_int))
+    port: int = field(
+        metadata=_option(
+            "the base port; the port served is it plus the local rank (0: any free port)",
+            DEFAULT_PORT,
+            env="RLPULSE_PORT",
+            parse=_int,
+            check=_port,
+        )
+    )
+    run_id: str = field(
+        metadata=_option(
+            "the run (labels every series)", env="RLPULSE_RUN_ID", check=_label, derive=_run
+        )
+    )
+    node: str = field(metadata=_option("the node's name", env="RLPULSE_NODE", derive=_hostname))
+    addr: str = field(metadata=_option("the address to serve on", "0.0.0.0", env="RLPULSE_ADDR"))
+    certfile: str | None = field(metadata=_option("a TLS certificate file", env="RLPULSE_CERTFILE"))
+    keyfile: str | None = field(
+        metadata=_option("the certificate's key file", env="RLPULSE_KEYFILE")
+    )
+    web_config: webconfig.WebConfig | None = field(
+        metadata=_option("a web config file (TLS, auth)", env=webconfig.ENV, check=_web_config)
+    )
+    final_wait: float = field(
+        metadata=_option(
+            "seconds the end waits for a last scrape", FINAL_WAIT, env=FINAL_WAIT_ENV, parse=_float
+        )
+    )
+    expect_scrape: bool = field(
+        metadata=_option("a scraper will come", False, env="RLPULSE_EXPECT_SCRAPE", parse=_flag)
+    )
+    push_gateway: str | None = field(
+        metadata=_option("the Pushgateway an unscraped end goes to", env=PUSHGATEWAY_ENV)
+    )
+    targets_dir: str | os.PathLike[str] | None = field(
+        metadata=_option("the file_sd directory (rlpulse.runtime.discovery)")
+    )
+    strict: bool = field(metadata=_option("bad input raises (for tests)", False))
+    gpu: bool = field(metadata=_option("read GPUs at scrape time", derive=_node_level))
+    host: bool = field(metadata=_option("read the host at scrape time", derive=_node_level))
+    process: bool = field(metadata=_option("read this process at scrape time", True))
+    label_cap: int = field(metadata=_option("values kept per user-data label", 64))
+    unmapped_cap: int = field(metadata=_option("unmapped logged keys kept", 256))
+    nvml: Any = field(metadata=_option("the NVML module to read GPUs with (tests)"))
+    collector_timeout: float = field(
+        metadata=_option("seconds a scrape-time reading may take", 0.5)
+    )
+    collector_ttl: float = field(metadata=_option("seconds a scrape-time reading is reused", 1.0))
+    config: Mapping[str, Any] = field(metadata=_option("the run's hyperparameters", derive=_empty))
+    metadata: Mapping[str, Any] = field(
+        metadata=_option("the run's rl_run_info labels", derive=_empty)
+    )
+    rollouts: Mapping[str, Any] = field(
+        metadata=_option("rlpulse.rollouts.Recorder's options", check=_copy, derive=_empty)
+    )
+    key_map: Mapping[str, Any] | str | os.PathLike[str] | None = field(
+        metadata=_option("the user's own key map (a mapping or a file)")
+    )
+    reference_band: str | os.PathLike[str] | None = field(
+        metadata=_option("a reference band to compare with", env="RLPULSE_REFERENCE_BAND")
+    )
+    drift_reference: str | os.PathLike[str] | None = field(
+        metadata=_option("an earlier run's drift references", env="RLPULSE_DRIFT_REFERENCE")
+    )
+
+    @property
+    def tls(self) -> bool:
+        """Whether the endpoint serves HTTPS."""
+        return bool(self.certfile) or (
+            self.web_config is not None and self.web_config.tls is not None
+        )
+
+    @classmethod
+    def resolve(cls, port: int | None = None, **arguments: Any) -> Options:
+        """The options from arguments (the fields above), the environment and defaults;
+        ``TypeError`` for an unknown option, ``ValueError`` for a bad environment value, an
+        over-long run id or a certificate given twice."""
+        check_names(arguments)
+        given = {"port": port, **arguments}
+        values: dict[str, Any] = {}
+        for f in fields(cls):
+            values[f.name] = f.metadata["option"].resolve(f.name, given.get(f.name), values)
+        base, local = values["port"], values["local_rank"]
+        if base and not 0 < base + local < 65536:
+            raise ValueError(f"rlpulse: port {base} + local rank {local} is no TCP port")
+        web = values["web_config"]
+        if values["certfile"] and web is not None and web.tls is not None:
+            raise ValueError(
+                f"rlpulse: both certfile ({values['certfile']}) and tls_server_config in web "
+                f"config {web.path}: give the certificate in one place"
+            )
+        return cls(**values | {"port": base + local if base else 0})
+
+
 def option_names() -> list[str]:
     """The keyword options ``Options.resolve`` takes."""
-    return [p for p in inspect.signature(Options.resolve).parameters if p != "port"]
+    return [f.name for f in fields(Options) if f.name != "port"]
 
 
 def check_names(given: Mapping[str, Any], extra: tuple[str, ...] = ()) -> None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from contextlib import AbstractContextManager
-from typing import Any, Protocol
+from typing import Any, Protocol, TypedDict, Unpack
 
 # The calls a worker sends to its rank's exporter (``phase`` is timed in the worker and sent
 # as ``observe``).
@@ -27,6 +27,36 @@ SENT = frozenset(
         "observe_versions",
     }
 )
+
+
+class RolloutBatch(TypedDict, total=False):
+    """One batch of rollouts, the keywords of ``observe_rollouts``: per-sample arrays (or lists)
+    of equal length; any may be left out or None."""
+
+    latency_seconds: Any
+    response_tokens: Any
+    prompt_tokens: Any
+    rewards: Any
+    components: Mapping[str, Any] | None  # a reward component's name -> its per-sample array
+    truncated: Any
+    format_ok: Any
+    success: Any
+    group_size: int | None  # rollouts per prompt, consecutive in the batch
+    rollout_ids: Sequence[Any] | None  # exemplar ids (only the kept ones lead to a trace)
+
+
+# the per-sample arrays of a batch, in their order
+ROLLOUT_ARRAYS = tuple(
+    k for k in RolloutBatch.__annotations__ if k not in ("components", "group_size", "rollout_ids")
+)
+
+
+def check_keywords(call: str, given: Mapping[str, Any], keywords: type) -> None:
+    """``TypeError`` for a keyword the TypedDict ``keywords`` does not have, as a signature
+    would say it: ``call`` takes ``**given: Unpack[keywords]``."""
+    for name in given:
+        if name not in keywords.__annotations__:
+            raise TypeError(f"{call}() got an unexpected keyword argument {name!r}")
 
 
 class Recording(Protocol):
@@ -46,21 +76,8 @@ class Recording(Protocol):
     ) -> None:
         """Add a batch of values (or one value) to a catalog histogram."""
 
-    def observe_rollouts(
-        self,
-        *,
-        latency_seconds: Any = None,
-        response_tokens: Any = None,
-        prompt_tokens: Any = None,
-        rewards: Any = None,
-        components: Mapping[str, Any] | None = None,
-        truncated: Any = None,
-        format_ok: Any = None,
-        success: Any = None,
-        group_size: int | None = None,
-        rollout_ids: Sequence[Any] | None = None,
-    ) -> None:
-        """One batch of rollouts: per-sample arrays (or lists) of equal length."""
+    def observe_rollouts(self, **batch: Unpack[RolloutBatch]) -> None:
+        """One batch of rollouts (``RolloutBatch``)."""
 
     def observe_episodes(self, returns: Any, lengths: Any, success: Any = None) -> None:
         """Finished episodes (classic RL)."""

@@ -209,7 +209,8 @@ class Registration:
 def address_of(exporter: Any, host: str | None = None) -> str:
     """``host:port`` where Prometheus reaches a started exporter: ``host``, else its bind
     address, or this machine's host name when it listens on all interfaces."""
-    host = host or (exporter.addr if exporter.addr not in _WILDCARD else socket.gethostname())
+    addr = exporter.options.addr
+    host = host or (addr if addr not in _WILDCARD else socket.gethostname())
     if ":" in host and not host.startswith("["):
         host = f"[{host}]"  # IPv6
     return f"{host}:{exporter.port}"

@@ -62,13 +62,14 @@ from multiprocessing.connection import (
 )
 from multiprocessing.reduction import ForkingPickler
 from multiprocessing.util import Finalize
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Unpack
 
 import rlpulse
 from rlpulse import catalog
 from rlpulse.runtime import recording, tempdirs
 from rlpulse.runtime.coerce import plain_snapshot
 from rlpulse.runtime.exporter import Exporter
+from rlpulse.runtime.recording import RolloutBatch
 
 __all__ = ["ENV", "Address", "WorkerClient", "WorkerHub", "serve", "worker_client"]
 
@@ -391,9 +392,9 @@ class WorkerClient:
         kwargs = dict(labels, exemplars=None if exemplars is None else list(exemplars))
         self._call("observe", (name, values), kwargs)
 
-    def observe_rollouts(self, **batch: Any) -> None:
+    def observe_rollouts(self, **batch: Unpack[RolloutBatch]) -> None:
         """One batch of rollouts; see ``Exporter.observe_rollouts``."""
-        self._call("observe_rollouts", (), batch)
+        self._call("observe_rollouts", (), dict(batch))
 
     def observe_episodes(self, returns: Any, lengths: Any, success: Any = None) -> None:
         """Finished episodes (classic RL)."""

@@ -10,6 +10,8 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 
+import numpy as np
+
 from rlpulse import catalog
 from rlpulse.detect import signals
 from rlpulse.runtime.drops import Drops
@@ -28,6 +30,7 @@ class Writes:
         self.drops = drops
         # slot -> (metric, labels) of a series the detector watches, None if it does not
         self._watch: dict[int, tuple[str, tuple[str, ...]] | None] = {}
+        self._finite: set[int] = set()  # slots of rewards that had a finite value
 
     def signal(self, slot: int, value: float) -> None:
         """Hand a value written to a watched series to the step-indexed detector."""
@@ -35,6 +38,8 @@ class Writes:
         if entry is _UNSEEN:
             entry = self.watched(slot)
         if entry is not None:
+            if entry[0] in signals.REWARDS and value - value == 0:
+                self._finite.add(slot)
             self.detector.observe(entry[0], entry[1], float(value))
 
     def watched(self, slot: int) -> tuple[str, tuple[str, ...]] | None:
@@ -46,8 +51,24 @@ class Writes:
             self._watch[slot] = entry
         return entry
 
+    def counted(self, slot: int, bad: np.ndarray) -> np.ndarray:
+        """Which of a slot's values written in a row (``bad``: NaN/±Inf) ``nonfinite`` counts,
+        as ``signal`` and ``nonfinite`` one value at a time would: a reward's before its first
+        finite value are not, and a finite value marks it."""
+        entry = self.watched(slot)
+        if entry is None or entry[0] not in signals.REWARDS or slot in self._finite:
+            return bad
+        if bad.all():
+            return np.zeros_like(bad)
+        self._finite.add(slot)
+        return bad & (np.arange(len(bad)) > int((~bad).argmax()))
+
     def nonfinite(self, series: Series, n: int = 1) -> None:
-        """Count ``n`` NaN/±Inf values written to ``series``; ``ValueError`` when strict."""
+        """Count ``n`` NaN/±Inf values written to ``series``; ``ValueError`` when strict. A
+        reward or return reads NaN until its first episode or batch ends (RLlib logs its mean
+        so): not counted before its first finite value, a failure of the run after it."""
+        if series.metric.name in signals.REWARDS and series.slot not in self._finite:
+            return
         nf = self.store.get("rl_nonfinite_values_total", metric=series.metric.name)
         with self.store.lock:
             self.store.values[nf.slot] += n

@@ -14,7 +14,7 @@ import dataclasses
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, get_args, get_origin, get_type_hints
 
@@ -23,7 +23,7 @@ import yaml
 from rlpulse import keys, safeyaml
 from rlpulse.rollouts.server import VIEWER_URL
 from rlpulse.stack import alerts as alert_defs
-from rlpulse.stack.knobs import _DURATION_RE, _doc
+from rlpulse.stack.knobs import _DURATION_RE, section, setting
 from rlpulse.stack.knobs import Duration as Duration
 from rlpulse.stack.knobs import doc as doc
 from rlpulse.stack.knobs import duration as duration
@@ -46,59 +46,36 @@ class ConfigError(ValueError):
 class Scrape:
     """How Prometheus finds and reads trainer exporters (prometheus.yml)."""
 
-    job_name: str = field(
-        default="rlpulse", metadata=_doc("Scrape job of the trainer exporters; alerts select it.")
+    job_name: str = setting("rlpulse", "Scrape job of the trainer exporters; alerts select it.")
+    interval: Duration = setting(Duration("15s"), "Scrape interval.")
+    timeout: Duration = setting(Duration("10s"), "Scrape timeout (at most the interval).")
+    evaluation_interval: Duration = setting(Duration("15s"), "Rule evaluation interval.")
+    scheme: Literal["http", "https"] = setting("http", "Scheme of the exporter endpoints.")
+    ca_file: str = setting(
+        "", "CA file that signed the exporters' certificates (https; empty: system CAs)."
     )
-    interval: Duration = field(default=Duration("15s"), metadata=_doc("Scrape interval."))
-    timeout: Duration = field(
-        default=Duration("10s"), metadata=_doc("Scrape timeout (at most the interval).")
+    server_name: str = setting("", "Name the exporter certificates are issued for (https).")
+    cert_file: str = setting(
+        "", "Client certificate for exporters that require one (mutual TLS, https)."
     )
-    evaluation_interval: Duration = field(
-        default=Duration("15s"), metadata=_doc("Rule evaluation interval.")
+    key_file: str = setting("", "Key of cert_file.")
+    username: str = setting("", "Basic-auth user for exporters behind basic_auth_users.")
+    password_file: str = setting(
+        "", "File holding that user's password (never the password itself)."
     )
-    scheme: Literal["http", "https"] = field(
-        default="http", metadata=_doc("Scheme of the exporter endpoints.")
+    static_targets: tuple[str, ...] = setting(
+        ("127.0.0.1:9400",), "host:port exporters always scraped (rlpulse's default port)."
     )
-    ca_file: str = field(
-        default="",
-        metadata=_doc(
-            "CA file that signed the exporters' certificates (https; empty: system CAs)."
-        ),
+    file_sd: tuple[str, ...] = setting(
+        ("targets/*.json",),
+        "file_sd target files (globs, relative to prometheus.yml) a launcher writes per run.",
     )
-    server_name: str = field(
-        default="", metadata=_doc("Name the exporter certificates are issued for (https).")
-    )
-    cert_file: str = field(
-        default="",
-        metadata=_doc("Client certificate for exporters that require one (mutual TLS, https)."),
-    )
-    key_file: str = field(default="", metadata=_doc("Key of cert_file."))
-    username: str = field(
-        default="", metadata=_doc("Basic-auth user for exporters behind basic_auth_users.")
-    )
-    password_file: str = field(
-        default="", metadata=_doc("File holding that user's password (never the password itself).")
-    )
-    static_targets: tuple[str, ...] = field(
-        default=("127.0.0.1:9400",),
-        metadata=_doc("host:port exporters always scraped (rlpulse's default port)."),
-    )
-    file_sd: tuple[str, ...] = field(
-        default=("targets/*.json",),
-        metadata=_doc(
-            "file_sd target files (globs, relative to prometheus.yml) a launcher writes per run."
-        ),
-    )
-    alertmanagers: tuple[str, ...] = field(
-        default=("127.0.0.1:9093",), metadata=_doc("Alertmanager host:port list.")
-    )
-    pushgateways: tuple[str, ...] = field(
-        default=(),
-        metadata=_doc(
-            "Pushgateway host:port list, scraped with honor_labels by the job "
-            "<job_name>-pushgateway (short runs push their final state there: "
-            "RLPULSE_PUSHGATEWAY)."
-        ),
+    alertmanagers: tuple[str, ...] = setting(("127.0.0.1:9093",), "Alertmanager host:port list.")
+    pushgateways: tuple[str, ...] = setting(
+        (),
+        "Pushgateway host:port list, scraped with honor_labels by the job "
+        "<job_name>-pushgateway (short runs push their final state there: "
+        "RLPULSE_PUSHGATEWAY).",
     )
 
 
@@ -135,58 +112,35 @@ _RESERVED_HEADERS = frozenset(
 class RemoteWrite:
     """One remote_write endpoint: a scalable store (VictoriaMetrics, Thanos Receive, Mimir)."""
 
-    url: str = field(
-        default="",
-        metadata=_doc(
-            "Write endpoint, e.g. http://vm:8428/api/v1/write (no credentials in the URL)."
-        ),
+    url: str = setting(
+        "", "Write endpoint, e.g. http://vm:8428/api/v1/write (no credentials in the URL)."
     )
-    name: str = field(
-        default="",
-        metadata=_doc(
-            'Name of the queue in Prometheus\' remote-write metrics (unique; "": hashed).'
-        ),
+    name: str = setting(
+        "", 'Name of the queue in Prometheus\' remote-write metrics (unique; "": hashed).'
     )
-    send: Literal["all", "recorded"] = field(
-        default="all",
-        metadata=_doc(
-            "'all': every series; 'recorded': only the recording rules, ALERTS and rl_run_info "
-            "(a central store holding per-run/per-node aggregates)."
-        ),
+    send: Literal["all", "recorded"] = setting(
+        "all",
+        "'all': every series; 'recorded': only the recording rules, ALERTS and rl_run_info "
+        "(a central store holding per-run/per-node aggregates).",
     )
-    username: str = field(default="", metadata=_doc("Basic-auth user (with password_file)."))
-    password_file: str = field(default="", metadata=_doc("File holding the basic-auth password."))
-    bearer_token_file: str = field(
-        default="", metadata=_doc("File holding a bearer token (instead of basic auth).")
+    username: str = setting("", "Basic-auth user (with password_file).")
+    password_file: str = setting("", "File holding the basic-auth password.")
+    bearer_token_file: str = setting("", "File holding a bearer token (instead of basic auth).")
+    headers: Pairs = setting(
+        (), "Extra HTTP headers, e.g. {X-Scope-OrgID: team-a} for Mimir (no secrets: use files)."
     )
-    headers: Pairs = field(
-        default=(),
-        metadata=_doc(
-            "Extra HTTP headers, e.g. {X-Scope-OrgID: team-a} for Mimir (no secrets: use files)."
-        ),
+    remote_timeout: Duration = setting(Duration("30s"), "Timeout of one write request.")
+    batch_send_deadline: Duration = setting(
+        Duration("5s"), "Longest a sample waits for a full batch (the delay a store lags by)."
     )
-    remote_timeout: Duration = field(
-        default=Duration("30s"), metadata=_doc("Timeout of one write request.")
+    max_samples_per_send: int = setting(
+        0, "Samples per request (0: Prometheus' default); raise it for fewer, larger requests."
     )
-    batch_send_deadline: Duration = field(
-        default=Duration("5s"),
-        metadata=_doc("Longest a sample waits for a full batch (the delay a store lags by)."),
+    capacity: int = setting(
+        0, "Samples queued per shard (0: Prometheus' default); 3-10x the batch size."
     )
-    max_samples_per_send: int = field(
-        default=0,
-        metadata=_doc(
-            "Samples per request (0: Prometheus' default); raise it for fewer, larger requests."
-        ),
-    )
-    capacity: int = field(
-        default=0,
-        metadata=_doc("Samples queued per shard (0: Prometheus' default); 3-10x the batch size."),
-    )
-    max_shards: int = field(
-        default=0,
-        metadata=_doc(
-            "Most parallel senders (0: Prometheus' default); lower it to spare a small store."
-        ),
+    max_shards: int = setting(
+        0, "Most parallel senders (0: Prometheus' default); lower it to spare a small store."
     )
 
 
@@ -194,50 +148,39 @@ class RemoteWrite:
 class Federation:
     """The scrape job a global Prometheus adds to federate aggregates from leaves (federate.yml)."""
 
-    job_name: str = field(
-        default="rlpulse-federate", metadata=_doc("Job name on the global server.")
+    job_name: str = setting("rlpulse-federate", "Job name on the global server.")
+    leaves: tuple[str, ...] = setting(
+        ("127.0.0.1:9090",),
+        "host:port of each leaf Prometheus (give each its own external_labels).",
     )
-    leaves: tuple[str, ...] = field(
-        default=("127.0.0.1:9090",),
-        metadata=_doc("host:port of each leaf Prometheus (give each its own external_labels)."),
+    scheme: Literal["http", "https"] = setting("http", "Scheme of the leaves' /federate endpoint.")
+    interval: Duration = setting(
+        Duration("30s"), "Federation scrape interval (at least the leaves' evaluation interval)."
     )
-    scheme: Literal["http", "https"] = field(
-        default="http", metadata=_doc("Scheme of the leaves' /federate endpoint.")
-    )
-    interval: Duration = field(
-        default=Duration("30s"),
-        metadata=_doc("Federation scrape interval (at least the leaves' evaluation interval)."),
-    )
-    timeout: Duration = field(default=Duration("20s"), metadata=_doc("Federation scrape timeout."))
+    timeout: Duration = setting(Duration("20s"), "Federation scrape timeout.")
 
 
 @dataclass(frozen=True)
 class Routing:
     """Alertmanager grouping and repeat timings, and who owns the alerts."""
 
-    group_wait: Duration = field(
-        default=Duration("30s"), metadata=_doc("Wait before the first notification of a group.")
+    group_wait: Duration = setting(
+        Duration("30s"), "Wait before the first notification of a group."
     )
-    group_interval: Duration = field(
-        default=Duration("5m"), metadata=_doc("Wait before notifying changes in a group.")
+    group_interval: Duration = setting(Duration("5m"), "Wait before notifying changes in a group.")
+    repeat_interval: Duration = setting(
+        Duration("4h"), "Re-notify a still-firing alert after this."
     )
-    repeat_interval: Duration = field(
-        default=Duration("4h"), metadata=_doc("Re-notify a still-firing alert after this.")
+    teams: Pairs = setting(
+        (("rl", "research"), ("task", "research"), ("system", "infra")),
+        "The team owning each layer's alerts, set as their team label. The system layer's "
+        "team is the infrastructure on-call: with receivers.pagerduty.infra_routing_key_file "
+        "(or receivers.slack.infra_channel) set, every alert of that team pages it.",
     )
-    teams: Pairs = field(
-        default=(("rl", "research"), ("task", "research"), ("system", "infra")),
-        metadata=_doc(
-            "The team owning each layer's alerts, set as their team label. The system layer's "
-            "team is the infrastructure on-call: with receivers.pagerduty.infra_routing_key_file "
-            "(or receivers.slack.infra_channel) set, every alert of that team pages it."
-        ),
-    )
-    cluster: str = field(
-        default="",
-        metadata=_doc(
-            "cluster label set on every alert (empty: none). Leave it empty when "
-            "external_labels sets cluster: Prometheus adds that to every alert it sends."
-        ),
+    cluster: str = setting(
+        "",
+        "cluster label set on every alert (empty: none). Leave it empty when "
+        "external_labels sets cluster: Prometheus adds that to every alert it sends.",
     )
 
 
@@ -245,25 +188,19 @@ class Routing:
 class Watchdog:
     """The always-firing RLWatchdog alert as a dead man's switch."""
 
-    heartbeat_url: str = field(
-        default="",
-        metadata=_doc(
-            "URL Alertmanager posts the Watchdog to every minute (healthchecks.io ping URL, "
-            "an Opsgenie or Better Stack heartbeat, a PagerDuty-side dead man's switch); that "
-            "service alerts when the posts stop. Empty: the watchdog receiver posts nowhere. "
-            "The URL (its token) is written into alertmanager.yml (docs/security.md). "
-            "`rlpulse stack up` points it at its own heartbeat checker."
-        ),
+    heartbeat_url: str = setting(
+        "",
+        "URL Alertmanager posts the Watchdog to every minute (healthchecks.io ping URL, "
+        "an Opsgenie or Better Stack heartbeat, a PagerDuty-side dead man's switch); that "
+        "service alerts when the posts stop. Empty: the watchdog receiver posts nowhere. "
+        "The URL (its token) is written into alertmanager.yml (docs/security.md). "
+        "`rlpulse stack up` points it at its own heartbeat checker.",
     )
-    interval: Duration = field(
-        default=Duration("1m"), metadata=_doc("How often Alertmanager posts the Watchdog.")
-    )
-    missing_after: Duration = field(
-        default=Duration("5m"),
-        metadata=_doc(
-            "The heartbeat checker of `rlpulse stack up` pages (straight to PagerDuty, not "
-            "through Alertmanager) when no Watchdog came for this long."
-        ),
+    interval: Duration = setting(Duration("1m"), "How often Alertmanager posts the Watchdog.")
+    missing_after: Duration = setting(
+        Duration("5m"),
+        "The heartbeat checker of `rlpulse stack up` pages (straight to PagerDuty, not "
+        "through Alertmanager) when no Watchdog came for this long.",
     )
 
 
@@ -271,25 +208,17 @@ class Watchdog:
 class PagerDuty:
     """The critical receiver: PagerDuty Events API v2."""
 
-    url: str = field(
-        default="https://events.pagerduty.com/v2/enqueue", metadata=_doc("Events API v2 endpoint.")
+    url: str = setting("https://events.pagerduty.com/v2/enqueue", "Events API v2 endpoint.")
+    routing_key_file: str = setting(
+        "/etc/alertmanager/secrets/pagerduty_routing_key",
+        "File holding the integration's routing key (never put the key itself in a config).",
     )
-    routing_key_file: str = field(
-        default="/etc/alertmanager/secrets/pagerduty_routing_key",
-        metadata=_doc(
-            "File holding the integration's routing key (never put the key itself in a config)."
-        ),
-    )
-    send_resolved: bool = field(
-        default=True, metadata=_doc("Send a resolve event when the alert clears.")
-    )
-    infra_routing_key_file: str = field(
-        default="",
-        metadata=_doc(
-            "File holding the routing key of the infrastructure on-call, paged for the alerts of "
-            "routing.teams.system (GPUs, liveness, exporters); empty: one service pages for "
-            "every team."
-        ),
+    send_resolved: bool = setting(True, "Send a resolve event when the alert clears.")
+    infra_routing_key_file: str = setting(
+        "",
+        "File holding the routing key of the infrastructure on-call, paged for the alerts of "
+        "routing.teams.system (GPUs, liveness, exporters); empty: one service pages for "
+        "every team.",
     )
 
 
@@ -297,18 +226,15 @@ class PagerDuty:
 class Slack:
     """A warning receiver: Slack incoming webhook."""
 
-    api_url_file: str = field(
-        default="/etc/alertmanager/secrets/slack_api_url",
-        metadata=_doc("File holding the Slack webhook URL."),
+    api_url_file: str = setting(
+        "/etc/alertmanager/secrets/slack_api_url", "File holding the Slack webhook URL."
     )
-    channel: str = field(default="#rl-training", metadata=_doc("Channel to post to."))
-    send_resolved: bool = field(default=True, metadata=_doc("Post when the alert clears."))
-    infra_channel: str = field(
-        default="",
-        metadata=_doc(
-            "Channel of the infrastructure on-call for the warnings of routing.teams.system "
-            "(same webhook); empty: every team posts to channel."
-        ),
+    channel: str = setting("#rl-training", "Channel to post to.")
+    send_resolved: bool = setting(True, "Post when the alert clears.")
+    infra_channel: str = setting(
+        "",
+        "Channel of the infrastructure on-call for the warnings of routing.teams.system "
+        "(same webhook); empty: every team posts to channel.",
     )
 
 
@@ -316,70 +242,51 @@ class Slack:
 class Webhook:
     """A warning receiver: a generic webhook (Alertmanager's JSON payload)."""
 
-    url: str = field(
-        default="http://127.0.0.1:9095/alerts", metadata=_doc("Endpoint that receives the alerts.")
-    )
-    send_resolved: bool = field(default=True, metadata=_doc("Send resolved alerts too."))
+    url: str = setting("http://127.0.0.1:9095/alerts", "Endpoint that receives the alerts.")
+    send_resolved: bool = setting(True, "Send resolved alerts too.")
 
 
 @dataclass(frozen=True)
 class Receivers:
     """Where each severity goes: critical pages PagerDuty; warning goes to Slack or a webhook."""
 
-    warning: Literal["slack", "webhook"] = field(
-        default="slack", metadata=_doc("Receiver of severity=warning.")
+    warning: Literal["slack", "webhook"] = setting("slack", "Receiver of severity=warning.")
+    info: Literal["none", "slack", "webhook"] = setting(
+        "none", "Receiver of severity=info ('none': only visible in Alertmanager and Grafana)."
     )
-    info: Literal["none", "slack", "webhook"] = field(
-        default="none",
-        metadata=_doc(
-            "Receiver of severity=info ('none': only visible in Alertmanager and Grafana)."
-        ),
-    )
-    pagerduty: PagerDuty = field(default_factory=PagerDuty, metadata=_doc("PagerDuty settings."))
-    slack: Slack = field(default_factory=Slack, metadata=_doc("Slack settings."))
-    webhook: Webhook = field(default_factory=Webhook, metadata=_doc("Webhook settings."))
+    pagerduty: PagerDuty = section(PagerDuty, "PagerDuty settings.")
+    slack: Slack = section(Slack, "Slack settings.")
+    webhook: Webhook = section(Webhook, "Webhook settings.")
 
 
 @dataclass(frozen=True)
 class Links:
     """URLs put into alert annotations and notifications."""
 
-    grafana_url: str = field(
-        default="http://localhost:3000",
-        metadata=_doc("Grafana base URL for dashboard links (also Grafana's root_url in compose)."),
+    grafana_url: str = setting(
+        "http://localhost:3000",
+        "Grafana base URL for dashboard links (also Grafana's root_url in compose).",
     )
-    prometheus_url: str = field(
-        default="http://localhost:9090",
-        metadata=_doc(
-            "Prometheus' external URL (--web.external-url in compose): the alerts' source links."
-        ),
+    prometheus_url: str = setting(
+        "http://localhost:9090",
+        "Prometheus' external URL (--web.external-url in compose): the alerts' source links.",
     )
-    alertmanager_url: str = field(
-        default="http://localhost:9093",
-        metadata=_doc(
-            "Alertmanager's external URL (--web.external-url in compose): silence links in Slack "
-            "and PagerDuty. Set these three to addresses on-call engineers can open."
-        ),
+    alertmanager_url: str = setting(
+        "http://localhost:9093",
+        "Alertmanager's external URL (--web.external-url in compose): silence links in Slack "
+        "and PagerDuty. Set these three to addresses on-call engineers can open.",
     )
-    training_dashboard_uid: str = field(
-        default="rlpulse-training", metadata=_doc("uid of the RL training dashboard.")
+    training_dashboard_uid: str = setting("rlpulse-training", "uid of the RL training dashboard.")
+    system_dashboard_uid: str = setting("rlpulse-system", "uid of the RL system dashboard.")
+    comparison_dashboard_uid: str = setting("rlpulse-comparison", "uid of the run comparison one.")
+    runbook_url: str = setting(
+        "https://github.com/rlpulse/rlpulse/blob/main/docs/runbooks.md",
+        "Base URL of docs/runbooks.md; each alert links to its #anchor.",
     )
-    system_dashboard_uid: str = field(
-        default="rlpulse-system", metadata=_doc("uid of the RL system dashboard.")
-    )
-    comparison_dashboard_uid: str = field(
-        default="rlpulse-comparison", metadata=_doc("uid of the run comparison one.")
-    )
-    runbook_url: str = field(
-        default="https://github.com/rlpulse/rlpulse/blob/main/docs/runbooks.md",
-        metadata=_doc("Base URL of docs/runbooks.md; each alert links to its #anchor."),
-    )
-    rollouts_url: str = field(
-        default=VIEWER_URL,
-        metadata=_doc(
-            "Base URL of the rollout viewer (`rlpulse rollouts serve`, started by `rlpulse "
-            "stack up`): the rollout links of pages, panels and exemplars open it."
-        ),
+    rollouts_url: str = setting(
+        VIEWER_URL,
+        "Base URL of the rollout viewer (`rlpulse rollouts serve`, started by `rlpulse "
+        "stack up`): the rollout links of pages, panels and exemplars open it.",
     )
 
 
@@ -387,101 +294,72 @@ class Links:
 class Selectors:
     """Label matchers added to every rl_/rlpulse_ series a rule selects."""
 
-    metrics: str = field(
-        default="", metadata=_doc('Extra matchers, e.g. cluster="a" (empty: none).')
-    )
+    metrics: str = setting("", 'Extra matchers, e.g. cluster="a" (empty: none).')
 
 
 @dataclass(frozen=True)
 class Windows:
     """Shared PromQL windows."""
 
-    rate: Duration = field(
-        default=Duration("5m"), metadata=_doc("rate() and histogram-quantile window.")
+    rate: Duration = setting(Duration("5m"), "rate() and histogram-quantile window.")
+    recent: Duration = setting(Duration("10m"), "Smoothing window for a series' current level.")
+    zscore: Duration = setting(
+        Duration("1h"), "Earlier window a z-score or drift compares against."
     )
-    recent: Duration = field(
-        default=Duration("10m"), metadata=_doc("Smoothing window for a series' current level.")
-    )
-    zscore: Duration = field(
-        default=Duration("1h"), metadata=_doc("Earlier window a z-score or drift compares against.")
-    )
-    baseline: Duration = field(
-        default=Duration("6h"), metadata=_doc("Lookback for a run's own peak/floor baseline.")
-    )
-    resolution: Duration = field(
-        default=Duration("1m"), metadata=_doc("Step of the subqueries behind baselines.")
-    )
+    baseline: Duration = setting(Duration("6h"), "Lookback for a run's own peak/floor baseline.")
+    resolution: Duration = setting(Duration("1m"), "Step of the subqueries behind baselines.")
 
 
 @dataclass(frozen=True)
 class Kubernetes:
     """prometheus-operator manifests and Grafana dashboard ConfigMaps (``--kubernetes``)."""
 
-    name: str = field(default="rlpulse", metadata=_doc("Name (prefix) of every generated object."))
-    namespace: str = field(
-        default="monitoring",
-        metadata=_doc("Namespace of the PodMonitor, PrometheusRule and dashboard ConfigMaps."),
+    name: str = setting("rlpulse", "Name (prefix) of every generated object.")
+    namespace: str = setting(
+        "monitoring", "Namespace of the PodMonitor, PrometheusRule and dashboard ConfigMaps."
     )
-    labels: tuple[str, ...] = field(
-        default=("release=kube-prometheus-stack",),
-        metadata=_doc(
-            "key=value labels on every object; kube-prometheus-stack selects PodMonitors and "
-            "PrometheusRules by release=<its Helm release>."
-        ),
+    labels: tuple[str, ...] = setting(
+        ("release=kube-prometheus-stack",),
+        "key=value labels on every object; kube-prometheus-stack selects PodMonitors and "
+        "PrometheusRules by release=<its Helm release>.",
     )
-    pod_selector: tuple[str, ...] = field(
-        default=("app.kubernetes.io/component=rl-trainer",),
-        metadata=_doc("key=value labels that select the trainer pods."),
+    pod_selector: tuple[str, ...] = setting(
+        ("app.kubernetes.io/component=rl-trainer",),
+        "key=value labels that select the trainer pods.",
     )
-    pod_namespaces: tuple[str, ...] = field(
-        default=(), metadata=_doc("Namespaces the trainer pods run in (empty: any).")
+    pod_namespaces: tuple[str, ...] = setting(
+        (), "Namespaces the trainer pods run in (empty: any)."
     )
-    port_name: str = field(
-        default="rlpulse",
-        metadata=_doc(
-            "Container port name of the exporter; a pod with several exporters names them "
-            "<port_name>-<local rank>."
-        ),
+    port_name: str = setting(
+        "rlpulse",
+        "Container port name of the exporter; a pod with several exporters names them "
+        "<port_name>-<local rank>.",
     )
-    pod_target_labels: tuple[str, ...] = field(
-        default=(), metadata=_doc("Pod labels copied onto every scraped series.")
+    pod_target_labels: tuple[str, ...] = setting((), "Pod labels copied onto every scraped series.")
+    tls_secret: str = setting(
+        "rlpulse-scrape-tls",
+        "Secret (key ca.crt) with the CA of the exporter certificates (https).",
     )
-    tls_secret: str = field(
-        default="rlpulse-scrape-tls",
-        metadata=_doc("Secret (key ca.crt) with the CA of the exporter certificates (https)."),
+    basic_auth_secret: str = setting(
+        "", "Secret (keys username, password) for exporters behind basic auth (empty: none)."
     )
-    basic_auth_secret: str = field(
-        default="",
-        metadata=_doc(
-            "Secret (keys username, password) for exporters behind basic auth (empty: none)."
-        ),
+    dashboard_label: str = setting(
+        "grafana_dashboard=1", "key=value label the Grafana dashboard sidecar watches for."
     )
-    dashboard_label: str = field(
-        default="grafana_dashboard=1",
-        metadata=_doc("key=value label the Grafana dashboard sidecar watches for."),
+    dashboard_folder_annotation: str = setting(
+        "grafana_folder",
+        "Annotation the sidecar reads the Grafana folder from (its folderAnnotation).",
     )
-    dashboard_folder_annotation: str = field(
-        default="grafana_folder",
-        metadata=_doc(
-            "Annotation the sidecar reads the Grafana folder from (its folderAnnotation)."
-        ),
+    dashboard_folder: str = setting("rlpulse", "Grafana folder of the dashboards.")
+    rollouts_claim: str = setting(
+        "rlpulse-rollouts",
+        "PersistentVolumeClaim (ReadWriteMany) holding the rollout stores: trainers mount it "
+        "at $RLPULSE_DATA_DIR, the rollout viewer reads it.",
     )
-    dashboard_folder: str = field(
-        default="rlpulse", metadata=_doc("Grafana folder of the dashboards.")
-    )
-    rollouts_claim: str = field(
-        default="rlpulse-rollouts",
-        metadata=_doc(
-            "PersistentVolumeClaim (ReadWriteMany) holding the rollout stores: trainers mount it "
-            "at $RLPULSE_DATA_DIR, the rollout viewer reads it."
-        ),
-    )
-    rollouts_storage: str = field(
-        default="10Gi", metadata=_doc("Size requested for rollouts_claim.")
-    )
-    viewer_image: str = field(
-        default="python:3.11-slim-bookworm",
-        metadata=_doc("Image of the rollout viewer (rlpulse is installed at start if missing)."),
+    rollouts_storage: str = setting("10Gi", "Size requested for rollouts_claim.")
+    viewer_image: str = setting(
+        "python:3.11-slim-bookworm",
+        "Image of the rollout viewer (rlpulse is installed at start if missing).",
     )
 
 
@@ -491,10 +369,7 @@ class Kubernetes:
 # every alert brings its own knobs (rlpulse.stack.alerts), area by area
 _Declared = dataclasses.make_dataclass(
     "_Declared",
-    [
-        (d.key, d.knobs, field(default_factory=d.knobs, metadata=_doc(f"{', '.join(d.runbooks)}.")))
-        for d in alert_defs.ALL
-    ],
+    [(d.key, d.knobs, section(d.knobs, f"{', '.join(d.runbooks)}.")) for d in alert_defs.ALL],
     frozen=True,
 )
 
@@ -508,41 +383,27 @@ class Alerts(_Declared):  # type: ignore[misc, valid-type]
 class Config:
     """Everything ``rlpulse generate`` needs."""
 
-    scrape: Scrape = field(default_factory=Scrape, metadata=_doc("Prometheus scraping."))
-    routing: Routing = field(default_factory=Routing, metadata=_doc("Alertmanager timings."))
-    receivers: Receivers = field(
-        default_factory=Receivers, metadata=_doc("Notification receivers.")
+    scrape: Scrape = section(Scrape, "Prometheus scraping.")
+    routing: Routing = section(Routing, "Alertmanager timings.")
+    receivers: Receivers = section(Receivers, "Notification receivers.")
+    watchdog: Watchdog = section(Watchdog, "Dead man's switch of the alerting pipeline.")
+    links: Links = section(Links, "Dashboard and runbook links.")
+    selectors: Selectors = section(Selectors, "Series selection.")
+    windows: Windows = section(Windows, "Shared PromQL windows.")
+    kubernetes: Kubernetes = section(Kubernetes, "prometheus-operator manifests.")
+    alerts: Alerts = section(Alerts, "Alert thresholds.")
+    external_labels: Pairs = setting(
+        (),
+        "Labels this Prometheus adds to remote-written, federated and alerted series, "
+        "e.g. {cluster: a, replica: prom-0} (needed by federation and HA dedup).",
     )
-    watchdog: Watchdog = field(
-        default_factory=Watchdog, metadata=_doc("Dead man's switch of the alerting pipeline.")
-    )
-    links: Links = field(default_factory=Links, metadata=_doc("Dashboard and runbook links."))
-    selectors: Selectors = field(default_factory=Selectors, metadata=_doc("Series selection."))
-    windows: Windows = field(default_factory=Windows, metadata=_doc("Shared PromQL windows."))
-    kubernetes: Kubernetes = field(
-        default_factory=Kubernetes, metadata=_doc("prometheus-operator manifests.")
-    )
-    alerts: Alerts = field(default_factory=Alerts, metadata=_doc("Alert thresholds."))
-    external_labels: Pairs = field(
-        default=(),
-        metadata=_doc(
-            "Labels this Prometheus adds to remote-written, federated and alerted series, "
-            "e.g. {cluster: a, replica: prom-0} (needed by federation and HA dedup)."
-        ),
-    )
-    remote_write: tuple[RemoteWrite, ...] = field(
-        default=(), metadata=_doc("Remote-write endpoints (none by default).")
-    )
-    federation: Federation = field(
-        default_factory=Federation, metadata=_doc("Federation of leaves into a global server.")
-    )
-    keys: UserKeys = field(
-        default=(),
-        metadata=_doc(
-            "Your trainer's logged keys, searched before the framework tables: key: objective "
-            "(the true objective), a catalog metric, {metric, labels, scale} or null "
-            "(docs/replay.md)."
-        ),
+    remote_write: tuple[RemoteWrite, ...] = setting((), "Remote-write endpoints (none by default).")
+    federation: Federation = section(Federation, "Federation of leaves into a global server.")
+    keys: UserKeys = setting(
+        (),
+        "Your trainer's logged keys, searched before the framework tables: key: objective "
+        "(the true objective), a catalog metric, {metric, labels, scale} or null "
+        "(docs/replay.md).",
     )
 
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, NewType
 
@@ -49,8 +50,20 @@ def duration(secs: float) -> Duration:
 
 
 def _doc(text: str, choices: frozenset[str] | None = None) -> dict[str, Any]:
-    """Field metadata: the sentence docs/configuration.md shows, and the strings a user may set."""
+    """Field metadata: the sentence docs/reference/configuration.md shows, and the strings a user
+    may set."""
     return {"doc": text, "choices": choices}
+
+
+def setting(default: Any, text: str, choices: frozenset[str] | None = None) -> Any:
+    """A config field: its default, the sentence docs/configuration.md shows and the strings a
+    user may set."""
+    return field(default=default, metadata=_doc(text, choices))
+
+
+def section(factory: Callable[[], Any], text: str) -> Any:
+    """A config field holding a section (a dataclass of settings), and its sentence."""
+    return field(default_factory=factory, metadata=_doc(text))
 
 
 def doc(f: dataclasses.Field[Any]) -> str:
@@ -62,7 +75,5 @@ def doc(f: dataclasses.Field[Any]) -> str:
 class AlertConfig:
     """Settings every alert has."""
 
-    enabled: bool = field(default=True, metadata=_doc("Generate this alert."))
-    for_: Duration = field(
-        default=Duration("10m"), metadata=_doc("How long the condition must hold before firing.")
-    )
+    enabled: bool = setting(True, "Generate this alert.")
+    for_: Duration = setting(Duration("10m"), "How long the condition must hold before firing.")

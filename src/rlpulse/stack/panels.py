@@ -81,6 +81,11 @@ def see(dashboard: str, *titles: str) -> str:
     return SEPARATOR.join(f"{dashboard}{ARROW}{title}" for title in titles)
 
 
+def see_in(*groups: tuple[str, ...]) -> str:
+    """Panels on several dashboards: each group a dashboard and its titles, as :func:`see`."""
+    return SEPARATOR.join(see(*group) for group in groups)
+
+
 def references(text: str) -> list[tuple[str, str]]:
     """``(dashboard, title)`` of every panel a :func:`see` text names."""
     return [

@@ -23,48 +23,49 @@ from rlpulse.stack import panels
 from rlpulse.stack.alerts import gpu, liveness, system
 from rlpulse.stack.alerts.kit import Alert, Area, RecordingRule
 from rlpulse.stack.config import Config
+from rlpulse.stack.metrics import (
+    COLLECTOR_DURATION,
+    COLLECTOR_ERRORS,
+    COLLECTOR_UP,
+    COMPLETION_TOKENS,
+    ENV_STEPS,
+    EPISODES,
+    GPU_CLOCK,
+    GPU_ECC,
+    GPU_MEM_TOTAL,
+    GPU_MEM_USED,
+    GPU_MEM_UTIL,
+    GPU_POWER,
+    GPU_POWER_LIMIT,
+    GPU_PROCESS_MEM,
+    GPU_TEMP,
+    GPU_THROTTLED,
+    GPU_UTIL,
+    GRADER_CALLS,
+    GRADER_ERRORS,
+    GRADER_LATENCY,
+    LAST_GOOD_STEP,
+    LAST_LOG,
+    LENGTH_HIST,
+    OUTCOME,
+    PHASE,
+    PROCESS_CPU,
+    PROCESS_RSS,
+    PROMPT_TOKENS,
+    RESUME_STEP,
+    RUN_INFO,
+    SAMPLES,
+    STEP,
+    TOOL_CALLS,
+    TOOL_ERRORS,
+    TRAIN_STEPS,
+)
 from rlpulse.stack.output import dump, header
 from rlpulse.stack.promql import record_name, template_matchers, template_query
 from rlpulse.stack.query import NODE_BY, RUN_BY, Query
 
 AREAS: tuple[Area, ...] = ("rl", "task", "system")
 
-M = catalog.get
-RUN_INFO = M("rl_run_info")
-LAST_GOOD_STEP = M("rl_last_good_step")
-RESUME_STEP = M("rl_resume_checkpoint_step")
-LENGTH_HIST = M("rl_response_length_tokens")
-STEP = M("rl_step")
-GPU_UTIL = M("rl_gpu_utilization_ratio")
-GPU_MEM_UTIL = M("rl_gpu_memory_utilization_ratio")
-GPU_MEM_USED = M("rl_gpu_memory_used_bytes")
-GPU_MEM_TOTAL = M("rl_gpu_memory_total_bytes")
-GPU_POWER = M("rl_gpu_power_watts")
-GPU_POWER_LIMIT = M("rl_gpu_power_limit_watts")
-GPU_TEMP = M("rl_gpu_temperature_celsius")
-GPU_CLOCK = M("rl_gpu_sm_clock_hertz")
-GPU_PROCESS_MEM = M("rl_gpu_process_memory_bytes")
-GPU_THROTTLED = M("rl_gpu_throttled")
-GPU_ECC = M("rl_gpu_ecc_errors_total")
-PROCESS_CPU = M("rl_process_cpu_utilization_ratio")
-PROCESS_RSS = M("rl_process_resident_memory_bytes")
-LAST_LOG = M("rl_last_step_timestamp_seconds")
-GRADER_LATENCY = M("rl_grader_duration_seconds")
-TOOL_CALLS = M("rl_tool_calls_total")
-TOOL_ERRORS = M("rl_tool_errors_total")
-COLLECTOR_DURATION = M("rlpulse_collector_duration_seconds")
-PHASE = M("rl_phase_duration_seconds")
-GRADER_CALLS = M("rl_grader_calls_total")
-GRADER_ERRORS = M("rl_grader_errors_total")
-TRAIN_STEPS = M("rl_train_steps_total")
-SAMPLES = M("rl_samples_total")
-COMPLETION_TOKENS = M("rl_completion_tokens_total")
-PROMPT_TOKENS = M("rl_prompt_tokens_total")
-ENV_STEPS = M("rl_env_steps_total")
-EPISODES = M("rl_episodes_total")
-COLLECTOR_UP = M("rlpulse_collector_up")
-COLLECTOR_ERRORS = M("rlpulse_collector_errors_total")
-OUTCOME = M("rl_run_outcome")
 
 # Recorded series the dashboards (and replay) query; names do not depend on Config. Those an
 # alert reads are declared with it (``rlpulse.stack.alerts``), these three are plotted too.

@@ -46,28 +46,24 @@ HEALTHY_TIMES = ("1h", "2h30m", "4h", "6h", "7h59m")
 # ---- rendering ---------------------------------------------------------------------------------
 
 
+def go_g(value: float, digits: int) -> str:
+    """Go's ``%.<digits>g`` of a float (NaN and ±Inf spelt as Go spells them)."""
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "+Inf" if value > 0 else "-Inf"
+    return f"{value:.{digits}g}"
+
+
 def go_g3(value: float) -> str:
     """``printf "%.3g"`` as Go's text/template prints a float."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return f"{value:.3g}"
-
-
-def _go_g4(value: float) -> str:
-    """Go's ``%.4g`` of a float (NaN and ±Inf spelt as Go spells them)."""
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "+Inf" if value > 0 else "-Inf"
-    return f"{value:.4g}"
+    return go_g(value, 3)
 
 
 def go_humanize(value: float) -> str:
     """``humanize`` as Prometheus' templates print a number (SI prefix, 4 significant digits)."""
     if value == 0 or not math.isfinite(value):
-        return _go_g4(value)
+        return go_g(value, 4)
     big, small = ("k", "M", "G", "T", "P", "E", "Z", "Y"), ("m", "u", "n", "p", "f", "a", "z", "y")
     prefix = ""
     if abs(value) >= 1:
@@ -80,12 +76,12 @@ def go_humanize(value: float) -> str:
             if abs(value) >= 1:
                 break
             prefix, value = p, value * 1000
-    return _go_g4(value) + prefix
+    return go_g(value, 4) + prefix
 
 
 def go_percentage(value: float) -> str:
     """``humanizePercentage`` as Prometheus' templates print a ratio."""
-    return _go_g4(value * 100) + "%"
+    return go_g(value * 100, 4) + "%"
 
 
 def go_duration(value: float) -> str:

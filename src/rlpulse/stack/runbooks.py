@@ -32,7 +32,8 @@ def render(cfg: Config) -> dict[str, str]:
         header("runbooks.py", comment="<!--", end="-->").rstrip("\n"),
         "",
         "One section per alert rlpulse generates. Thresholds and windows are the defaults of",
-        "[configuration.md](configuration.md); dashboards are generated in `grafana/dashboards/`.",
+        "[configuration.md](reference/configuration.md); dashboards are generated in "
+        "`grafana/dashboards/`.",
         "",
     ]
     for alert in meta.ALERTS:  # the alerting pipeline's own (prometheus/rules/meta.yml)

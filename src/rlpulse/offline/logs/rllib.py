@@ -5,9 +5,11 @@ Step = ``training_iteration``; time = ``timestamp`` (Unix seconds). Nested resul
 ``a/b`` keys (``info/learner/default_policy/learner_stats/entropy``). ``config`` (the trial's
 hyperparameters, repeated on every row) and host bookkeeping (``pid``, ``date`` …) are skipped.
 Tune writes a metric with no value (``episode_reward_mean`` of an iteration in which no
-episode finished) as a bare ``NaN`` token: it is read as NaN, which the exporter counts as
-non-finite. Older ``progress.csv`` files hold the nested results (``info``) as a Python-repr
-dict in one cell; it is read with a literal-only parser (numbers, strings, dicts, ``nan``/
+episode finished) as a bare ``NaN`` token: an episode statistic (``episode_*``) that is NaN in an
+iteration whose episode count (``episodes_this_iter``, ``num_episodes``) is 0 or absent is no
+value and left out; elsewhere NaN is read as NaN, which the exporter counts as non-finite.
+Older ``progress.csv`` files hold the nested results (``info``) as a Python-repr dict in one
+cell; it is read with a literal-only parser (numbers, strings, dicts, ``nan``/
 ``inf``), never evaluated, and bounded by the CSV field limit.
 """
 
@@ -34,6 +36,8 @@ STEP_KEY = "training_iteration"
 TIME_KEY = "timestamp"
 SKIPPED = frozenset({"config", "pid", "node_ip", "hostname", "date", "experiment_id", "done"})
 _NAMES = {"nan": math.nan, "inf": math.inf, "True": True, "False": False, "None": None}
+# an iteration's finished episodes (``episodes``: 2018's RLlib; ``episodes_total`` is a total)
+EPISODE_COUNTS = ("episodes_this_iter", "num_episodes", "episodes")
 
 
 def looks_like_rllib(keys: object) -> bool:
@@ -49,7 +53,19 @@ def _record(path: Path, where: str, row: dict[str, object]) -> Record:
     values = flat(path, where, {k: v for k, v in row.items() if k not in SKIPPED})
     for k in (STEP_KEY, TIME_KEY):
         values.pop(k, None)
+    if not _episodes_ended(values):
+        for k in [k for k, v in values.items() if _episode_stat(k) and math.isnan(v)]:
+            del values[k]  # Tune's NaN for "no episode ended": no value, not a failure
     return Record(step, ts if ts is not None and math.isfinite(ts) else None, values, where)
+
+
+def _episode_stat(key: str) -> bool:
+    return key.rsplit("/", 1)[-1].startswith("episode_")
+
+
+def _episodes_ended(values: dict[str, float]) -> bool:
+    """Whether the iteration says an episode finished in it (its count above 0)."""
+    return any(v > 0 for k, v in values.items() if k.rsplit("/", 1)[-1] in EPISODE_COUNTS)
 
 
 def read_rllib_json(path: Path) -> Iterator[Record]:

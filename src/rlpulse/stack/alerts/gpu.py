@@ -2,23 +2,23 @@
 
 from __future__ import annotations
 
-from rlpulse import catalog
 from rlpulse.runtime.collectors.gpu import THROTTLE_REASONS
 from rlpulse.stack import panels
 from rlpulse.stack.alerts import kit
 from rlpulse.stack.alerts.inputs import GPU, const, counter, every, noisy, series
 from rlpulse.stack.alerts.kit import HUMANIZE, PERCENT, pct
+from rlpulse.stack.metrics import (
+    GPU_ECC,
+    GPU_MEM_TOTAL,
+    GPU_MEM_USED,
+    GPU_TEMP,
+    GPU_THROTTLED,
+    GPU_UTIL,
+)
 from rlpulse.stack.panels import SYSTEM, see
 from rlpulse.stack.promql import record_name, regex_alternatives
 
-M = catalog.get
-UTIL = M("rl_gpu_utilization_ratio")
-MEM_USED = M("rl_gpu_memory_used_bytes")
-MEM_TOTAL = M("rl_gpu_memory_total_bytes")
-TEMP = M("rl_gpu_temperature_celsius")
-THROTTLED = M("rl_gpu_throttled")
-ECC = M("rl_gpu_ecc_errors_total")
-MEMORY_RATIO = record_name("gpu", MEM_USED, "ratio")
+MEMORY_RATIO = record_name("gpu", GPU_MEM_USED, "ratio")
 ID = "GPU {{ $labels.gpu }} of run {{ $labels.run_id }} on {{ $labels.instance }}"
 IDLE = "RLGPUIdle"
 MEMORY_FULL = "RLGPUMemoryFull"
@@ -35,14 +35,14 @@ _CORRECTED = {**GPU, "error_type": "corrected"}
 def healthy_inputs(n: int) -> tuple[tuple[str, str], ...]:
     """A GPU busy at 85% and 70 C with power capping and corrected ECC errors only."""
     return (
-        (series(UTIL, GPU), noisy(0.85, 0.85, 0.05, n, 21)),
-        (series(MEM_TOTAL, GPU), const(80e9, n)),
-        (series(MEM_USED, GPU), const(60e9, n)),
-        (series(TEMP, GPU), noisy(70, 72, 3, n, 22)),
-        (series(THROTTLED, _POWER), every(lambda i: 1, n, 2).replace("_", "0")),
-        (series(THROTTLED, _THERMAL), const(0, n)),
-        (series(ECC, _CORRECTED), counter((0.1, n))),
-        (series(ECC, _UNCORRECTED), const(0, n)),
+        (series(GPU_UTIL, GPU), noisy(0.85, 0.85, 0.05, n, 21)),
+        (series(GPU_MEM_TOTAL, GPU), const(80e9, n)),
+        (series(GPU_MEM_USED, GPU), const(60e9, n)),
+        (series(GPU_TEMP, GPU), noisy(70, 72, 3, n, 22)),
+        (series(GPU_THROTTLED, _POWER), every(lambda i: 1, n, 2).replace("_", "0")),
+        (series(GPU_THROTTLED, _THERMAL), const(0, n)),
+        (series(GPU_ECC, _CORRECTED), counter((0.1, n))),
+        (series(GPU_ECC, _UNCORRECTED), const(0, n)),
     )
 
 
@@ -53,7 +53,7 @@ DEFS: tuple[kit.AlertDef, ...] = (
         doc="GPUs idle while the run's exporter is alive.",
         settings={"threshold": kit.Knob(0.05, "Fire below this mean GPU utilization.")},
         severity="warning",
-        expr=lambda q, k: f"{q.recent(UTIL)} < {k.threshold:g}",
+        expr=lambda q, k: f"{q.recent(GPU_UTIL)} < {k.threshold:g}",
         summary="GPUs are idle while the run's exporter is alive.",
         description=lambda q, k: (
             f"{ID} averaged {PERCENT} utilization over {q.w.recent} (threshold {pct(k.threshold)})."
@@ -69,10 +69,12 @@ DEFS: tuple[kit.AlertDef, ...] = (
             ),
         ),
         tests=(
-            kit.Scenario(
+            kit.level_shift(
+                IDLE,
                 "GPU idle: utilization 0.9, then 0 from 20m; the 10m mean is under 0.05 from 30m.",
-                ((series(UTIL, GPU), f"{const(0.9, 20)} {const(0, 40)}"),),
-                (kit.Check(IDLE, "50m", (kit.Expect("warning", GPU, 0),)),),
+                series(GPU_UTIL, GPU),
+                (0.9, 0),
+                GPU,
             ),
         ),
     ),
@@ -80,14 +82,10 @@ DEFS: tuple[kit.AlertDef, ...] = (
         name=MEMORY_FULL,
         key="gpu_memory_full",
         doc="GPU framebuffer nearly full.",
-        settings={
-            "for_": "5m",
-            "warning": kit.Knob(0.97, "Warning above this used/total fraction."),
-            "critical": kit.Knob(0.99, "Critical above this."),
-        },
+        settings=kit.tiers(0.97, 0.99, "used/total fraction"),
         severity="tiered",
         records=lambda q, k: [
-            kit.RecordingRule(MEMORY_RATIO, f"{q.s(MEM_USED)} / {q.s(MEM_TOTAL)}")
+            kit.RecordingRule(MEMORY_RATIO, f"{q.s(GPU_MEM_USED)} / {q.s(GPU_MEM_TOTAL)}")
         ],
         expr=f"{MEMORY_RATIO} > $LEVEL",
         summary="GPU memory is nearly full.",
@@ -106,20 +104,13 @@ DEFS: tuple[kit.AlertDef, ...] = (
                 "GPU memory: 80 GB card at 40 GB, 78 GB from 10m (0.975, warning), 79.6 GB from "
                 "30m (0.995, critical).",
                 (
-                    (series(MEM_TOTAL, GPU), const(80e9, 50)),
+                    (series(GPU_MEM_TOTAL, GPU), const(80e9, 50)),
                     (
-                        series(MEM_USED, GPU),
+                        series(GPU_MEM_USED, GPU),
                         f"{const(40e9, 10)} {const(78e9, 20)} {const(79.6e9, 20)}",
                     ),
                 ),
-                (
-                    kit.Check(MEMORY_FULL, "25m", (kit.Expect("warning", GPU, 0.975),)),
-                    kit.Check(
-                        MEMORY_FULL,
-                        "45m",
-                        (kit.Expect("warning", GPU, 0.995), kit.Expect("critical", GPU, 0.995)),
-                    ),
-                ),
+                kit.tiered_checks(MEMORY_FULL, GPU, ("25m", 0.975), ("45m", 0.995)),
             ),
         ),
     ),
@@ -127,13 +118,9 @@ DEFS: tuple[kit.AlertDef, ...] = (
         name=TEMPERATURE,
         key="gpu_temperature_high",
         doc="GPU running hot.",
-        settings={
-            "for_": "5m",
-            "warning": kit.Knob(85.0, "Warning above this temperature, Celsius."),
-            "critical": kit.Knob(92.0, "Critical above this."),
-        },
+        settings=kit.tiers(85.0, 92.0, "temperature, Celsius"),
         severity="tiered",
-        expr=lambda q, k: f"{q.s(TEMP)} > $LEVEL",
+        expr=lambda q, k: f"{q.s(GPU_TEMP)} > $LEVEL",
         summary="A GPU is running hot.",
         description=f"{ID} is at {HUMANIZE} °C (threshold $LEVEL °C).",
         runbook=kit.Runbook(
@@ -145,15 +132,8 @@ DEFS: tuple[kit.AlertDef, ...] = (
             kit.Scenario(
                 "GPU temperature: 60 C, 88 C from 10m (warning over 85), 95 C from 30m (critical "
                 "over 92).",
-                ((series(TEMP, GPU), f"{const(60, 10)} {const(88, 20)} {const(95, 20)}"),),
-                (
-                    kit.Check(TEMPERATURE, "25m", (kit.Expect("warning", GPU, 88),)),
-                    kit.Check(
-                        TEMPERATURE,
-                        "45m",
-                        (kit.Expect("warning", GPU, 95), kit.Expect("critical", GPU, 95)),
-                    ),
-                ),
+                ((series(GPU_TEMP, GPU), f"{const(60, 10)} {const(88, 20)} {const(95, 20)}"),),
+                kit.tiered_checks(TEMPERATURE, GPU, ("25m", 88), ("45m", 95)),
             ),
         ),
     ),
@@ -173,7 +153,7 @@ DEFS: tuple[kit.AlertDef, ...] = (
         },
         severity="warning",
         expr=lambda q, k: (
-            q.recent(THROTTLED, f'reason=~"{regex_alternatives(k.reasons)}"')
+            q.recent(GPU_THROTTLED, f'reason=~"{regex_alternatives(k.reasons)}"')
             + f" > {k.min_fraction:g}"
         ),
         summary="GPU clocks are held down by a slowdown.",
@@ -198,8 +178,8 @@ DEFS: tuple[kit.AlertDef, ...] = (
                 "GPU throttling: thermal slowdown from 10m on; power capping all along is normal "
                 "and is not counted.",
                 (
-                    (series(THROTTLED, _THERMAL), f"{const(0, 10)} {const(1, 40)}"),
-                    (series(THROTTLED, _POWER), const(1, 50)),
+                    (series(GPU_THROTTLED, _THERMAL), f"{const(0, 10)} {const(1, 40)}"),
+                    (series(GPU_THROTTLED, _POWER), const(1, 50)),
                 ),
                 (kit.Check(THROTTLING, "40m", (kit.Expect("warning", _THERMAL, 1),)),),
             ),
@@ -211,7 +191,7 @@ DEFS: tuple[kit.AlertDef, ...] = (
         doc="Uncorrected GPU memory errors.",
         settings={"for_": "0s"},
         severity="critical",
-        expr=lambda q, k: f"increase({q.s(ECC, UNCORRECTED)}[{q.w.recent}]) > 0",
+        expr=lambda q, k: f"increase({q.s(GPU_ECC, UNCORRECTED)}[{q.w.recent}]) > 0",
         summary="A GPU reported uncorrected memory errors.",
         description=lambda q, k: (
             f"{ID} reported {HUMANIZE} uncorrected ECC errors in the last {q.w.recent}."
@@ -229,8 +209,8 @@ DEFS: tuple[kit.AlertDef, ...] = (
             kit.Scenario(
                 "GPU ECC: 2 uncorrected errors at 20m page at once; corrected errors do not.",
                 (
-                    (series(ECC, _UNCORRECTED), f"{const(0, 20)} {const(2, 20)}"),
-                    (series(ECC, _CORRECTED), counter((1, 40))),
+                    (series(GPU_ECC, _UNCORRECTED), f"{const(0, 20)} {const(2, 20)}"),
+                    (series(GPU_ECC, _CORRECTED), counter((1, 40))),
                 ),
                 (
                     kit.Check(ECC_ERRORS, "19m"),

@@ -14,7 +14,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlpulse.stack.knobs import AlertConfig, Duration, _doc, doc, seconds
+from rlpulse.stack.alerts.inputs import const
+from rlpulse.stack.knobs import AlertConfig, Duration, doc, seconds, setting
 from rlpulse.stack.query import Query
 
 Severity = Literal["critical", "warning", "info"]
@@ -121,6 +122,28 @@ class Scenario:
     checks: tuple[Check, ...] = ()  # none: a healthy run, every alert checked at HEALTHY_TIMES
 
 
+def level_shift(
+    alert: str,
+    comment: str,
+    series: str,
+    levels: tuple[float, float],
+    labels: dict[str, str],
+    value: float | None = None,
+    quiet: tuple[str, ...] = (),
+) -> Scenario:
+    """A series at its healthy level for 20m, then at its failing level for 40m: ``alert``
+    quiet at the ``quiet`` times and a warning at 50m, valued ``value`` (the failing level)."""
+    healthy, failing = levels
+    return Scenario(
+        comment,
+        ((series, f"{const(healthy, 20)} {const(failing, 40)}"),),
+        (
+            *(Check(alert, at) for at in quiet),
+            Check(alert, "50m", (Expect("warning", labels, failing if value is None else value),)),
+        ),
+    )
+
+
 @dataclass(frozen=True)
 class Knob:
     """One setting of an alert: its default, the sentence docs/configuration.md shows and the
@@ -138,6 +161,28 @@ class Knob:
         )
 
 
+def tiers(warning: float, critical: float, what: str) -> dict[str, Knob | Any]:
+    """The settings of a ``tiered`` alert held for 5m: its warning level (above this ``what``)
+    and its critical level."""
+    return {
+        "for_": "5m",
+        "warning": Knob(warning, f"Warning above this {what}."),
+        "critical": Knob(critical, "Critical above this."),
+    }
+
+
+def tiered_checks(
+    name: str, labels: dict[str, str], warning: tuple[str, float], critical: tuple[str, float]
+) -> tuple[Check, Check]:
+    """A tiered alert's checks: the warning alone at ``warning``'s time and value, then both
+    tiers at ``critical``'s."""
+    (at, value), (later, worse) = warning, critical
+    return (
+        Check(name, at, (Expect("warning", labels, value),)),
+        Check(name, later, (Expect("warning", labels, worse), Expect("critical", labels, worse))),
+    )
+
+
 def _field(name: str, knob: Knob | Any) -> tuple[str, Any, Any]:
     """A knobs dataclass field: a ``Knob``, or a new default of a knob every alert has."""
     if not isinstance(knob, Knob):
@@ -145,7 +190,7 @@ def _field(name: str, knob: Knob | Any) -> tuple[str, Any, Any]:
         if inherited is None:
             raise TypeError(f"{name}: a knob of an alert's own is a Knob(default, doc)")
         knob = Knob(knob, doc(inherited))
-    return (name, knob.type, field(default=knob.default, metadata=_doc(knob.doc, knob.choices)))
+    return (name, knob.type, setting(knob.default, knob.doc, knob.choices))
 
 
 def knobs_class(name: str, sentence: str, settings: Mapping[str, Knob | Any]) -> type[AlertConfig]:

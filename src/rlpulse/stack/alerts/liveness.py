@@ -7,26 +7,26 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
-from rlpulse import catalog
 from rlpulse.stack import panels
 from rlpulse.stack.alerts import kit
 from rlpulse.stack.alerts.inputs import TARGET, const, ramp, raw, series
 from rlpulse.stack.alerts.kit import AGO, ID
 from rlpulse.stack.knobs import seconds
+from rlpulse.stack.metrics import (
+    FINISHED,
+    INTERVAL,
+    LAST_LOG,
+    LOGGED,
+    OUTCOME,
+    PHASE,
+    PROGRESS,
+    RUN_INFO,
+    STARTED,
+    STEP,
+)
 from rlpulse.stack.promql import record_name
 from rlpulse.stack.query import RUN_BY, Query
 
-M = catalog.get
-LAST_LOG = M("rl_last_step_timestamp_seconds")
-PROGRESS = M("rl_last_progress_timestamp_seconds")
-INTERVAL = M("rl_step_interval_seconds")
-LOGGED = M("rl_logged_steps_total")
-STARTED = M("rl_exporter_start_timestamp_seconds")
-FINISHED = M("rl_run_finished_timestamp_seconds")
-OUTCOME = M("rl_run_outcome")
-RUN_INFO = M("rl_run_info")
-STEP = M("rl_step")
-PHASE = M("rl_phase_duration_seconds")
 RANK_PHASE_MEAN = record_name("rank_phase", PHASE, "mean")
 TARGET_BY = "job, instance, run_id, rank"
 RUN_BY_RANK = "job, run_id, rank"
@@ -439,9 +439,7 @@ DEFS: tuple[kit.AlertDef, ...] = (
             "of the same run (which keeps firing rather than resolve as if it recovered), "
             "are held back while this fires; the alerts of a run that took its port are "
             "not.",
-            panels.see(panels.SYSTEM, panels.COLLECTORS)
-            + panels.SEPARATOR
-            + panels.see(panels.TRAINING, panels.LIVENESS),
+            panels.see_in((panels.SYSTEM, panels.COLLECTORS), (panels.TRAINING, panels.LIVENESS)),
             (
                 "First: is the process alive? Check the trainer's process and its last log "
                 "lines (OOM killer in dmesg, an NCCL timeout, a node failure).",
@@ -516,9 +514,10 @@ DEFS: tuple[kit.AlertDef, ...] = (
             "hand) for many times its own median step interval (so runs with 20-minute "
             "steps are not paged between steps): the loop hangs (deadlock, stuck "
             "collective, waiting on a dead worker or grader).",
-            panels.see(panels.TRAINING, panels.LIVENESS, panels.STEPS_RATE)
-            + panels.SEPARATOR
-            + panels.see(panels.SYSTEM, panels.PHASE_BREAKDOWN),
+            panels.see_in(
+                (panels.TRAINING, panels.LIVENESS, panels.STEPS_RATE),
+                (panels.SYSTEM, panels.PHASE_BREAKDOWN),
+            ),
             (
                 "Dump the stacks of the trainer (py-spy dump) to see where it waits.",
                 "Check the phase that stopped finishing (rollout, reward, update, sync).",
@@ -552,9 +551,10 @@ DEFS: tuple[kit.AlertDef, ...] = (
             "The exporter has been up for the start-up timeout and the trainer has not "
             "logged a single step: it hangs before training (loading a model, a rendezvous "
             "that never completes, a data loader, a grader it waits for).",
-            panels.see(panels.SYSTEM, panels.GPU_UTILIZATION, panels.GPU_MEMORY)
-            + panels.SEPARATOR
-            + panels.see(panels.TRAINING, panels.LIVENESS),
+            panels.see_in(
+                (panels.SYSTEM, panels.GPU_UTILIZATION, panels.GPU_MEMORY),
+                (panels.TRAINING, panels.LIVENESS),
+            ),
             (
                 "Dump the stacks of the trainer (py-spy dump); check the rendezvous of "
                 "every rank (one rank missing holds the others).",

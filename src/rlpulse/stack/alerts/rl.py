@@ -10,30 +10,31 @@ from typing import Any
 
 from rlpulse import catalog
 from rlpulse.detect import drift
+from rlpulse.detect.signals import REWARDS
 from rlpulse.stack import panels
 from rlpulse.stack.alerts import kit, step
 from rlpulse.stack.alerts.inputs import HEALTHY_SAMPLES, TARGET, const, noisy, ramp, series
 from rlpulse.stack.alerts.kit import G3, HUMANIZE, ID, PERCENT, pct
 from rlpulse.stack.alerts.step import StepAlert
+from rlpulse.stack.metrics import (
+    APPROX_KL,
+    CLIP,
+    DRIFT,
+    DRIFT_ONSET,
+    ENTROPY,
+    EXPLAINED_VAR,
+    GRAD_NORM,
+    IMPORTANCE,
+    KL_REF,
+    LOSS,
+    NONFINITE,
+    REWARD,
+    VALUE_LOSS_METRIC,
+    ZERO_STD_RATIO,
+)
 from rlpulse.stack.panels import TRAINING, see
 from rlpulse.stack.promql import regex_alternatives, sel, template_matchers, template_query
 from rlpulse.stack.query import Query
-
-M = catalog.get
-ENTROPY = M("rl_entropy")
-KL_REF = M("rl_kl_reference")
-APPROX_KL = M("rl_approx_kl")
-CLIP = M("rl_clip_fraction_ratio")
-NONFINITE = M("rl_nonfinite_values_total")
-LOSS = M("rl_loss")
-GRAD_NORM = M("rl_grad_norm")
-VALUE_LOSS_METRIC = M("rl_value_loss")
-EXPLAINED_VAR = M("rl_explained_variance")
-REWARD = M("rl_reward_mean")
-ZERO_STD_RATIO = M("rl_zero_std_groups_ratio")
-IMPORTANCE = M("rl_importance_ratio_mean")
-DRIFT = M("rl_drift_score")
-DRIFT_ONSET = M("rl_drift_onset_step")
 
 ENTROPY_COLLAPSE = StepAlert(
     name="RLEntropyCollapse",
@@ -365,14 +366,17 @@ _CLIP_ANY = {**TARGET, "bound": "any"}
 NONFINITE_LOSS = "RLNonFiniteLoss"
 _POLICY = {**TARGET, "network": "policy"}
 _LOSS = {**TARGET, "metric": "rl_loss"}
+_REWARD = {**TARGET, "metric": "rl_reward_mean"}
 
 
 def _nonfinite(q: Query, k: Any) -> str:
+    # a reward's gauge reads NaN until its first episode ends: its count alone (the exporter
+    # counts a reward's NaN after its first finite value only) says it broke
     gauges = [
         f"label_replace({q.s(m)} != {q.s(m)} or {q.s(m)} == +Inf or {q.s(m)} == -Inf, "
         f'"metric", "{m.name}", "", "")'
-        for m in (M(n) for n in k.metrics)
-        if m.type == "gauge"
+        for m in (catalog.get(n) for n in k.metrics)
+        if m.type == "gauge" and m.name not in REWARDS
     ]
     which = f'metric=~"{regex_alternatives(k.metrics)}"'
     return " or ".join([f"increase({q.s(NONFINITE, which)}[{q.w.recent}]) > 0", *gauges])
@@ -555,10 +559,12 @@ DEFS: tuple[kit.AlertDef, ...] = (
             ),
         ),
         tests=(
-            kit.Scenario(
+            kit.level_shift(
+                UPDATE_KL,
                 "Update-step KL: 0.01, then 0.2 from 20m; above 0.05 from 22m, fires from 32m.",
-                ((series(APPROX_KL), f"{const(0.01, 20)} {const(0.2, 40)}"),),
-                (kit.Check(UPDATE_KL, "50m", (kit.Expect("warning", TARGET, 0.2),)),),
+                series(APPROX_KL),
+                (0.01, 0.2),
+                TARGET,
             ),
         ),
     ),
@@ -587,21 +593,30 @@ DEFS: tuple[kit.AlertDef, ...] = (
             ),
         ),
         tests=(
-            kit.Scenario(
+            kit.level_shift(
+                CLIP_HIGH,
                 "Clip fraction: 0.1, then 0.5 from 20m; fires from about 32m.",
-                ((series(CLIP, _CLIP_ANY), f"{const(0.1, 20)} {const(0.5, 40)}"),),
-                (kit.Check(CLIP_HIGH, "50m", (kit.Expect("warning", _CLIP_ANY, 0.5),)),),
+                series(CLIP, _CLIP_ANY),
+                (0.1, 0.5),
+                _CLIP_ANY,
             ),
         ),
     ),
     kit.ThresholdAlert(
         name=NONFINITE_LOSS,
         key="nonfinite_loss",
-        doc="NaN or Inf in a loss or gradient norm.",
+        doc="NaN or Inf in a loss, gradient norm or reward.",
         settings={
             "for_": "0s",
             "metrics": kit.Knob(
-                ("rl_loss", "rl_policy_loss", "rl_value_loss", "rl_grad_norm"),
+                (
+                    "rl_loss",
+                    "rl_policy_loss",
+                    "rl_value_loss",
+                    "rl_grad_norm",
+                    "rl_reward_mean",
+                    "rl_episode_return",
+                ),
                 "Catalog metrics watched for non-finite values.",
                 frozenset(catalog.BY_NAME),
             ),
@@ -613,13 +628,14 @@ DEFS: tuple[kit.AlertDef, ...] = (
         },
         severity="critical",
         expr=_nonfinite,
-        summary="NaN or Inf in a loss or gradient norm.",
+        summary="NaN or Inf in a loss, gradient norm or reward.",
         description=f"{{{{ $labels.metric }}}} of {ID} is not finite (value or count {HUMANIZE}): "
         "training has diverged or will.",
         check=_nonfinite_problems,
         runbook=kit.Runbook(
             "A loss or gradient norm became NaN or ±Inf (seen in the gauge or counted by the "
-            "exporter). Training has diverged; later steps are usually wasted.",
+            "exporter), or the reward or episode return did after it had values. Training has "
+            "diverged or trains on NaN; later steps are usually wasted.",
             see(TRAINING, panels.NONFINITE, panels.GRAD_NORM, panels.LEARNING_RATE),
             (
                 "Stop the run and resume from the last finite checkpoint.",
@@ -627,6 +643,9 @@ DEFS: tuple[kit.AlertDef, ...] = (
                 "(bf16 instead of fp16, loss scaling).",
                 "Look for a division by a zero standard deviation (group-normalised "
                 "advantages of a zero-std group) or log of 0 probabilities.",
+                "A reward or return (metric rl_reward_mean / rl_episode_return): the environment, "
+                "a reward wrapper or the grader returned NaN or Inf; find the first step it did "
+                "and the rollouts of that step.",
             ),
         ),
         tests=(
@@ -661,6 +680,22 @@ DEFS: tuple[kit.AlertDef, ...] = (
                     ),
                 ),
             ),
+            kit.Scenario(
+                "A reward gauge that reads NaN until its first batch ends (as RLlib logs its "
+                "mean) is no failure: the exporter counts a reward's NaN only after a finite "
+                "value. From 15m the reward turns NaN and the count grows 1 per minute: fires.",
+                (
+                    (
+                        series(REWARD),
+                        f"NaN NaN NaN NaN NaN {const(0.5, 10)} {' '.join(['NaN'] * 10)}",
+                    ),
+                    (series(NONFINITE, _REWARD), f"{const(0, 15)} {ramp(1, 1, 10)}"),
+                ),
+                (
+                    kit.Check(NONFINITE_LOSS, "4m"),
+                    kit.Check(NONFINITE_LOSS, "17m", (kit.Expect("critical", _REWARD, 3),)),
+                ),
+            ),
         ),
     ),
     kit.ThresholdAlert(
@@ -685,14 +720,14 @@ DEFS: tuple[kit.AlertDef, ...] = (
             ),
         ),
         tests=(
-            kit.Scenario(
+            kit.level_shift(
+                EXPLAINED_VARIANCE,
                 "Explained variance: 0.5, then -0.3 from 20m; the 10m mean is negative from 26m "
                 "and fires 15m later.",
-                ((series(EXPLAINED_VAR), f"{const(0.5, 20)} {const(-0.3, 40)}"),),
-                (
-                    kit.Check(EXPLAINED_VARIANCE, "35m"),
-                    kit.Check(EXPLAINED_VARIANCE, "50m", (kit.Expect("warning", TARGET, -0.3),)),
-                ),
+                series(EXPLAINED_VAR),
+                (0.5, -0.3),
+                TARGET,
+                quiet=("35m",),
             ),
         ),
     ),
@@ -721,11 +756,14 @@ DEFS: tuple[kit.AlertDef, ...] = (
             ),
         ),
         tests=(
-            kit.Scenario(
+            kit.level_shift(
+                IMPORTANCE_DRIFT,
                 "Train/inference mismatch: importance ratio 1.0, then 1.5 from 20m: 0.5 away from "
                 "1.",
-                ((series(IMPORTANCE), f"{const(1, 20)} {const(1.5, 40)}"),),
-                (kit.Check(IMPORTANCE_DRIFT, "50m", (kit.Expect("warning", TARGET, 0.5),)),),
+                series(IMPORTANCE),
+                (1, 1.5),
+                TARGET,
+                value=0.5,
             ),
         ),
     ),

@@ -10,20 +10,21 @@ from rlpulse.stack import panels
 from rlpulse.stack.alerts import gpu, kit, liveness
 from rlpulse.stack.alerts.inputs import HEALTHY_SAMPLES, RUN, TARGET, const, counter, series
 from rlpulse.stack.alerts.kit import HUMANIZE, ID, PERCENT, RUN_TEXT, pct
+from rlpulse.stack.metrics import (
+    COLLECTOR_ERRORS,
+    COLLECTOR_UP,
+    DROPPED,
+    GRADER_CALLS,
+    GRADER_ERRORS,
+    OVERFLOW,
+    ROLLOUT,
+    SAMPLES,
+    TRAIN_STEPS,
+)
 from rlpulse.stack.panels import SYSTEM, TRAINING, see
 from rlpulse.stack.promql import record_name
 from rlpulse.stack.query import Query
 
-M = catalog.get
-TRAIN_STEPS = M("rl_train_steps_total")
-SAMPLES = M("rl_samples_total")
-ROLLOUT = M("rl_rollout_duration_seconds")
-GRADER_CALLS = M("rl_grader_calls_total")
-GRADER_ERRORS = M("rl_grader_errors_total")
-COLLECTOR_UP = M("rlpulse_collector_up")
-COLLECTOR_ERRORS = M("rlpulse_collector_errors_total")
-DROPPED = M("rlpulse_dropped_values_total")
-OVERFLOW = M("rlpulse_label_overflow_total")
 QUANTILES = (("p50", 0.5), ("p95", 0.95), ("p99", 0.99))
 ROLLOUT_QUANTILES = {q: record_name("run", ROLLOUT, q) for q, _ in QUANTILES}
 GRADER_ERROR_RATIO = record_name("run", GRADER_ERRORS, "ratio")
@@ -125,9 +126,10 @@ DEFS: tuple[kit.AlertDef, ...] = (
         runbook=kit.Runbook(
             "Training steps or samples per second fell well below the run's rate over the "
             "earlier window.",
-            see(TRAINING, panels.SAMPLES_RATE, panels.STEPS_RATE, panels.PHASE_SHARE)
-            + panels.SEPARATOR
-            + see(SYSTEM, panels.PHASE_BREAKDOWN),
+            panels.see_in(
+                (TRAINING, panels.SAMPLES_RATE, panels.STEPS_RATE, panels.PHASE_SHARE),
+                (SYSTEM, panels.PHASE_BREAKDOWN),
+            ),
             (
                 "Find the phase whose share grew; check GPU throttling, a slow grader, "
                 "longer responses (RLResponseLengthDrift), a straggler rank.",
@@ -198,11 +200,7 @@ DEFS: tuple[kit.AlertDef, ...] = (
         name=GRADER,
         key="grader_errors",
         doc="Grader / reward-model calls failing.",
-        settings={
-            "for_": "5m",
-            "warning": kit.Knob(0.05, "Warning above this error fraction."),
-            "critical": kit.Knob(0.5, "Critical above this."),
-        },
+        settings=kit.tiers(0.05, 0.5, "error fraction"),
         severity="tiered",
         records=_grader_ratio,
         expr=f"{GRADER_ERROR_RATIO} > $LEVEL",
@@ -230,14 +228,7 @@ DEFS: tuple[kit.AlertDef, ...] = (
                     (series(GRADER_CALLS), counter((100, 70))),
                     (series(GRADER_ERRORS), counter((0, 11), (10, 30), (60, 29))),
                 ),
-                (
-                    kit.Check(GRADER, "30m", (kit.Expect("warning", RUN, 0.1),)),
-                    kit.Check(
-                        GRADER,
-                        "60m",
-                        (kit.Expect("warning", RUN, 0.6), kit.Expect("critical", RUN, 0.6)),
-                    ),
-                ),
+                kit.tiered_checks(GRADER, RUN, ("30m", 0.1), ("60m", 0.6)),
             ),
         ),
     ),

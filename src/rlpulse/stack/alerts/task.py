@@ -3,7 +3,6 @@ the drift of the response-length distribution, with the healthy run no task aler
 
 from __future__ import annotations
 
-from rlpulse import catalog
 from rlpulse.stack import panels
 from rlpulse.stack.alerts import kit, step
 from rlpulse.stack.alerts.inputs import (
@@ -18,15 +17,16 @@ from rlpulse.stack.alerts.inputs import (
 )
 from rlpulse.stack.alerts.kit import G3, RUN_TEXT
 from rlpulse.stack.alerts.step import StepAlert
+from rlpulse.stack.metrics import (
+    EVAL_SCORE,
+    FORMAT_OK,
+    LENGTH_HIST,
+    LENGTH_MEAN,
+    REWARD,
+    TRUNCATION_RATIO,
+)
 from rlpulse.stack.promql import record_name, sel, template_matchers, template_query
 
-M = catalog.get
-REWARD = M("rl_reward_mean")
-EVAL_SCORE = M("rl_eval_score")
-LENGTH_MEAN = M("rl_response_length_mean_tokens")
-LENGTH_HIST = M("rl_response_length_tokens")
-TRUNCATION_RATIO = M("rl_truncation_ratio")
-FORMAT_OK = M("rl_format_compliance_ratio")
 LENGTH_P90_DRIFT = record_name("run", LENGTH_HIST, "p90_drift_ratio")
 
 EVAL_DROP_CRITICAL = 0.3  # RLEvalDrop's critical level, where RLRewardHacking pages too
@@ -263,9 +263,9 @@ DEFS: tuple[kit.AlertDef, ...] = (
         runbook=kit.Runbook(
             "The p90 of the response-length histogram moved by a large factor against the "
             "same window an hour earlier: the length distribution shifted (either way).",
-            panels.see(panels.TRAINING, panels.RESPONSE_LENGTH)
-            + panels.SEPARATOR
-            + panels.see(panels.SYSTEM, panels.ROLLOUT_QUANTILES),
+            panels.see_in(
+                (panels.TRAINING, panels.RESPONSE_LENGTH), (panels.SYSTEM, panels.ROLLOUT_QUANTILES)
+            ),
             (
                 "A shift upward usually precedes truncation and latency problems; downward, "
                 "a collapse to short answers. Read samples from both windows.",

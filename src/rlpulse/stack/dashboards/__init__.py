@@ -14,6 +14,7 @@ from typing import Any
 from rlpulse.stack.config import Config
 from rlpulse.stack.dashboards import classic, comparison, system, training
 from rlpulse.stack.deploy import compose
+from rlpulse.stack.docs import REFERENCE
 from rlpulse.stack.output import dump, header
 from rlpulse.stack.panels import CLASSIC_UID
 
@@ -99,7 +100,7 @@ def render(config: Config | None = None) -> dict[str, str]:
     files[f"{PROVISIONING_DIR}/datasources/datasources.yml"] = dump(datasources(cfg), _HEADER)
     files[f"{PROVISIONING_DIR}/dashboards/dashboards.yml"] = dump(dashboard_provider(), _HEADER)
     files["docker-compose.yml"] = compose.render(cfg)
-    files["docs/dashboards.md"] = markdown(dashboards(cfg))
+    files[f"{REFERENCE}/dashboards.md"] = markdown(dashboards(cfg))
     return files
 
 
@@ -180,12 +181,14 @@ and alerts `127.0.0.1:9093`; a trainer started on the host is scraped like the d
 the demo records into, where the pages' and panels' rollout links point. Receiver
 secrets are never committed: put the PagerDuty routing key and the Slack webhook URL in files
 under `./secrets/` (mounted read-only where `alertmanager.yml` reads them, see
-docs/configuration.md) and set `GRAFANA_ADMIN_PASSWORD` in the environment (default `admin`).
+docs/reference/configuration.md) and set `GRAFANA_ADMIN_PASSWORD` in the environment (default
+`admin`).
 """
 
 
 def markdown(models: Mapping[str, Mapping[str, Any]]) -> str:
-    """docs/dashboards.md: what each dashboard and panel shows, from the panels' descriptions."""
+    """docs/reference/dashboards.md: what each dashboard and panel shows, from the panels'
+    descriptions."""
     lines = [_DOC_INTRO]
     for file_name, model in models.items():
         variables = ", ".join(f"`{v['name']}`" for v in model["templating"]["list"])

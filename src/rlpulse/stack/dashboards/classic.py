@@ -38,15 +38,16 @@ from rlpulse.stack.dashboards.training import (
     RUN,
     SEL,
     alerts_now,
-    avg_run,
     drift,
     learning_rate,
     liveness,
     outcome,
+    per_run,
     reference_band,
     since_last_log,
     with_reference_band,
 )
+from rlpulse.stack.metrics import ENV_STEPS, EPISODES, STEP
 
 EPISODES_PER_SECOND = "suffix: episodes/s"
 ENV_STEPS_PER_SECOND = "suffix: env steps/s"
@@ -56,7 +57,7 @@ ENV_STEPS_PER_SECOND = "suffix: env steps/s"
 
 
 def logged_step() -> stat.Panel:
-    step = f"max by (run_id) ({REC(rules.aggregate_name('run', rules.STEP, 'max'))})"
+    step = f"max by (run_id) ({REC(rules.aggregate_name('run', STEP, 'max'))})"
     framework = (  # a run that names no framework logs through rlpulse.log()
         f"label_replace(max by (run_id, framework) ({SEL('rl_run_info')}), "
         '"framework", "logged", "framework", "")'
@@ -92,11 +93,8 @@ def episode_return() -> timeseries.Panel:
         "earlier healthy runs spanned at the same step (a run started with a reference band, "
         "rlpulse band build).",
         [
-            Target(avg_run("rl_episode_return"), "return · " + RUN),
-            Target(
-                avg_run("rl_eval_score", benchmark="episode_return", split="eval"),
-                "eval return · " + RUN,
-            ),
+            per_run("return", "rl_episode_return"),
+            per_run("eval return", "rl_eval_score", benchmark="episode_return", split="eval"),
             *reference_band("episode_return"),
         ],
         span=8,
@@ -110,7 +108,7 @@ def episode_length() -> timeseries.Panel:
         "suffix: env steps",
         "Mean length of recent episodes, in env steps: a pole balanced longer, a maze solved "
         "faster, or an agent that learned to end episodes early.",
-        [Target(avg_run("rl_episode_length_steps"), "length · " + RUN)],
+        [per_run("length", "rl_episode_length_steps")],
         span=8,
     )
 
@@ -124,11 +122,8 @@ def success_rate() -> timeseries.Panel:
             "rollout/success_rate, Gymnasium's info['is_success']) or derived from a binary "
             "episode reward (1 = goal, as in FrozenLake); the evaluation success where logged.",
             [
-                Target(avg_run("rl_success_ratio"), "success · " + RUN),
-                Target(
-                    avg_run("rl_eval_score", benchmark="success", split="eval"),
-                    "eval success · " + RUN,
-                ),
+                per_run("success", "rl_success_ratio"),
+                per_run("eval success", "rl_eval_score", benchmark="success", split="eval"),
             ],
             span=8,
         )
@@ -145,12 +140,9 @@ def episode_rates() -> timeseries.Panel:
         "rlpulse (the Gymnasium wrapper, the SB3 callback, logged counters) and as the "
         "framework reports them (SB3 time/fps, CleanRL charts/SPS).",
         [
-            Target(REC(rules.rate_name(rules.EPISODES)), "episodes · " + RUN),
-            Target(REC(rules.rate_name(rules.ENV_STEPS)), "env steps · " + RUN),
-            Target(
-                avg_run("rl_throughput_per_second", unit="env_steps"),
-                "env steps (reported) · " + RUN,
-            ),
+            Target(REC(rules.rate_name(EPISODES)), "episodes · " + RUN),
+            Target(REC(rules.rate_name(ENV_STEPS)), "env steps · " + RUN),
+            per_run("env steps (reported)", "rl_throughput_per_second", unit="env_steps"),
         ],
         span=12,
     )
@@ -167,9 +159,9 @@ def losses() -> timeseries.Panel:
         "Policy (actor) loss and total loss (left), and the value or TD loss (right, its scale "
         "differs): Q-learning and DQN log only the TD loss, PPO and A2C all three.",
         [
-            Target(avg_run("rl_policy_loss"), "policy · " + RUN),
-            Target(avg_run("rl_loss"), "total · " + RUN),
-            Target(avg_run("rl_value_loss"), "value / TD · " + RUN),
+            per_run("policy", "rl_policy_loss"),
+            per_run("total", "rl_loss"),
+            per_run("value / TD", "rl_value_loss"),
         ],
         span=8,
     )
@@ -184,8 +176,8 @@ def exploration() -> timeseries.Panel:
         "in nats (right; PPO, A2C, SAC): both should fall as the agent commits, neither to 0 "
         "too early.",
         [
-            Target(avg_run("rl_hyperparameter", name="exploration_rate"), "epsilon · " + RUN),
-            Target(avg_run("rl_entropy"), "entropy · " + RUN),
+            per_run("epsilon", "rl_hyperparameter", name="exploration_rate"),
+            per_run("entropy", "rl_entropy"),
         ],
         span=8,
     )
@@ -200,8 +192,8 @@ def values() -> timeseries.Panel:
         "critic's explained variance (right; 1 is perfect, below 0 worse than the mean). "
         "Q-values climbing without the return is overestimation.",
         [
-            Target(avg_run("rl_value_mean"), "Q / value · " + RUN),
-            Target(avg_run("rl_explained_variance"), "explained variance · " + RUN),
+            per_run("Q / value", "rl_value_mean"),
+            per_run("explained variance", "rl_explained_variance"),
         ],
         span=8,
     )
@@ -215,8 +207,8 @@ def update_size() -> timeseries.Panel:
         "Approximate KL between the policy before and after each update in nats (left) and "
         "the share of clipped ratios (right): both high means the steps are too large.",
         [
-            Target(avg_run("rl_approx_kl"), "approx KL · " + RUN),
-            Target(avg_run("rl_clip_fraction_ratio", "bound"), "clip {{bound}} · " + RUN),
+            per_run("approx KL", "rl_approx_kl"),
+            per_run("clip {{bound}}", "rl_clip_fraction_ratio", "bound"),
         ],
         span=12,
     )

@@ -33,6 +33,7 @@ from rlpulse.stack.dashboards.common import (
     new_dashboard,
     unit_of,
 )
+from rlpulse.stack.metrics import SAMPLES
 
 SEL = Selector(("job", "run_id"))
 REC = Recorded(("job", "run_id"))
@@ -109,7 +110,7 @@ def throughput() -> timeseries.Panel:
         "Samples / s",
         "suffix:/s",
         "Rollouts (samples) generated per second per run.",
-        [Target(f"sum by (run_id) ({REC(rules.rate_name(rules.SAMPLES))})", RUN)],
+        [Target(f"sum by (run_id) ({REC(rules.rate_name(SAMPLES))})", RUN)],
     )
 
 

@@ -46,15 +46,12 @@ class Line:
         value = f"{self.agg} by ({labels}) ({sel(self.metric, **self.matchers)})"
         if not self.by:
             return f'label_replace({value}, "{SERIES_LABEL}", "{self.name}", "", "")'
-        joined = f'label_join({value}, "{SERIES_LABEL}", " ", {", ".join(map(_quoted, self.by))})'
+        quoted = ", ".join(f'"{label}"' for label in self.by)
+        joined = f'label_join({value}, "{SERIES_LABEL}", " ", {quoted})'
         if not self.name:
             return joined
         named = f'"{SERIES_LABEL}", "{self.name} $1", "{SERIES_LABEL}", "(.*)"'
         return f"label_replace({joined}, {named})"
-
-
-def _quoted(label: str) -> str:
-    return f'"{label}"'
 
 
 @dataclass(frozen=True)

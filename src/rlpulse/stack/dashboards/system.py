@@ -13,6 +13,7 @@ from typing import Any
 
 from grafana_foundation_sdk.builders import heatmap, timeseries
 
+from rlpulse import catalog
 from rlpulse.stack import panels as t
 from rlpulse.stack import rules
 from rlpulse.stack.config import Config
@@ -33,6 +34,7 @@ from rlpulse.stack.dashboards.common import (
     unit_of,
     zero_when_absent,
 )
+from rlpulse.stack.metrics import GRADER_CALLS, GRADER_ERRORS, TOOL_CALLS, TOOL_ERRORS
 
 SEL = Selector(("job", "run_id", "rank"))
 NODE_SEL = Selector(("job", "run_id", "node"))
@@ -43,12 +45,11 @@ NODE_REC = Recorded(("job", "run_id", "node"))
 RUN = "{{run_id}}"
 NODE = "{{node}}"
 PER_SECOND = "suffix:/s"
-M = rules.M
 
 
 def node_agg(name: str, op: str) -> str:
     """A node's recorded ``op`` (avg, min, max, sum) over its GPUs or ranks."""
-    return NODE_REC(rules.aggregate_name("node", M(name), op))
+    return NODE_REC(rules.aggregate_name("node", catalog.get(name), op))
 
 
 def per_node(name: str) -> str:
@@ -276,12 +277,12 @@ def grader_calls() -> timeseries.Panel:
         "Grader calls and failures per second (left; errors 0 until the first failure) and the "
         "error ratio (right) against the RLGraderErrors levels.",
         [
-            Target(RUN_REC(rules.rate_name(rules.GRADER_CALLS)), "calls · " + RUN),
+            Target(RUN_REC(rules.rate_name(GRADER_CALLS)), "calls · " + RUN),
             Target(
                 zero_when_absent(
-                    RUN_REC(rules.rate_name(rules.GRADER_ERRORS)),
+                    RUN_REC(rules.rate_name(GRADER_ERRORS)),
                     ["job", "run_id"],
-                    RUN_REC(rules.rate_name(rules.GRADER_CALLS)),
+                    RUN_REC(rules.rate_name(GRADER_CALLS)),
                 ),
                 "errors · " + RUN,
             ),
@@ -293,8 +294,8 @@ def grader_calls() -> timeseries.Panel:
 
 
 def tool_calls() -> timeseries.Panel:
-    calls = RUN_REC(rules.TOOL_RATES[rules.TOOL_CALLS])
-    errors = RUN_REC(rules.TOOL_RATES[rules.TOOL_ERRORS])
+    calls = RUN_REC(rules.TOOL_RATES[TOOL_CALLS])
+    errors = RUN_REC(rules.TOOL_RATES[TOOL_ERRORS])
     panel = graph(
         "Tool calls and errors",
         PER_SECOND,

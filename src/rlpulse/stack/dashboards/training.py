@@ -59,11 +59,21 @@ from rlpulse.stack.dashboards.common import (
     zero_line,
     zero_when_absent,
 )
+from rlpulse.stack.metrics import (
+    COMPLETION_TOKENS,
+    ENV_STEPS,
+    EPISODES,
+    LAST_LOG,
+    PROMPT_TOKENS,
+    SAMPLES,
+    STEP,
+    TRAIN_STEPS,
+)
 
 SEL = Selector(("job", "run_id", "rank"))
 REC = Recorded(("job", "run_id"))
-LAST_LOG_NEWEST = rules.aggregate_name("run", rules.LAST_LOG, "max")
-LAST_LOG_OLDEST = rules.aggregate_name("run", rules.LAST_LOG, "min")
+LAST_LOG_NEWEST = rules.aggregate_name("run", LAST_LOG, "max")
+LAST_LOG_OLDEST = rules.aggregate_name("run", LAST_LOG, "min")
 RUN = "{{run_id}}"
 PER_SECOND = "suffix:/s"
 
@@ -74,6 +84,11 @@ def avg_run(name: str, by: str = "", /, **matchers: str) -> str:
     return f"avg by ({labels}) ({SEL(name, **matchers)})"
 
 
+def per_run(label: str, name: str, by: str = "", /, **matchers: str) -> Target:
+    """A line per run of ``avg_run``, its legend ``label · <run>``."""
+    return Target(avg_run(name, by, **matchers), f"{label} · {RUN}")
+
+
 # ---- run status ------------------------------------------------------------------------------
 
 
@@ -82,7 +97,7 @@ def current_step() -> stat.Panel:
         "Step",
         unit_of("rl_step"),
         "The trainer's global step, per run.",
-        [Target(f"max by (run_id) ({REC(rules.aggregate_name('run', rules.STEP, 'max'))})", RUN)],
+        [Target(f"max by (run_id) ({REC(rules.aggregate_name('run', STEP, 'max'))})", RUN)],
     )
 
 
@@ -91,7 +106,7 @@ def train_steps_rate() -> stat.Panel:
         "Steps / s now",
         PER_SECOND,
         "Rate of optimizer steps; 0 while the process is up means training stalled.",
-        [Target(f"max by (run_id) ({REC(rules.rate_name(rules.TRAIN_STEPS))})", RUN)],
+        [Target(f"max by (run_id) ({REC(rules.rate_name(TRAIN_STEPS))})", RUN)],
     )
 
 
@@ -281,7 +296,7 @@ def reward_components() -> timeseries.Panel:
             t.REWARD_COMPONENTS,
             unit_of("rl_reward_component_mean"),
             "Mean of each reward component: shows which term drives (or games) the total.",
-            [Target(avg_run("rl_reward_component_mean", "component"), "{{component}} · " + RUN)],
+            [per_run("{{component}}", "rl_reward_component_mean", "component")],
         ),
         ("best", "worst"),
     )
@@ -294,8 +309,8 @@ def reward_spread() -> timeseries.Panel:
         "Within-batch reward std (left) and the share of prompt groups whose rewards all agree "
         "(right): such groups give group-relative methods no learning signal.",
         [
-            Target(avg_run("rl_reward_std"), "reward std · " + RUN),
-            Target(avg_run("rl_zero_std_groups_ratio"), "zero-std groups · " + RUN),
+            per_run("reward std", "rl_reward_std"),
+            per_run("zero-std groups", "rl_zero_std_groups_ratio"),
         ],
     )
     return right_axis(panel, 1, unit_of("rl_zero_std_groups_ratio"))
@@ -307,7 +322,7 @@ def eval_scores() -> timeseries.Panel:
         unit_of("rl_eval_score"),
         "Benchmark scores per split (train, eval, adversarial): a gap opening between train and "
         "eval is overfitting or reward hacking.",
-        [Target(avg_run("rl_eval_score", "benchmark, split"), "{{benchmark}} {{split}} · " + RUN)],
+        [per_run("{{benchmark}} {{split}}", "rl_eval_score", "benchmark, split")],
     )
 
 
@@ -344,7 +359,7 @@ def entropy() -> timeseries.Panel:
         f"of its peak so far: the step signal {collapse.name} that RLEntropyCollapse tests. A "
         "fast fall towards 0 is entropy collapse.",
         [
-            Target(avg_run("rl_entropy"), "entropy · " + RUN),
+            per_run("entropy", "rl_entropy"),
             Target(
                 f"min by (run_id) ({SEL('rl_step_signal', signal=collapse.name)})",
                 "% of peak · " + RUN,
@@ -363,8 +378,8 @@ def kl_reference() -> timeseries.Panel:
         "beta is 0 "
         "or tiny is a drifting policy.",
         [
-            Target(avg_run("rl_kl_reference"), "KL · " + RUN),
-            Target(avg_run("rl_kl_coefficient"), "beta · " + RUN),
+            per_run("KL", "rl_kl_reference"),
+            per_run("beta", "rl_kl_coefficient"),
         ],
     )
     return log_scale(right_axis(panel, 1, SCIENTIFIC), 1)  # beta (often 0) stays linear
@@ -378,9 +393,9 @@ def update_kl_and_clipping() -> timeseries.Panel:
         "share of clipped ratios and value predictions (right): both high means steps are too "
         "large.",
         [
-            Target(avg_run("rl_approx_kl"), "approx KL · " + RUN),
-            Target(avg_run("rl_clip_fraction_ratio", "bound"), "clip {{bound}} · " + RUN),
-            Target(avg_run("rl_value_clip_fraction_ratio"), "value clip · " + RUN),
+            per_run("approx KL", "rl_approx_kl"),
+            per_run("clip {{bound}}", "rl_clip_fraction_ratio", "bound"),
+            per_run("value clip", "rl_value_clip_fraction_ratio"),
         ],
     )
     for index in (1, 2):
@@ -395,10 +410,10 @@ def train_inference_mismatch() -> timeseries.Panel:
         "Importance ratio between trainer and rollout-engine probabilities (mean, min, max; "
         "ideal 1) and their mean absolute log-prob gap in nats (right).",
         [
-            Target(avg_run("rl_importance_ratio_mean"), "ratio mean · " + RUN),
+            per_run("ratio mean", "rl_importance_ratio_mean"),
             Target(f"min by (run_id) ({SEL('rl_importance_ratio_min')})", "ratio min · " + RUN),
             Target(f"max by (run_id) ({SEL('rl_importance_ratio_max')})", "ratio max · " + RUN),
-            Target(avg_run("rl_logprob_mismatch"), "log-prob gap · " + RUN),
+            per_run("log-prob gap", "rl_logprob_mismatch"),
         ],
     )
     return right_axis(panel, 3, NATS)
@@ -415,7 +430,7 @@ def grad_norm() -> timeseries.Panel:
                 unit_of("rl_grad_norm"),
                 "Gradient norm before clipping, per network, on a log axis: spikes precede "
                 "divergence.",
-                [Target(avg_run("rl_grad_norm", "network"), "{{network}} · " + RUN)],
+                [per_run("{{network}}", "rl_grad_norm", "network")],
                 span=8,
             )
         )
@@ -447,7 +462,7 @@ def learning_rate() -> timeseries.Panel:
         t.LEARNING_RATE,
         SCIENTIFIC,
         "Current learning rate per network (schedule and warm-up).",
-        [Target(avg_run("rl_learning_rate", "network"), "{{network}} · " + RUN)],
+        [per_run("{{network}}", "rl_learning_rate", "network")],
         span=8,
     )
 
@@ -459,9 +474,9 @@ def losses() -> timeseries.Panel:
         "Total and policy-gradient loss (left) and the critic's value loss (right, its scale "
         "differs). A value loss that explodes drags the policy with it.",
         [
-            Target(avg_run("rl_loss"), "loss · " + RUN),
-            Target(avg_run("rl_policy_loss"), "policy · " + RUN),
-            Target(avg_run("rl_value_loss"), "value · " + RUN),
+            per_run("loss", "rl_loss"),
+            per_run("policy", "rl_policy_loss"),
+            per_run("value", "rl_value_loss"),
         ],
         span=8,
     )
@@ -488,8 +503,8 @@ def advantages() -> timeseries.Panel:
         "Advantage mean, std, min and max per batch: a std near 0 means no learning signal, "
         "extreme min/max means outlier rollouts dominate the update.",
         [
-            Target(avg_run("rl_advantage_mean"), "mean · " + RUN),
-            Target(avg_run("rl_advantage_std"), "std · " + RUN),
+            per_run("mean", "rl_advantage_mean"),
+            per_run("std", "rl_advantage_std"),
             Target(f"min by (run_id) ({SEL('rl_advantage_min')})", "min · " + RUN),
             Target(f"max by (run_id) ({SEL('rl_advantage_max')})", "max · " + RUN),
         ],
@@ -509,7 +524,7 @@ def response_length() -> timeseries.Panel:
             "from the histogram (recorded per run). Steady growth against the run's start is "
             "length explosion.",
             [
-                Target(avg_run("rl_response_length_mean_tokens"), "mean · " + RUN),
+                per_run("mean", "rl_response_length_mean_tokens"),
                 Target(f"max by (run_id) ({SEL('rl_response_length_max_tokens')})", "max · " + RUN),
                 *(Target(REC(name), f"{q} · {RUN}") for q, name in rules.LENGTH_QUANTILES.items()),
             ],
@@ -527,9 +542,9 @@ def response_quality() -> timeseries.Panel:
             "Share of responses cut at the length limit, in the required format, and judged "
             "successful. Rising truncation or falling compliance precede reward collapse.",
             [
-                Target(avg_run("rl_truncation_ratio"), "truncated · " + RUN),
-                Target(avg_run("rl_format_compliance_ratio"), "format ok · " + RUN),
-                Target(avg_run("rl_success_ratio"), "success · " + RUN),
+                per_run("truncated", "rl_truncation_ratio"),
+                per_run("format ok", "rl_format_compliance_ratio"),
+                per_run("success", "rl_success_ratio"),
             ],
             span=12,
         )
@@ -548,9 +563,9 @@ def samples_rate() -> timeseries.Panel:
         "Rollouts (samples), env steps and finished episodes per second. A drop against the "
         "run's own level is a slowdown.",
         [
-            Target(REC(rules.rate_name(rules.SAMPLES)), "samples · " + RUN),
-            Target(REC(rules.rate_name(rules.ENV_STEPS)), "env steps · " + RUN),
-            Target(REC(rules.rate_name(rules.EPISODES)), "episodes · " + RUN),
+            Target(REC(rules.rate_name(SAMPLES)), "samples · " + RUN),
+            Target(REC(rules.rate_name(ENV_STEPS)), "env steps · " + RUN),
+            Target(REC(rules.rate_name(EPISODES)), "episodes · " + RUN),
         ],
         span=8,
     )
@@ -561,7 +576,7 @@ def steps_rate() -> timeseries.Panel:
         t.STEPS_RATE,
         PER_SECOND,
         "Optimizer steps per second; 0 while the process is up means training stalled.",
-        [Target(REC(rules.rate_name(rules.TRAIN_STEPS)), "train steps · " + RUN)],
+        [Target(REC(rules.rate_name(TRAIN_STEPS)), "train steps · " + RUN)],
         span=8,
     )
 
@@ -572,8 +587,8 @@ def tokens_rate() -> timeseries.Panel:
         "suffix: tok/s",
         "Prompt tokens processed and completion tokens generated per second.",
         [
-            Target(REC(rules.rate_name(rules.PROMPT_TOKENS)), "prompt · " + RUN),
-            Target(REC(rules.rate_name(rules.COMPLETION_TOKENS)), "completion · " + RUN),
+            Target(REC(rules.rate_name(PROMPT_TOKENS)), "prompt · " + RUN),
+            Target(REC(rules.rate_name(COMPLETION_TOKENS)), "completion · " + RUN),
         ],
         span=8,
     )
@@ -618,7 +633,7 @@ def build(uid: str, cfg: Config) -> dict[str, Any]:
             newest_run_variable(Selector(("job",))),
             label_variable("rank", "Rank", "rl_run_info", Selector(("job", "run_id"))),
             rollouts_variable(cfg.links.rollouts_url),
-            *step_range_variables(REC(rules.aggregate_name("run", rules.STEP, "max"))),
+            *step_range_variables(REC(rules.aggregate_name("run", STEP, "max"))),
         ],
     )
     rows = [

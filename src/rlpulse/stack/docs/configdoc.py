@@ -1,4 +1,5 @@
-"""docs/configuration.md: every key of the stack Config with its default, from the dataclasses."""
+"""docs/reference/configuration.md: every key of the stack Config with its default, from the
+dataclasses."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from collections.abc import Iterator
 from typing import Any, get_args, get_origin, get_type_hints
 
 from rlpulse.stack import config as c
+from rlpulse.stack.docs import REFERENCE
 
 _INTRO = """\
 # Configuration of the generated stack
@@ -106,10 +108,10 @@ def _sections(obj: Any, prefix: str = "") -> Iterator[str]:
 
 
 def render() -> dict[str, str]:
-    """docs/configuration.md (always for the defaults: it documents them)."""
+    """docs/reference/configuration.md (always for the defaults: it documents them)."""
     text = (
         _INTRO.format(factor=c.FAST_FACTOR, resend=c.FAST_RESEND_S)
         + "\n"
         + "\n".join(_sections(c.Config()))
     )
-    return {"docs/configuration.md": text}
+    return {f"{REFERENCE}/configuration.md": text}

@@ -1,4 +1,4 @@
-"""docs/frameworks.md: the framework key maps of ``rlpulse.keys`` as Markdown tables.
+"""docs/reference/frameworks.md: the framework key maps of ``rlpulse.keys`` as Markdown tables.
 
 A generator, kept out of the runtime module it documents (``rlpulse.keys`` is imported by
 every trainer).
@@ -71,7 +71,8 @@ def _target_text(target: Target | None, template: str) -> tuple[str, str]:
 
 
 def markdown() -> str:
-    """docs/frameworks.md: one table per framework, key → metric, transform, source, note."""
+    """docs/reference/frameworks.md: one table per framework, key → metric, transform, source,
+    note."""
     lines = [_DOC_INTRO.format(order=" → ".join(keys.FRAMEWORKS))]
     for m in keys.MAPS:
         lines += ["", f"## {m.framework}", ""]

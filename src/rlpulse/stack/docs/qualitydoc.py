@@ -1,4 +1,5 @@
-"""docs/alert-quality*.md: measured alert quality, rendered from the committed result JSON.
+"""docs/reference/alert-quality*.md: measured alert quality, rendered from the committed result
+JSON.
 
 The measurements take minutes to hours (``scripts/alert_quality.py`` replays the corpus and the
 demo scenarios, ``benchmarks/bench_alert_matrix.py`` trains real runs with induced failures,
@@ -12,8 +13,12 @@ from __future__ import annotations
 
 import json
 import statistics
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from rlpulse.stack.docs import REFERENCE
+from rlpulse.stack.docs.markdown import row
 
 RESULTS = Path(__file__).resolve().parents[1] / "quality"
 CORPUS = RESULTS / "alert-quality.json"
@@ -26,20 +31,13 @@ def load(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def render() -> dict[str, str]:
-    """Relative path -> text of each quality document whose results are present."""
-    out: dict[str, str] = {}
-    if CORPUS.exists():
-        out["docs/alert-quality.md"] = corpus_doc(load(CORPUS))
-    if MATRIX.exists():
-        out["docs/alert-quality-trainings.md"] = matrix_doc(load(MATRIX))
-    if HELDOUT.exists():
-        out["docs/alert-quality-heldout.md"] = heldout_doc(load(HELDOUT))
-    return out
-
-
 def _header(name: str, command: str) -> str:
     return HEADER.format(src=f"rlpulse/stack/quality/{name}", how=f"measured by `{command}`")
+
+
+def _opening(name: str, command: str, title: str) -> list[str]:
+    """A quality document's first lines: the generated-file header and its title."""
+    return [_header(name, command).rstrip(), "", f"# {title}", ""]
 
 
 # ---- corpus and demo replay (scripts/alert_quality.py) -------------------------------------
@@ -54,17 +52,15 @@ def _dash(v: Any) -> str:
 
 
 def corpus_doc(res: dict[str, Any]) -> str:
-    """docs/alert-quality.md from the corpus report's results."""
+    """docs/reference/alert-quality.md from the corpus report's results."""
     out = [
-        _header("alert-quality.json", res["command"]).rstrip(),
-        "",
-        "# Alert quality on real and demo runs",
-        "",
+        *_opening("alert-quality.json", res["command"], "Alert quality on real and demo runs"),
         "Every run of every corpus log in `shared/corpus/real-logs/` and every demo scenario "
         f"(`rlpulse.demo.scenarios`, seed {res['demo_seed']}) replayed with "
         f"`rlpulse replay --step-seconds {res['step_seconds']:g}` through the generated rules "
         f"with the shipped defaults, evaluated by {res['promtool']}. Detection follows the "
-        "logged step (docs/detection.md), so the step length of the replay changes nothing but the "
+        "logged step (docs/reference/detection.md), so the step length of the replay changes "
+        "nothing but the "
         "wall-clock rules.",
         "",
         "**TP**: an alert that names the run's judged failure; **noted**: an alert on an event "
@@ -89,9 +85,17 @@ def corpus_doc(res: dict[str, Any]) -> str:
     for r in res["runs"]:
         missing = r["kind"] == "failing" and r["first"] is None
         out.append(
-            f"| `{r['name']}` | {r['kind']} | {r['judgement']} | {_br(r['fired'])} | "
-            f"{_dash(r['visible'])} | {'**missed**' if missing else _dash(r['first'])} | "
-            f"{_dash(r['delay'])} | {r['incidents']} | {_br(r['unstable'])} |"
+            row(
+                f"`{r['name']}`",
+                r["kind"],
+                r["judgement"],
+                _br(r["fired"]),
+                _dash(r["visible"]),
+                "**missed**" if missing else _dash(r["first"]),
+                _dash(r["delay"]),
+                r["incidents"],
+                _br(r["unstable"]),
+            )
         )
     out += ["", "## Totals", "", *corpus_totals(res["runs"])]
     return "\n".join(out) + "\n"
@@ -173,10 +177,19 @@ def table(rows: list[dict]) -> str:
     lines = [head, "|" + "---|" * 11]
     for r in rows:
         lines.append(
-            f"| {r['framework']} | {r['scenario']} | {r['seed']} | {_cell(r['alerts'])} | "
-            f"{_first(r)} | {_cell(r['visible_step'])} | {_cell(r['lead'])} | "
-            f"{_cell(r['incidents'])} | {_cell(r['resolved_early'])} | {_first(r['fast'])} | "
-            f"{_cell(r['fast']['lead'])} |"
+            row(
+                r["framework"],
+                r["scenario"],
+                r["seed"],
+                _cell(r["alerts"]),
+                _first(r),
+                _cell(r["visible_step"]),
+                _cell(r["lead"]),
+                _cell(r["incidents"]),
+                _cell(r["resolved_early"]),
+                _first(r["fast"]),
+                _cell(r["fast"]["lead"]),
+            )
         )
     return "\n".join(lines)
 
@@ -192,9 +205,13 @@ def live_table(rows: list[dict]) -> str:
             continue
         lv = r["live"]
         lines.append(
-            f"| {r['run_id']} | {_cell(lv['alerts'])} | {lv['incidents']} "
-            f"({_cell(lv['pages'])}) | {_cell(lv['replay_fast'])} | "
-            f"{'yes' if agree(r) else '**no**'} |"
+            row(
+                r["run_id"],
+                _cell(lv["alerts"]),
+                f"{lv['incidents']} ({_cell(lv['pages'])})",
+                _cell(lv["replay_fast"]),
+                "yes" if agree(r) else "**no**",
+            )
         )
     return "\n".join(lines)
 
@@ -213,10 +230,14 @@ def framework_table(rows: list[dict], frameworks: list[str]) -> str:
         fig = figures(failing, healthy, "")
         fast = figures([r["fast"] for r in failing], [r["fast"] for r in healthy], "")
         lines.append(
-            f"| {fw} | {fig['caught']} ({fast['caught']}) of {len(failing)} | "
-            f"{_cell(fig['median_lead'])} ({_cell(fast['median_lead'])}) | "
-            f"{fig['healthy_critical']} ({len(healthy)}) | {fig['max_incidents']} | "
-            f"{sum(bool(r['resolved_early']) for r in failing)} |"
+            row(
+                fw,
+                f"{fig['caught']} ({fast['caught']}) of {len(failing)}",
+                f"{_cell(fig['median_lead'])} ({_cell(fast['median_lead'])})",
+                f"{fig['healthy_critical']} ({len(healthy)})",
+                fig["max_incidents"],
+                sum(bool(r["resolved_early"]) for r in failing),
+            )
         )
     return "\n".join(lines)
 
@@ -286,12 +307,12 @@ def totals_table(tot: dict[str, Any]) -> str:
         (f"critical alerts on {h} healthy runs", "healthy_critical", "0"),
         ("most incidents for one root cause", "max_incidents", "<= 1"),
     ):
-        lines.append(f"| {label} | {tot[key]} | {tot[key + '_fast']} | {target} |")
+        lines.append(row(label, tot[key], tot[key + "_fast"], target))
     return "\n".join(lines)
 
 
 def matrix_doc(res: dict[str, Any]) -> str:
-    """docs/alert-quality-trainings.md from the alert matrix's results."""
+    """docs/reference/alert-quality-trainings.md from the alert matrix's results."""
     rows, tot, ctx = res["runs"], res["totals"], res["context"]
     cmd = res["command"] + (" --quick" if res["quick"] else "")
     return f"""{_header("alert-matrix.json", cmd).rstrip()}
@@ -467,14 +488,11 @@ def heldout_totals(runs: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def heldout_doc(res: dict[str, Any]) -> str:
-    """docs/alert-quality-heldout.md from the held-out set's results."""
+    """docs/reference/alert-quality-heldout.md from the held-out set's results."""
     runs = res["runs"]
     tot = heldout_totals(runs)
     lines = [
-        _header("heldout.json", res["command"]).rstrip(),
-        "",
-        "# Alert quality on a held-out set",
-        "",
+        *_opening("heldout.json", res["command"], "Alert quality on a held-out set"),
         "Causes and runs detection was not tuned on (issue 24). The set "
         "(`scripts/heldout_quality.py`, `CASES`) holds real trainings (SB3 on CartPole, the "
         "Q-learning tutorial loop on FrozenLake) with seeds none of the tuning used "
@@ -514,7 +532,7 @@ def heldout_doc(res: dict[str, Any]) -> str:
     for name, tp, fired, named, hit, lead in heldout_alerts(runs):
         precision = f"{tp} of {fired}" if fired else "— (never fired)"
         recall = f"{hit} of {named}" if named else "— (names no held-out cause)"
-        lines.append(f"| {name} | {precision} | {recall} | {_dash(lead)} |")
+        lines.append(row(name, precision, recall, _dash(lead)))
     lines += [
         "",
         "## Per run",
@@ -530,8 +548,41 @@ def heldout_doc(res: dict[str, Any]) -> str:
         elif r["expected"]:
             first = "**missed**"
         lines.append(
-            f"| {r['run_id']} | {r['rows']} | {r['why']} | {', '.join(r['expected']) or '—'} | "
-            f"{_br(r['alerts'])} | {first} | {_dash(r['visible_step'])} | "
-            f"{_dash(r['relevant_lead'])} | {len(r['incidents'])} |"
+            row(
+                r["run_id"],
+                r["rows"],
+                r["why"],
+                ", ".join(r["expected"]) or "—",
+                _br(r["alerts"]),
+                first,
+                _dash(r["visible_step"]),
+                _dash(r["relevant_lead"]),
+                len(r["incidents"]),
+            )
         )
     return "\n".join(lines) + "\n"
+
+
+# ---- the documents: what `rlpulse generate` renders and what a measurement writes -----------
+
+# each results file -> the document rendered from it (its path in the repository)
+DOCUMENTS: dict[Path, tuple[str, Callable[[dict[str, Any]], str]]] = {
+    CORPUS: (f"{REFERENCE}/alert-quality.md", corpus_doc),
+    MATRIX: (f"{REFERENCE}/alert-quality-trainings.md", matrix_doc),
+    HELDOUT: (f"{REFERENCE}/alert-quality-heldout.md", heldout_doc),
+}
+
+
+def render() -> dict[str, str]:
+    """Relative path -> text of each quality document whose results are present."""
+    return {rel: doc(load(path)) for path, (rel, doc) in DOCUMENTS.items() if path.exists()}
+
+
+def save(results: Path, res: dict[str, Any], root: Path) -> Path:
+    """Write a measurement's ``res`` to its ``results`` file and its document under ``root`` (the
+    repository) as ``rlpulse generate`` renders it; the document's path."""
+    rel, doc = DOCUMENTS[results]
+    results.parent.mkdir(parents=True, exist_ok=True)
+    results.write_text(json.dumps(res, indent=1) + "\n")
+    (root / rel).write_text(doc(res))
+    return root / rel

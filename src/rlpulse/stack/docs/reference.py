@@ -48,7 +48,7 @@ def _cell(text: str) -> str:
 
 
 def as_markdown() -> str:
-    """docs/metrics.md: the metric reference, one table per layer."""
+    """docs/reference/metrics.md: the metric reference, one table per layer."""
     lines = [
         "# Metric reference",
         "",

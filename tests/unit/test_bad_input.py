@@ -100,21 +100,23 @@ def test_non_finite_is_recorded_and_counted(bad: float) -> None:
         assert value(text, "rl_nonfinite_values_total", metric="rl_loss") == 2
 
 
-def test_a_reward_is_non_finite_only_after_it_had_a_value() -> None:
-    """A mean return can read NaN before its first episode ends: not counted (RLNonFiniteLoss
-    would page a healthy start); a reward or return that turns NaN after that is a failure.
-    (RLlib's NaN of an iteration with no finished episode is no value: its reader drops it.)"""
+def test_a_return_is_non_finite_only_after_it_had_a_value() -> None:
+    """A mean return reads NaN before its first episode ends: not counted (RLNonFiniteLoss
+    would page a healthy start); one that turns NaN after that is a failure. A step's reward
+    mean is defined from the first step: its NaN always counts (TRL logs a reward function
+    that returned None as None). RLlib's NaN of an iteration with no finished episode is no
+    value at all: its reader drops it."""
     with _exp() as exp:
         for _ in range(3):
-            exp.log({"episode_reward_mean": math.nan, "reward": math.nan})
+            exp.log({"episode_reward_mean": math.nan})
         counted = [ln for ln in scrape(exp.url).splitlines() if "rl_nonfinite_values" in ln]
         assert not [ln for ln in counted if not ln.startswith("#")], counted
-        exp.log({"episode_reward_mean": 21.0, "reward": 0.4})
+        exp.log({"episode_reward_mean": 21.0, "reward": math.nan})
         exp.log({"episode_reward_mean": math.nan})
         exp.set("rl_reward_mean", math.inf)
         text = scrape(exp.url)
         assert value(text, "rl_nonfinite_values_total", metric="rl_episode_return") == 1
-        assert value(text, "rl_nonfinite_values_total", metric="rl_reward_mean") == 1
+        assert value(text, "rl_nonfinite_values_total", metric="rl_reward_mean") == 2
 
 
 def test_non_finite_raises_when_strict() -> None:

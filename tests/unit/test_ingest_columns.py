@@ -21,6 +21,7 @@ def _calls(seed: int) -> list[tuple[dict[str, Any], Any]]:
     for i in range(1200):
         row: dict[str, Any] = {
             "rl_reward_mean": float(rng.normal(1 - math.exp(-i / 300), 0.05)),
+            "rl_episode_return": float(rng.normal(100 - 50 * math.exp(-i / 300), 5)),
             "rl_reward_std": 0.0 if rng.random() < 0.2 else float(rng.random()),
             "rl_entropy": float(1.5 * math.exp(-i / 500) + rng.normal(0, 0.01)),
             "rl_kl_reference": float(abs(rng.normal(0.05, 0.02))),
@@ -31,7 +32,7 @@ def _calls(seed: int) -> list[tuple[dict[str, Any], Any]]:
         }
         r = rng.random()
         if i < 20:
-            row["rl_reward_mean"] = math.nan  # before the first batch ends: not counted
+            row["rl_episode_return"] = math.nan  # before the first episode ends: not counted
         elif r < 0.03:
             row["rl_entropy"] = math.nan
         elif r < 0.05:

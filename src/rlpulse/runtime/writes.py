@@ -19,6 +19,7 @@ from rlpulse.runtime.store import Series, Store
 
 _NO_LABELS: Mapping[str, str] = {}
 _UNSEEN = ("", ())  # a slot ``Writes.signal`` has not looked up yet
+EPISODIC = "rl_episode_return"  # a mean over finished episodes: undefined before the first
 
 
 class Writes:
@@ -30,7 +31,7 @@ class Writes:
         self.drops = drops
         # slot -> (metric, labels) of a series the detector watches, None if it does not
         self._watch: dict[int, tuple[str, tuple[str, ...]] | None] = {}
-        self._finite: set[int] = set()  # slots of rewards that had a finite value
+        self._finite: set[int] = set()  # slots of episode returns that had a finite value
 
     def signal(self, slot: int, value: float) -> None:
         """Hand a value written to a watched series to the step-indexed detector."""
@@ -38,7 +39,7 @@ class Writes:
         if entry is _UNSEEN:
             entry = self.watched(slot)
         if entry is not None:
-            if entry[0] in signals.REWARDS and value - value == 0:
+            if entry[0] == EPISODIC and value - value == 0:
                 self._finite.add(slot)
             self.detector.observe(entry[0], entry[1], float(value))
 
@@ -53,10 +54,10 @@ class Writes:
 
     def counted(self, slot: int, bad: np.ndarray) -> np.ndarray:
         """Which of a slot's values written in a row (``bad``: NaN/±Inf) ``nonfinite`` counts,
-        as ``signal`` and ``nonfinite`` one value at a time would: a reward's before its first
-        finite value are not, and a finite value marks it."""
+        as ``signal`` and ``nonfinite`` one value at a time would: an episode return's before
+        its first finite value are not, and a finite value marks it."""
         entry = self.watched(slot)
-        if entry is None or entry[0] not in signals.REWARDS or slot in self._finite:
+        if entry is None or entry[0] != EPISODIC or slot in self._finite:
             return bad
         if bad.all():
             return np.zeros_like(bad)
@@ -65,9 +66,11 @@ class Writes:
 
     def nonfinite(self, series: Series, n: int = 1) -> None:
         """Count ``n`` NaN/±Inf values written to ``series``; ``ValueError`` when strict. A
-        reward or return reads NaN until its first episode or batch ends (RLlib logs its mean
-        so): not counted before its first finite value, a failure of the run after it."""
-        if series.metric.name in signals.REWARDS and series.slot not in self._finite:
+        mean over finished episodes reads NaN until the first episode ends (a mean of no
+        episodes): not counted before its first finite value, a failure of the run after it. A
+        step's reward mean is defined from the first step: its NaN always counts (a broken
+        grader, a reward function returning None)."""
+        if series.metric.name == EPISODIC and series.slot not in self._finite:
             return
         nf = self.store.get("rl_nonfinite_values_total", metric=series.metric.name)
         with self.store.lock:

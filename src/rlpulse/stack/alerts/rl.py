@@ -370,8 +370,8 @@ _REWARD = {**TARGET, "metric": "rl_reward_mean"}
 
 
 def _nonfinite(q: Query, k: Any) -> str:
-    # a reward's gauge reads NaN until its first episode ends: its count alone (the exporter
-    # counts a reward's NaN after its first finite value only) says it broke
+    # a mean return's gauge reads NaN until its first episode ends: a reward's count alone says
+    # it broke (the exporter counts a return's NaN after its first finite value only)
     gauges = [
         f"label_replace({q.s(m)} != {q.s(m)} or {q.s(m)} == +Inf or {q.s(m)} == -Inf, "
         f'"metric", "{m.name}", "", "")'
@@ -634,8 +634,8 @@ DEFS: tuple[kit.AlertDef, ...] = (
         check=_nonfinite_problems,
         runbook=kit.Runbook(
             "A loss or gradient norm became NaN or ±Inf (seen in the gauge or counted by the "
-            "exporter), or the reward or episode return did after it had values. Training has "
-            "diverged or trains on NaN; later steps are usually wasted.",
+            "exporter), or the reward did, or the episode return did after it had values. "
+            "Training has diverged or trains on NaN; later steps are usually wasted.",
             see(TRAINING, panels.NONFINITE, panels.GRAD_NORM, panels.LEARNING_RATE),
             (
                 "Stop the run and resume from the last finite checkpoint.",

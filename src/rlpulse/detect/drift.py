@@ -97,12 +97,13 @@ class Reference:
             shares = counts / values.size
             edged = tuple(edges.tolist())
             return cls(tuple(shares.tolist()), values.size, bool(varied), edged, run=_run(values))
-        cats, same = np.unique(np.asarray(values, dtype=object), return_counts=True)
+        cats, which, same = np.unique(
+            np.asarray(values, dtype=object), return_inverse=True, return_counts=True
+        )
         varied = same.max() < VARIED_SHARE * len(values)
         shares = same / len(values)
         named = tuple(map(str, cats))
-        run = _run(np.unique(np.asarray(values, dtype=object), return_inverse=True)[1])
-        return cls(tuple(shares.tolist()), len(values), bool(varied), None, named, run)
+        return cls(tuple(shares.tolist()), len(values), bool(varied), None, named, _run(which))
 
     def dead(self, values: np.ndarray | list[str]) -> bool:
         """Whether a feature that varied reads one value now (``values``: its latest): in
@@ -115,8 +116,7 @@ class Reference:
 
     def score(self, values: np.ndarray | list[str]) -> float:
         """The debiased PSI of ``values`` against this reference (``EVENT`` for a dead
-        feature: its latest ``EVERY`` values nearly all one, so a dead channel shows within a
-        quarter of a window)."""
+        feature, ``dead``)."""
         n = len(values)
         if self.dead(values):
             return EVENT

@@ -19,7 +19,7 @@ from rlpulse.runtime.store import Series, Store
 
 _NO_LABELS: Mapping[str, str] = {}
 _UNSEEN = ("", ())  # a slot ``Writes.signal`` has not looked up yet
-EPISODIC = "rl_episode_return"  # a mean over finished episodes: undefined before the first
+EPISODIC = catalog.get("rl_episode_return").name  # a mean over episodes: none before the first
 
 
 class Writes:

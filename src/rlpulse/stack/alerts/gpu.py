@@ -49,7 +49,6 @@ def healthy_inputs(n: int) -> tuple[tuple[str, str], ...]:
 DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=IDLE,
-        key="gpu_idle",
         doc="GPUs idle while the run's exporter is alive.",
         settings={"threshold": kit.Knob(0.05, "Fire below this mean GPU utilization.")},
         severity="warning",
@@ -80,7 +79,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     ),
     kit.ThresholdAlert(
         name=MEMORY_FULL,
-        key="gpu_memory_full",
         doc="GPU framebuffer nearly full.",
         settings=kit.tiers(0.97, 0.99, "used/total fraction"),
         severity="tiered",
@@ -116,7 +114,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     ),
     kit.ThresholdAlert(
         name=TEMPERATURE,
-        key="gpu_temperature_high",
         doc="GPU running hot.",
         settings=kit.tiers(85.0, 92.0, "temperature, Celsius"),
         severity="tiered",
@@ -139,7 +136,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     ),
     kit.ThresholdAlert(
         name=THROTTLING,
-        key="gpu_throttling",
         doc="GPU clocks held down by a slowdown.",
         settings={
             "reasons": kit.Knob(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
+import re
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -204,6 +205,12 @@ def knobs_class(name: str, sentence: str, settings: Mapping[str, Knob | Any]) ->
     return cls
 
 
+def snake_case(name: str) -> str:
+    """``GPUMemoryFull`` as ``gpu_memory_full``: a word starts at a capital after a lower-case
+    letter or digit, or at the last capital of a run followed by a lower-case letter."""
+    return re.sub(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])", "_", name).lower()
+
+
 @dataclass(frozen=True, kw_only=True)
 class AlertDef(abc.ABC):
     """One alert declared in one place: its name, the config section of its knobs, its rules
@@ -213,12 +220,17 @@ class AlertDef(abc.ABC):
     ``stack.config`` makes a config section of ``knobs``; ``rules`` and ``recordings`` take a
     ``stack.query.Query`` and the knobs, ``scenarios`` the knobs (the shipped ones for every
     scenario but a step alert's), ``problems`` the knobs a user set and says what is wrong with
-    them together (each value alone is checked when the config is read)."""
+    them together (each value alone is checked when the config is read). ``key``, the name of
+    its config section, is the name in snake case without the ``RL`` prefix unless given."""
 
     name: str
-    key: str
     summary: str
     runbook: Runbook
+    key: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.key:
+            object.__setattr__(self, "key", snake_case(self.name.removeprefix("RL")))
 
     @property
     def runbooks(self) -> dict[str, Runbook]:

@@ -410,7 +410,6 @@ _BEFORE = "How long before firing."
 DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=TARGET_DOWN,
-        key="target_down",
         doc="A trainer exporter that served a run within the baseline window is down.",
         settings={"for_": "1m"},
         severity="critical",
@@ -458,7 +457,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     ),
     kit.ThresholdAlert(
         name=RUN_CRASHED,
-        key="run_crashed",
         doc="The run ended in an uncaught exception or a non-zero sys.exit (rl_run_outcome).",
         settings={"for_": "0s"},
         severity="critical",
@@ -488,7 +486,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     ),
     kit.ThresholdAlert(
         name=STALLED,
-        key="training_stalled",
         doc="No logged step for many of the run's own step intervals while the exporter is up.",
         settings={
             "for_": kit.Knob("1m", _BEFORE),
@@ -529,7 +526,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     ),
     kit.ThresholdAlert(
         name=STARTUP_HANG,
-        key="startup_hang",
         doc="The exporter started but the trainer never logged its first step.",
         settings={
             "for_": kit.Knob("0s", _BEFORE),
@@ -565,7 +561,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     ),
     kit.ThresholdAlert(
         name=SLOW_RANK,
-        key="slow_rank",
         doc="One rank's phase takes far longer than the same phase on the run's other ranks.",
         settings={
             "for_": kit.Knob("10m", _BEFORE),

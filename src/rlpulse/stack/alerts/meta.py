@@ -36,7 +36,6 @@ _PD = {**_AM, "integration": "pagerduty"}
 DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=WATCHDOG,
-        key="watchdog",
         settings={"for_": "0s"},
         severity="info",
         expr="vector(1)",
@@ -78,7 +77,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     ),
     kit.ThresholdAlert(
         name=NOTIFICATIONS_FAILING,
-        key="notifications_failing",
         settings={"for_": FOR},
         severity="critical",
         expr=f"sum by (job, instance, integration) "
@@ -119,7 +117,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     ),
     kit.ThresholdAlert(
         name=ALERTS_UNDELIVERED,
-        key="alerts_undelivered",
         settings={"for_": FOR},
         severity="critical",
         expr=f"sum by (job, instance) (increase(prometheus_notifications_errors_total[{WINDOW}]) "
@@ -138,7 +135,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     ),
     kit.ThresholdAlert(
         name=SELF_SCRAPE_DOWN,
-        key="monitoring_down",
         settings={"for_": FOR},
         severity="warning",
         expr=f'up{{job=~"{PROMETHEUS_JOB}|{ALERTMANAGER_JOB}"}} == 0',

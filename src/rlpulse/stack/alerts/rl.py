@@ -38,7 +38,6 @@ from rlpulse.stack.query import Query
 
 ENTROPY_COLLAPSE = StepAlert(
     name="RLEntropyCollapse",
-    key="entropy_collapse",
     signal="entropy_ratio_to_peak",
     summary="Policy entropy collapsed against the run's own peak.",
     subject="Policy entropy",
@@ -67,7 +66,6 @@ ENTROPY_COLLAPSE = StepAlert(
 )
 ENTROPY_BLOWUP = StepAlert(
     name="RLEntropyBlowup",
-    key="entropy_blowup",
     signal="entropy_ratio_to_start",
     summary="Policy entropy rose far above the run's own starting level.",
     subject="Policy entropy",
@@ -96,7 +94,6 @@ ENTROPY_BLOWUP = StepAlert(
 )
 KL_HIGH = StepAlert(
     name="RLKLReferenceHigh",
-    key="kl_reference_high",
     signal="kl_reference_level",
     summary="KL divergence to the reference policy is high.",
     subject="KL to the reference",
@@ -122,7 +119,6 @@ KL_HIGH = StepAlert(
 )
 KL_SPIKE = StepAlert(
     name="RLKLReferenceSpike",
-    key="kl_reference_spike",
     signal="kl_reference_zscore",
     summary="KL to the reference jumped far above its recent history.",
     subject="KL to the reference",
@@ -147,7 +143,6 @@ KL_SPIKE = StepAlert(
 )
 GRAD_SPIKE = StepAlert(
     name="RLGradNormSpike",
-    key="grad_norm_spike",
     signal="grad_norm_spike_ratio",
     summary="Gradient norm spiked against the run's own recent norms.",
     subject="Gradient norm",
@@ -173,7 +168,6 @@ GRAD_SPIKE = StepAlert(
 )
 VALUE_LOSS = StepAlert(
     name="RLValueLossExplosion",
-    key="value_loss_explosion",
     signal="value_loss_ratio",
     summary="Value loss exploded against its recent level.",
     subject="Value loss",
@@ -196,7 +190,6 @@ VALUE_LOSS = StepAlert(
 )
 REWARD_COLLAPSE = StepAlert(
     name="RLRewardCollapse",
-    key="reward_collapse",
     signal="reward_gain_lost_ratio",
     summary="The run lost most of the reward it had gained.",
     subject="Reward",
@@ -227,7 +220,6 @@ REWARD_COLLAPSE = StepAlert(
 )
 REWARD_LOST = StepAlert(
     name="RLRewardSignalLost",
-    key="reward_signal_lost",
     signal="reward_frozen_ratio",
     summary="The reward stopped moving below its peak: the reward signal is likely dead.",
     subject="The stretch of unchanged reward readings",
@@ -260,7 +252,6 @@ REWARD_LOST = StepAlert(
 )
 ZERO_STD = StepAlert(
     name="RLZeroStdGroupsHigh",
-    key="zero_std_groups_high",
     signal="zero_std_unsolved_ratio",
     summary="Most prompt groups carry no learning signal and the task is not solved.",
     subject="Zero-std prompt groups",
@@ -284,7 +275,6 @@ ZERO_STD = StepAlert(
 )
 ADVANTAGE_COLLAPSE = StepAlert(
     name="RLAdvantageStdCollapse",
-    key="advantage_std_collapse",
     signal="advantage_std_ratio_to_peak",
     summary="Advantage spread collapsed against the run's own peak.",
     subject="Advantage std",
@@ -303,7 +293,6 @@ ADVANTAGE_COLLAPSE = StepAlert(
 )
 REFERENCE_BAND = StepAlert(
     name="RLOutsideReferenceBand",
-    key="outside_reference_band",
     signal="reference_band_gap",
     summary="The run left the band of earlier healthy runs at the same step.",
     subject="The run",
@@ -466,7 +455,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     *STEP_ALERTS,
     kit.ThresholdAlert(
         name=INPUT_DRIFT,
-        key="input_drift",
         doc="What the run is fed moved from its reference.",
         settings={
             "threshold": kit.Knob(
@@ -539,7 +527,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     ),
     kit.ThresholdAlert(
         name=UPDATE_KL,
-        key="update_kl_high",
         doc="Update-step (approximate) KL too high: updates move the policy too far.",
         settings={"threshold": kit.Knob(0.05, "Fire above this mean approximate KL.")},
         severity="warning",
@@ -570,7 +557,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     ),
     kit.ThresholdAlert(
         name=CLIP_HIGH,
-        key="clip_fraction_high",
         doc="Too many ratios clipped.",
         settings={"threshold": kit.Knob(0.3, "Fire above this mean clip fraction.")},
         severity="warning",
@@ -700,7 +686,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     ),
     kit.ThresholdAlert(
         name=EXPLAINED_VARIANCE,
-        key="explained_variance_negative",
         doc="The value function predicts worse than a constant.",
         settings={
             "for_": "15m",
@@ -733,7 +718,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     ),
     kit.ThresholdAlert(
         name=IMPORTANCE_DRIFT,
-        key="importance_ratio_drift",
         doc="Trainer and rollout-engine probabilities disagree (importance ratio far from 1).",
         settings={
             "max_deviation": kit.Knob(0.2, "Fire when the mean ratio is further than this from 1.")

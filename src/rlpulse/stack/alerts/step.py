@@ -122,6 +122,7 @@ class StepAlert(AlertDef):
     also: str = ""
 
     def __post_init__(self) -> None:
+        super().__post_init__()
         if self.signal not in _BY_NAME:
             raise ValueError(f"{self.name}: unknown signal {self.signal!r}")
         if self.warning is None and self.critical is None:

@@ -105,7 +105,6 @@ def healthy() -> kit.Scenario:
 DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=THROUGHPUT_DROP,
-        key="throughput_drop",
         doc="Training throughput fell against the run's earlier window.",
         settings={
             "for_": "15m",
@@ -153,7 +152,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     ),
     kit.ThresholdAlert(
         name=LATENCY_TAIL,
-        key="rollout_latency_tail",
         doc="Rollout-latency long tail: p99 far above p50.",
         settings={
             "for_": "15m",
@@ -198,7 +196,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     ),
     kit.ThresholdAlert(
         name=GRADER,
-        key="grader_errors",
         doc="Grader / reward-model calls failing.",
         settings=kit.tiers(0.05, 0.5, "error fraction"),
         severity="tiered",
@@ -234,7 +231,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     ),
     kit.ThresholdAlert(
         name=COLLECTOR,
-        key="exporter_collector_errors",
         doc="A GPU/host collector of the exporter failing.",
         severity="warning",
         expr=lambda q, k: (
@@ -268,7 +264,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     ),
     kit.ThresholdAlert(
         name=DROPPED_VALUES,
-        key="exporter_dropped_values",
         doc="The exporter drops logged values or folds labels into __overflow__.",
         settings={"for_": "15m"},
         severity="info",

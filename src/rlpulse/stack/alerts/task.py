@@ -42,7 +42,6 @@ _OBJECTIVE_NOW = template_query(
 
 REWARD_HACKING = StepAlert(
     name="RLRewardHacking",
-    key="reward_hacking",
     signal="reward_hacking_rise_ratio",
     summary="Training reward rises while the true objective does not: likely reward hacking.",
     subject="Training reward",
@@ -77,7 +76,6 @@ REWARD_HACKING = StepAlert(
 )
 EVAL_DROP = StepAlert(
     name="RLEvalDrop",
-    key="eval_drop",
     signal="eval_drop_ratio",
     summary="A held-out score fell below its best.",
     subject="Held-out score",
@@ -101,7 +99,6 @@ EVAL_DROP = StepAlert(
 )
 LENGTH_EXPLOSION = StepAlert(
     name="RLResponseLengthExplosion",
-    key="response_length_explosion",
     signal="length_ratio_to_start",
     summary="Response length exploded against the run's own starting length.",
     subject="Mean response length",
@@ -127,7 +124,6 @@ LENGTH_EXPLOSION = StepAlert(
 )
 LENGTH_COLLAPSE = StepAlert(
     name="RLResponseLengthCollapse",
-    key="response_length_collapse",
     signal="length_ratio_to_peak",
     summary="Response length collapsed against the run's own peak.",
     subject="Mean response length",
@@ -151,7 +147,6 @@ LENGTH_COLLAPSE = StepAlert(
 )
 TRUNCATION = StepAlert(
     name="RLTruncationHigh",
-    key="truncation_high",
     signal="truncation_level",
     summary="Many responses are cut at the length limit.",
     subject="Truncated responses",
@@ -175,7 +170,6 @@ TRUNCATION = StepAlert(
 )
 FORMAT_DROP = StepAlert(
     name="RLFormatComplianceDrop",
-    key="format_compliance_drop",
     signal="format_ratio_to_peak",
     summary="Format compliance fell below the run's own peak.",
     subject="Format compliance",
@@ -237,7 +231,6 @@ DEFS: tuple[kit.AlertDef, ...] = (
     *STEP_ALERTS,
     kit.ThresholdAlert(
         name=LENGTH_DRIFT,
-        key="response_length_drift",
         doc="The response-length distribution's p90 moved against the earlier window.",
         settings={
             "for_": "15m",

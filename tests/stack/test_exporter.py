@@ -8,6 +8,7 @@ import ssl
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -16,6 +17,7 @@ import pytest
 import rlpulse
 from harness.stackutil import free_port, taken_port
 from rlpulse import catalog
+from rlpulse.integrations.common import exporter_for
 from rlpulse.runtime.exporter import Exporter, PortInUseError
 from tests.conftest import (
     promtool_check_metrics,
@@ -146,18 +148,31 @@ def test_start_is_idempotent_and_close_frees_the_port() -> None:
         again.close()
 
 
+@pytest.mark.parametrize(
+    "start",
+    [
+        lambda port: Exporter(port=port, addr="127.0.0.1", gpu=False, host=False).start(),
+        lambda port: exporter_for(None, "trl", port=port, addr="127.0.0.1", gpu=False, host=False),
+    ],
+    ids=["trainer", "integration"],
+)
 def test_a_taken_port_falls_back_to_a_free_one_and_says_so(
-    caplog: pytest.LogCaptureFixture,
+    start: Callable[[int], Exporter | None], caplog: pytest.LogCaptureFixture
 ) -> None:
+    """Whether the trainer or an integration (``exporter_for``) starts it, training goes on,
+    served elsewhere."""
     caplog.set_level(logging.INFO, "rlpulse")
     with taken_port() as port:
-        exp = Exporter(port=port, addr="127.0.0.1", gpu=False, host=False).start()
+        exp = start(port)
+        assert exp is not None
         try:
-            assert exp.port not in (port, 0)  # training goes on, served elsewhere
+            assert exp.serving and exp.port not in (port, 0)
             said = f"port {port} is in use; run {exp.run_id} rank 0 serving at {exp.url} instead"
             assert said in caplog.text
+            assert "rl_run_info" in scrape(exp.url)
         finally:
             exp.close()
+            rlpulse.close()
         strict = Exporter(port=port, addr="127.0.0.1", gpu=False, host=False, strict=True)
         with pytest.raises(PortInUseError, match=rf"port {port} .*RLPULSE_PORT.*port=0"):
             strict.start()  # strict (tests): the taken port is an error

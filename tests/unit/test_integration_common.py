@@ -2,19 +2,15 @@
 
 from __future__ import annotations
 
-import logging
 import math
 import subprocess
 import sys
 
 import numpy as np
-import pytest
 import torch
 
 import rlpulse
-from harness.stackutil import taken_port
 from rlpulse.integrations.common import exporter_for, numbers, scalar
-from tests.conftest import scrape
 
 
 def test_importing_rlpulse_imports_no_trainer_library() -> None:
@@ -49,17 +45,3 @@ def test_exporter_for_prefers_given_then_running_then_starts_one() -> None:
         assert exporter_for(None, "trl") is started  # a running exporter is reused
     finally:
         rlpulse.close()
-
-
-def test_a_taken_port_falls_back_to_a_free_one_and_training_goes_on(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
-    caplog.set_level(logging.INFO, "rlpulse")
-    with taken_port() as port:
-        exp = exporter_for(None, "trl", port=port, addr="127.0.0.1", gpu=False, host=False)
-        try:
-            assert exp is not None and exp.serving and exp.port != port
-            assert f"port {port}" in caplog.text and exp.url in caplog.text
-            assert "rl_run_info" in scrape(exp.url)
-        finally:
-            rlpulse.close()

@@ -126,16 +126,17 @@ def test_entropy_collapse_onset_step_and_value(tmp_path: Path) -> None:
 @pytest.mark.parametrize("step_seconds", [0.05, 1200.0])
 def test_detection_follows_the_step_not_the_clock(tmp_path: Path, step_seconds: float) -> None:
     """The same collapse logged every 50 ms or every 20 minutes is caught: on slow steps at the
-    third low value, on fast ones at the first evaluation after it (the whole 40-step run is
-    2 s long, shorter than a scrape interval: the signal is held until a scrape reads it)."""
-    rows = [{"entropy": 1.0 if s < 30 else 0.001, "reward": 0.5} for s in range(36)]
+    third low value, on fast ones at the first evaluation after it (the whole 16-step run is
+    0.8 s long, shorter than a scrape interval: the signal is held until a scrape reads it).
+    Ten steps make the peak (promtool evaluates the slow run's 5 h every 15 s)."""
+    rows = [{"entropy": 1.0 if s < 10 else 0.001, "reward": 0.5} for s in range(16)]
     log = _jsonl(tmp_path / "collapse.jsonl", rows)
     result = replay(log, framework="trl", step_seconds=step_seconds)
     (hit,) = fired(result, "RLEntropyCollapse", "critical")
     if step_seconds > 60:
-        assert 30 < hit.onset_step <= 33
+        assert 10 < hit.onset_step <= 13
     else:
-        assert hit.onset_seconds <= 15 + 33 * step_seconds + 2 * result.eval_interval
+        assert hit.onset_seconds <= 15 + 13 * step_seconds + 2 * result.eval_interval
     assert not fired(result, "RLTrainingStalled")
 
 

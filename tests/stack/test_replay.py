@@ -63,6 +63,7 @@ FAILING = {
 # Detection follows the logged step, so a minute or 15 s of simulated time per step raises the
 # same RL alerts; 15 s is one rule evaluation per step (four times fewer than the default).
 STEP_SECONDS = 15.0
+FAST = ("--step-seconds", f"{STEP_SECONDS:g}")  # the CLI's flag for the same
 
 
 @functools.cache
@@ -153,7 +154,7 @@ def test_config_overrides_change_the_rules(tmp_path: Path) -> None:
     cfg.write_text("alerts:\n  truncation_high:\n    enabled: false\n")
     log = CORPUS / next(iter(FAILING))
     out = tmp_path / "out.json"
-    code = _cli(["replay", str(log), "--json", "--config", str(cfg)], out)
+    code = _cli(["replay", str(log), "--json", "--config", str(cfg), *FAST], out)
     assert code == 0
     (entry,) = json.loads(out.read_text())
     assert "RLTruncationHigh" not in {a["alert"] for a in entry["alerts"]}
@@ -170,7 +171,7 @@ def _cli(argv: list[str], out: Path) -> int:
 def test_cli_json_and_reports(tmp_path: Path) -> None:
     log = CORPUS / "other/arvindcr4__tinker-rl-lab__experiments_results_arithmetic_metrics.jsonl"
     out = tmp_path / "out.json"
-    assert _cli(["replay", str(log), "--json", "--report", str(tmp_path / "r.md")], out) == 0
+    assert _cli(["replay", str(log), "--json", "--report", str(tmp_path / "r.md"), *FAST], out) == 0
     (entry,) = json.loads(out.read_text())
     assert entry["run_id"] == log.stem and entry["records"] == 100
     collapse = [a for a in entry["alerts"] if a["alert"] == "RLEntropyCollapse"]
@@ -179,7 +180,7 @@ def test_cli_json_and_reports(tmp_path: Path) -> None:
     png = tmp_path / f"r-{log.stem}.png"
     assert f"]({png.name})" in md and png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "| RLEntropyCollapse | critical |" in md
-    assert _cli(["replay", str(log), "--report", str(tmp_path / "r.html")], out) == 0
+    assert _cli(["replay", str(log), "--report", str(tmp_path / "r.html"), *FAST], out) == 0
     page = (tmp_path / "r.html").read_text()
     assert "data:image/png;base64," in page and "RLEntropyCollapse" in page
     assert "RLEntropyCollapse" in out.read_text()  # the text summary

@@ -278,10 +278,11 @@ def test_tensorboard_run_directory_with_real_time(tmp_path: Path) -> None:
 
 
 # ---- every corpus file becomes scraped series (no promtool: cheap), run by run ------------------
-def _timelines(path: Path, **options: object) -> list[tuple[str, object]]:
+@functools.cache  # the Dopamine and Ape-X logs are read by two tests each
+def _timelines(path: Path, **options: object) -> tuple[tuple[str, object], ...]:
     fmt = FILES[str(path.relative_to(CORPUS))].format
     framework = framework_hint(path, fmt)
-    return [
+    return tuple(
         (
             name,
             build(
@@ -295,7 +296,7 @@ def _timelines(path: Path, **options: object) -> list[tuple[str, object]]:
             ),
         )
         for name, records in segments(read_log(path, fmt))
-    ]
+    )
 
 
 # corpus file prefix -> a metric its replay must carry (what its judgement rests on)

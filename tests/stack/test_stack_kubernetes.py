@@ -18,7 +18,6 @@ from typing import Any
 
 import pytest
 import yaml
-from cloudcoil.models.prometheus_operator import v1 as operator
 
 from harness.stackutil import promtool
 from rlpulse import catalog, cli
@@ -311,15 +310,26 @@ def test_sizes_fit_the_api_limits(
         assert last_applied < LAST_APPLIED_LIMIT
 
 
+@pytest.fixture(scope="module")
+def operator() -> Any:
+    """The prometheus-operator CRD models, imported by the tests that use them: ~3 s of imports
+    every test process would pay at collection otherwise."""
+    from cloudcoil.models.prometheus_operator import v1
+
+    return v1
+
+
 @pytest.mark.parametrize("cfg", [DEFAULT, HTTPS], ids=["http", "https"])
-def test_operator_objects_validate_against_the_crd_schemas(cfg: config.Config) -> None:
+def test_operator_objects_validate_against_the_crd_schemas(
+    cfg: config.Config, operator: Any
+) -> None:
     for obj in (kubernetes.pod_monitor(cfg), kubernetes.prometheus_rule(cfg)):
         model = getattr(operator, obj["kind"]).model_validate(obj)
         again = model.model_dump(by_alias=True, exclude_none=True, mode="json")
         assert again == obj, f"{obj['kind']}: a field the CRD does not define was dropped"
 
 
-def test_the_crd_validation_has_teeth() -> None:
+def test_the_crd_validation_has_teeth(operator: Any) -> None:
     pm = kubernetes.pod_monitor(DEFAULT)
     bad = json.loads(json.dumps(pm))
     bad["spec"]["podMetricsEndpoints"][0]["interval"] = "15 seconds"

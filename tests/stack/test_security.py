@@ -400,8 +400,8 @@ def test_real_prometheus_scrapes_over_tls_with_basic_auth(
         """The scrape job `rlpulse generate` writes for these settings (scrape.* config)."""
         scrape: dict[str, Any] = {
             "job_name": name,
-            "interval": "1s",
-            "timeout": "1s",
+            "interval": "3s",  # a bcrypt check and a TLS handshake take over 1 s on a busy machine
+            "timeout": "3s",
             "scheme": "https",
             "ca_file": str(pki.ca),
             "static_targets": [f"127.0.0.1:{exporters[target].port}"],
@@ -420,7 +420,7 @@ def test_real_prometheus_scrapes_over_tls_with_basic_auth(
         job("mtls-good", "mtls", "pw", **client),
         job("mtls-no-cert", "mtls", "pw"),
     ]
-    config = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s"}, "scrape_configs": jobs}
+    config = {"global": {"scrape_interval": "3s", "scrape_timeout": "3s"}, "scrape_configs": jobs}
     try:
         with prometheus(tmp_path, config) as prom:
 

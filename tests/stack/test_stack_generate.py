@@ -194,7 +194,8 @@ def _unproven(written: dict[str, str], files: dict[str, str], name: str) -> list
     """The scenarios of ``prometheus/tests/<name>`` in ``written`` that the default's run does
     not already pass: one stands proven where the default's file holds it too, under the same
     head (rule files, evaluation interval), and the recording rules and the rules of each
-    alert it checks are the default's (every alert's, where one of those reads ALERTS)."""
+    alert it checks are the default's, with those of the alerts their ALERTS series name (a
+    step alert's hysteresis reads its own)."""
     mine, default = (yaml.safe_load(f[f"prometheus/tests/{name}"]) for f in (written, files))
     if {**mine, "tests": None} != {**default, "tests": None}:
         return list(mine["tests"])
@@ -202,10 +203,22 @@ def _unproven(written: dict[str, str], files: dict[str, str], name: str) -> list
         _rules(f, mine["rule_files"]) for f in (written, files)
     )
 
+    def read_by(names: set[str]) -> set[str]:
+        """``names`` and the alerts their rules read through ALERTS, to the end (every alert
+        where one reads ALERTS without naming the alert)."""
+        todo, seen = set(names), set()
+        while todo:
+            seen.add(a := todo.pop())
+            for rule in (*alerts.get(a, ()), *base_alerts.get(a, ())):
+                for matchers in re.findall(r"ALERTS(?:_FOR_STATE)?(\{[^}]*\})?", rule["expr"]):
+                    named = re.search(r'alertname="([^"]+)"', matchers)
+                    if named is None:
+                        return {*alerts, *base_alerts}
+                    todo |= {named[1]} - seen
+        return seen
+
     def proven(group: dict[str, Any]) -> bool:
-        checked = {t["alertname"] for t in group.get("alert_rule_test", ())}
-        if any("ALERTS" in r["expr"] for a in checked for r in alerts.get(a, ())):
-            checked = {*alerts, *base_alerts}
+        checked = read_by({t["alertname"] for t in group.get("alert_rule_test", ())})
         return (
             group in default["tests"]
             and "promql_expr_test" not in group

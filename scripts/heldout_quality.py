@@ -277,13 +277,17 @@ def judge(case: Case, run: Run) -> dict[str, Any]:
     start = run.inject_step if run.inject_step is not None else math.inf
     fired = [(a.alert, a.severity, a.onset_step) for a in result.alerts]
     relevant = sorted(
-        (o, n) for n, _s, o in fired if n in case.expected and o is not None and o >= start
+        (a.onset_step, a.alert, a.onset_step if a.since_step is None else a.since_step)
+        for a in result.alerts
+        if a.alert in case.expected and a.onset_step is not None and a.onset_step >= start
     )
     steps = result.timeline.record_steps
     first = relevant[0] if relevant else None
-    lead = None
+    lead = since_rows = None
     if first is not None and verdict.visible_step is not None:
-        lead = am._index(steps, first[0]) - am._index(steps, verdict.visible_step)
+        visible = am._index(steps, verdict.visible_step)
+        lead = am._index(steps, first[0]) - visible
+        since_rows = am._index(steps, first[2]) - visible
     row.update(
         expected=list(case.expected),
         why=case.why,
@@ -291,6 +295,8 @@ def judge(case: Case, run: Run) -> dict[str, Any]:
         relevant=relevant[0][1] if relevant else None,
         relevant_step=first[0] if first else None,
         relevant_lead=lead,
+        relevant_since=first[2] if first else None,
+        since_rows=since_rows,
         fired_names=sorted({n for n, _s, o in fired if o is not None and o >= start}
                            if case.expected else {n for n, _s, _o in fired}),
     )  # fmt: skip
@@ -318,12 +324,14 @@ def main(argv: list[str]) -> int:
                 row = judge(case, run)
                 rows.append(row)
                 said = f"relevant {row['relevant']} lead {row['relevant_lead']}"
+                said += f" (since-step lead {row['since_rows']})"
                 print(f"{run.run_id}: {row['alerts']} {said}", flush=True)
     res = {"command": COMMAND, "seeds": list(SEEDS), "runs": rows}
     doc = qualitydoc.save(qualitydoc.HELDOUT, res, REPO)
     print(f"wrote {qualitydoc.HELDOUT} and {doc}")
-    leads = [r["relevant_lead"] for r in rows if r["relevant_lead"] is not None]
-    print("median lead", statistics.median(leads) if leads else None)
+    for key in ("relevant_lead", "since_rows"):
+        leads = [r[key] for r in rows if r[key] is not None]
+        print("median", key, statistics.median(leads) if leads else None)
     return 0
 
 

@@ -136,6 +136,9 @@ def test_detection_follows_the_step_not_the_clock(tmp_path: Path, step_seconds: 
         assert 30 < hit.onset_step <= 33
     else:
         assert hit.onset_seconds <= 15 + 33 * step_seconds + 2 * result.eval_interval
+    # the page names the step of the first low value as the onset, whatever the clock
+    assert hit.since_step == 30
+    assert hit.as_dict(result.eval_interval)["since_step"] == 30
     assert not fired(result, "RLTrainingStalled")
 
 

@@ -807,13 +807,14 @@ def _log_chance(same: np.ndarray, count: np.ndarray, n: np.ndarray) -> np.ndarra
     return chance
 
 
+SQRT2 = math.sqrt(2)
 EVAL_SMOOTH = 3  # eval readings are rare: a drop must hold over the median of the last three
 
 
 def _drop_from_best(d: Detector, t: Track, key: str) -> tuple[float, float]:
     """How far the held-out score (median of its last three readings) is below the best such
-    median of the whole run, as a fraction of that best; 0 while the drop is within twice the
-    readings' noise. The best never decays: a failure that persists keeps its drop."""
+    median of the whole run, as a fraction of that best; 0 while the drop is within what noise
+    explains (``_drop_guard``). The best never decays: a failure that persists keeps its drop."""
     if t.n < EVAL_SMOOTH:
         return math.nan, math.nan
     now = statistics.median(t.recent(EVAL_SMOOTH))
@@ -824,9 +825,24 @@ def _drop_from_best(d: Detector, t: Track, key: str) -> tuple[float, float]:
     drop = best - now
     # a drop counts when it stands out of the readings' own noise (small eval sets are noisy;
     # each reading is its own evaluation, so step-to-step: a persisting drop is no noise)
-    if not drop > 2 * t.noise(longest=1):
+    guard = _drop_guard(t.n - EVAL_SMOOTH + 1)
+    if not drop > guard * t.noise(longest=1):
+        return 0.0, best
+    # a score's dips are heavier-tailed than a Gaussian's (quantised, a few hard prompts): the
+    # robust noise misses them, the readings' spread does not (worked out only for a drop)
+    history = t.recent(d.w.history + 1)[:-1]
+    if len(history) >= 3 and not drop > guard * _pstdev(np.diff(history).tolist()) / SQRT2:
         return 0.0, best
     return drop / best, best
+
+
+def _drop_guard(medians: int) -> float:
+    """How many readings' noise a held-out drop must exceed, when the best was picked from
+    ``medians`` medians of three (sd ~0.67 of a reading): the best of m such medians sits about
+    sqrt(2 ln m) of their sd above their level, the latest can sit as far below it by chance
+    over the m chances it had, and one sd more covers the noise's own estimate; never under 2.
+    2.6 for 3 medians, 3.5 for 10, 5.0 for 200."""
+    return max(2.0, 0.67 * (2 * math.sqrt(2 * math.log(max(medians, 1))) + 1))
 
 
 def _hacking_rise(d: Detector, t: Track, key: str) -> tuple[float, float]:

@@ -73,7 +73,7 @@ class Verdict:
 
 def judge(run: Run, result: ReplayResult) -> Verdict:
     """The verdict of ``result``, one replayed run of ``run``'s log."""
-    steps = result.timeline.record_steps
+    steps = logged_steps(result)
     fired = [
         f"{a.alert} ({a.severity}) @{a.onset_step}"
         for a in result.alerts
@@ -139,6 +139,12 @@ def signal_range(result: ReplayResult, start: int) -> dict[str, list[float]]:
         if finite:
             out[name] = [round(min(finite), 4), round(max(finite), 4)]
     return out
+
+
+def logged_steps(result: ReplayResult) -> list[int]:
+    """The run's distinct logged steps, in order: what a lead counts (a run folder's episodes
+    share their row's step)."""
+    return sorted(set(result.timeline.record_steps))
 
 
 def _index(steps: list[int], step: int) -> int:

@@ -187,7 +187,8 @@ def _sb3(algo: str) -> Callable[[str, int, Path], Run]:
 
         torch.set_num_threads(1)
         out = work / f"sb3-{algo}-{scenario}-s{seed}"
-        run = Run(f"sb3-{algo}", scenario, seed, out, "sb3-csv", "rollout/ep_rew_mean", None)
+        out.mkdir()  # the run folder: progress.csv and the Monitor's monitor.csv
+        run = Run(f"sb3-{algo}", scenario, seed, out, "sb3-run", "rollout/ep_rew_mean", None)
         if scenario != "healthy":
             run.inject_at = SB3_INJECT
 
@@ -204,12 +205,12 @@ def _sb3(algo: str) -> Callable[[str, int, Path], Run]:
         def make() -> Any:
             env = gym.make("CartPole-v1")
             if scenario in ("obs-noise", "action-stuck"):
-                return Monitor(Switch(env, fault(env)))
+                return Monitor(Switch(env, fault(env)), str(out))
             if scenario == "reward-zero":
-                return Monitor(AfterStep(env, SB3_INJECT, lambda r: 0.0))
+                return Monitor(AfterStep(env, SB3_INJECT, lambda r: 0.0), str(out))
             if scenario == "reward-scale":
-                return AfterStep(Monitor(env), SB3_INJECT, lambda r: 1000.0 * r)
-            return Monitor(env)
+                return AfterStep(Monitor(env, str(out)), SB3_INJECT, lambda r: 1000.0 * r)
+            return Monitor(env, str(out))
 
         class Explore(BaseCallback):
             def _on_step(self) -> bool:
@@ -226,6 +227,7 @@ def _sb3(algo: str) -> Callable[[str, int, Path], Run]:
         model.logger.close()
         run.log = out / "progress.csv"
         run.inject_step = _first_step_at(run) if run.inject_at is not None else None
+        run.log = out  # replayed as the live callback sees the run: rows and episodes
         return run
 
     return train
@@ -281,7 +283,7 @@ def judge(case: Case, run: Run) -> dict[str, Any]:
         for a in result.alerts
         if a.alert in case.expected and a.onset_step is not None and a.onset_step >= start
     )
-    steps = result.timeline.record_steps
+    steps = am.logged_steps(result)
     first = relevant[0] if relevant else None
     lead = since_rows = None
     if first is not None and verdict.visible_step is not None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import subprocess
@@ -9,7 +10,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlpulse.detect.signals import SIGNALS, Detector
+import numpy as np
+
+from rlpulse.detect.signals import SIGNALS, Detector, Drops
 from rlpulse.runtime.exporter import Exporter
 from tests.conftest import replay_jsonl
 
@@ -624,3 +627,41 @@ print("child", os.waitstatus_to_exitcode(status))
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert "child 0" in out.stdout, out.stderr
+
+
+def test_a_drops_quiet_stretch_read_at_once_is_each_reading_in_turn() -> None:
+    """``Drops.read`` takes a stretch that changes nothing but the recent readings (a reward
+    holding one value) at once: the same drops, typical levels, lag and state as ``extend``
+    reading one value at a time, through constant stretches, level changes, NaN and a
+    collapse, and a rare success's pattern that leaves the counts as they were."""
+    rng = random.Random(5)
+    values: list[float] = []
+    for level in (1.0, 1.0, 0.0, 0.5, 1.0):  # long constant stretches between mixed ones
+        values += [level] * rng.randint(150, 700)
+        values += [float(rng.random() < 0.7) for _ in range(rng.randint(0, 300))]
+    values = [math.nan if rng.random() < 0.01 else v for v in values]
+    rare = ([1.0] + [0.0] * 99) * 20  # a rare success: 99 % below the typical level (no CUSUM)
+    _read_at_once_and_in_turn(values, [rng.choice((1, 99, 100, 250, 1500)) for _ in values])
+    _read_at_once_and_in_turn(rare, [300, 105, 1, 1500])  # (a quiet read ends past a success)
+
+
+def _read_at_once_and_in_turn(values: list[float], sizes: list[int]) -> None:
+    at_once, one_by_one = Drops(), Drops()
+    for start, stop in itertools.pairwise(itertools.accumulate(sizes, initial=0)):
+        batch = np.array(values[start:stop])
+        if not len(batch):
+            return
+        at = np.arange(len(batch)) + 1  # row 0 is not read: it stays NaN
+        drop, typical, lag = at_once.read(batch, at, len(batch) + 1)
+        got = one_by_one.extend(batch.tolist())
+        assert math.isnan(drop[0]) and math.isnan(typical[0])
+        assert np.array_equal(drop[1:], [g[0] for g in got])
+        assert np.array_equal(typical[1:], [g[1] for g in got], equal_nan=True)
+        assert lag == got[-1][2]
+        for c, d in zip(at_once.cusums, one_by_one.cusums, strict=True):
+            assert (c.odds, c.since, c.total) == (d.odds, d.since, d.total)
+        assert (list(at_once.recent), list(at_once.span)) == (
+            list(one_by_one.recent),
+            list(one_by_one.span),
+        )
+        assert (at_once.counts, at_once.typical) == (one_by_one.counts, one_by_one.typical)

@@ -63,6 +63,7 @@ BAND_GAP = "reference_band_gap"  # the signal against earlier healthy runs (``_b
 
 Worse = Literal["above", "below"]
 Pair = tuple[np.ndarray, np.ndarray]  # a signal's values and baselines at the values of a read
+Lost = tuple[np.ndarray, np.ndarray, int | None]  # a discrete reward's drops in a read (``Drops``)
 # how a value reads: a share (shown as %), a multiple (x), nats, or robust standard deviations
 Unit = Literal["fraction", "multiple", "nats", "sigma"]
 
@@ -130,7 +131,7 @@ class Track:
         self.gains: tuple[np.ndarray, np.ndarray] = (np.empty(0, np.int64), np.empty(0))
         # a discrete reward's drop at each value of the read (``Drops.extend``), NaN where not
         # asked, and the newest value's lag
-        self.lost: tuple[np.ndarray, np.ndarray, int | None] = (np.empty(0), np.empty(0), None)
+        self.lost: Lost = (np.empty(0), np.empty(0), None)
         self._noise: tuple[int, int, float] = (-1, 0, math.nan)  # (n, longest, noise) last asked
         self.best3 = math.nan  # the best median of three readings (``_drop_from_best``)
         self.settled = False  # the reward held its best before entropy halved (``_entropy...``)
@@ -612,6 +613,49 @@ class Drops:
             lost, since = self.lost()
             out.append((lost, self.typical, since - 1 if lost > 0 else None))
         return out
+
+    def read(self, values: np.ndarray, at: np.ndarray, n: int) -> Lost:
+        """``extend`` of ``values`` (those at ``at`` of ``n`` rows), as the rows' drops and
+        typical levels (NaN at the others) and the last row's lag (``Track.lost``); a quiet
+        stretch first (``_quiet``) is read at once."""
+        quiet = self._quiet(values)
+        drop, typical = np.full(n, math.nan), np.full(n, math.nan)
+        drop[at[:quiet]], typical[at[:quiet]] = 0.0, self.typical
+        lag = None
+        if quiet < len(values):
+            got, rest = self.extend(values[quiet:].tolist()), at[quiet:]
+            drop[rest], typical[rest], lags = zip(*got, strict=True)
+            lag = lags[-1]
+        return drop, typical, lag if len(at) and at[-1] == n - 1 else None
+
+    def _quiet(self, values: np.ndarray) -> int:
+        """How many of ``values`` change nothing but which readings are recent (read here at
+        once): with the typical level worked out and no change of the counts waiting, each
+        reading replaces an equal one in the span (the counts stay), and each CUSUM stands at 0
+        and takes a step that is not positive at each (it stays at 0). A reward that holds one
+        value (a solved task's constant return) reads so."""
+        span = self.span
+        if (
+            len(values) < DISCRETE_MIN  # (numpy's fixed cost: a short batch goes one by one)
+            or len(span) < DISCRETE_SPAN
+            or self._stale
+            or math.isnan(self.typical)
+            or any(c.odds for c in self.cusums)
+        ):
+            return 0
+        finite = values - values == 0
+        f = values[finite]
+        leaving = np.concatenate((np.array(span), f[: max(len(f) - DISCRETE_SPAN, 0)]))
+        below = f < self.typical
+        (down, up), (half_down, half_up) = self._steps
+        moves = (f != leaving[: len(f)]) | (below & ((down > 0) | (half_down > 0)))
+        moves |= ~below & ((up > 0) | (half_up > 0))
+        changed = np.flatnonzero(moves)
+        taken = int(changed[0]) if len(changed) else len(f)  # finite readings read at once
+        quiet = int(np.flatnonzero(finite)[taken]) if taken < len(f) else len(values)
+        self.recent.extend(f[:taken].tolist())
+        span.extend(f[:taken].tolist())
+        return quiet
 
     def lost(self) -> tuple[float, int]:
         """The drop of the readings a CUSUM past ``DISCRETE_CHANCE`` counts (at least the last
@@ -1516,15 +1560,14 @@ class Detector:
                 outs.append((cast(Compute, sig.compute), o))
             drops = t.drops
             dropped = t.discrete[t.ev_rows] if drops is not None else np.zeros(len(where), bool)
-            lost: list[tuple[int, float, float, int | None]] = []  # (value, drop, typical, lag)
-            plans.append((t, metric, labels, outs, banded, curve, drops, lost))
             if outs or metric == OBJECTIVE:  # every value in the order they were logged
+                lost: list[tuple[int, float, float, int | None]] = []  # (value, drop, typ., lag)
+                plans.append((t, metric, labels, outs, banded, curve, drops, lost))
                 take = np.arange(len(where))
                 parts.append((where[take], np.full(len(take), len(plans) - 1), take, dropped))
             elif drops is not None:  # a reward's discrete values: in their own order
                 take = np.flatnonzero(dropped)
-                got = drops.extend(values[where[take]].tolist())
-                lost += ((k, *reading) for k, reading in zip(take.tolist(), got, strict=True))
+                t.lost = drops.read(values[where[take]], take, len(where))
         where = np.concatenate([w for w, _, _, _ in parts] or [np.empty(0, np.int64)])
         several = sum(len(w) > 0 for w, _, _, _ in parts) > 1
         order = np.argsort(where, kind="stable") if several else np.arange(len(where))

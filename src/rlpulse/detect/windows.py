@@ -49,10 +49,65 @@ def medians(ordered: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def last_medians(x: np.ndarray, ends: np.ndarray, counts: np.ndarray, w: int) -> np.ndarray:
-    """The median of the ``counts`` values of ``x`` up to each of ``ends`` (at most ``w``)."""
-    rows = windows(x, ends, w)
-    rows.sort(axis=1)
-    return medians(rows, counts)
+    """The median of the ``counts`` values of finite ``x`` up to each of ``ends`` (at most ``w``;
+    ``ends`` ascending, ``counts`` not falling). Many full windows that end one after the
+    other, of at most ``NETWORK`` values or twice that many, are ordered column by column
+    (``_network_medians``): the same values as sorting each window."""
+    full = int(np.searchsorted(counts, w))  # the rows before have fewer than w values
+    many = len(ends) - full >= 64 and ends[-1] - ends[full] == len(ends) - 1 - full
+    many = many and ends[full] >= w - 1  # (the windows lie inside x)
+    if not many or not (w <= NETWORK or (w % 2 == 0 and w // 2 <= NETWORK)):
+        rows = windows(x, ends, w)
+        rows.sort(axis=1)
+        return medians(rows, counts)
+    out = np.empty(len(ends))
+    if full:
+        out[:full] = last_medians(x, ends[:full], counts[:full], w)
+    out[full:] = _network_medians(x, int(ends[full]), len(ends) - full, w)
+    return out
+
+
+NETWORK = 6  # windows of at most this many values (or twice) are ordered by a network
+
+
+def _network_medians(x: np.ndarray, first: int, rows: int, w: int) -> np.ndarray:
+    """The medians of the full windows of ``w`` values of ``x`` ending at ``first`` and the
+    ``rows - 1`` indexes after it. Each window's values in order are columns of minima and
+    maxima of ``x``'s shifted slices (an insertion network); a window of twice ``NETWORK``
+    values is two ordered halves, whose middle values are picked by ``_kth``."""
+    half = w // 2
+    if w <= NETWORK:
+        cols = _ordered_columns(x, first, rows, w)
+        return cols[half] if w % 2 else (cols[half - 1] + cols[half]) / 2
+    cols = _ordered_columns(x, first - half, rows + half, half)
+    older, newer = [c[:-half] for c in cols], [c[half:] for c in cols]
+    return (_kth(older, newer, half) + _kth(older, newer, half + 1)) / 2
+
+
+def _ordered_columns(x: np.ndarray, first: int, rows: int, w: int) -> list[np.ndarray]:
+    """Per rank, the rank-th smallest of each window of ``w`` values ending at ``first`` ...
+    ``first + rows - 1`` (all inside ``x``)."""
+    cols = [x[first - w + 1 + j : first - w + 1 + j + rows] for j in range(w)]
+    for i in range(1, w):
+        for j in range(i, 0, -1):
+            cols[j - 1], cols[j] = (
+                np.minimum(cols[j - 1], cols[j]),
+                np.maximum(cols[j - 1], cols[j]),
+            )
+    return cols
+
+
+def _kth(a: list[np.ndarray], b: list[np.ndarray], k: int) -> np.ndarray:
+    """Per row, the k-th smallest (from 1) of two ordered lists of columns taken together: the
+    least, over the ways to take i of them from ``a`` and k - i from ``b``, of the largest taken."""
+    h = len(a)
+    best = None
+    for i in range(max(0, k - h), min(k, h) + 1):
+        j = k - i
+        top = a[i - 1] if j == 0 else b[j - 1] if i == 0 else np.maximum(a[i - 1], b[j - 1])
+        best = top if best is None else np.minimum(best, top)
+    assert best is not None
+    return best
 
 
 class Held:

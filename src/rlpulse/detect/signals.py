@@ -167,8 +167,7 @@ class Track:
         self.base = len(prev)
         n = np.arange(self.n0, self.n0 + m + 1)
         ends = np.arange(self.base - 1, self.base + m)
-        smoothed = windows.last_medians(self.x, ends, np.minimum(n, w.smooth), w.smooth)
-        level = windows.last_medians(self.x, ends, np.minimum(n, 2 * w.smooth), 2 * w.smooth)
+        smoothed, level = windows.last_medians(self.x, ends, n, w.smooth)
         level[n < 2 * w.smooth] = math.nan
         warm = n >= w.warmup
         start = self.start if self.start == self.start else _first(smoothed, warm)

@@ -10,6 +10,8 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+Pair = tuple[np.ndarray, np.ndarray]  # per row: a smoothed value and its sustained level
+
 HELD_MAX = 4096  # candidates an exported signal keeps at most (a trainer logging faster
 # than HELD_MAX values per hold_seconds holds its values for less than hold_seconds)
 TRAIL = 1024  # signal values kept per exported series with their step, for ``onset``
@@ -48,40 +50,38 @@ def medians(ordered: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.where(counts == 0, math.nan, np.where(counts % 2 == 1, hi, (lo + hi) / 2))
 
 
-def last_medians(x: np.ndarray, ends: np.ndarray, counts: np.ndarray, w: int) -> np.ndarray:
-    """The median of the ``counts`` values of finite ``x`` up to each of ``ends`` (at most ``w``;
-    ``ends`` ascending, ``counts`` not falling). Many full windows that end one after the
-    other, of at most ``NETWORK`` values or twice that many, are ordered column by column
-    (``_network_medians``): the same values as sorting each window."""
-    full = int(np.searchsorted(counts, w))  # the rows before have fewer than w values
+def last_medians(x: np.ndarray, ends: np.ndarray, n: np.ndarray, w: int) -> Pair:
+    """Per row, the median of the last ``min(n, w)`` and of the last ``min(n, 2 w)`` values of
+    finite ``x`` up to ``ends`` (a smoothed value and its sustained level; ``ends`` ascending,
+    ``n`` not falling). Many full windows that end one after the other (``w`` at most
+    ``NETWORK``) are ordered column by column (``_ordered_columns``): a window of 2 w values is
+    two ordered halves, whose middle values ``_kth`` picks. The same values as sorting each
+    window."""
+    full = int(np.searchsorted(n, 2 * w))  # the rows before have fewer than 2 w values
     many = len(ends) - full >= 64 and ends[-1] - ends[full] == len(ends) - 1 - full
-    many = many and ends[full] >= w - 1  # (the windows lie inside x)
-    if not many or not (w <= NETWORK or (w % 2 == 0 and w // 2 <= NETWORK)):
-        rows = windows(x, ends, w)
-        rows.sort(axis=1)
-        return medians(rows, counts)
-    out = np.empty(len(ends))
+    if not (many and w <= NETWORK and ends[full] >= 2 * w - 1):  # (windows inside x)
+        return _sorted_medians(x, ends, np.minimum(n, w), w), _sorted_medians(
+            x, ends, np.minimum(n, 2 * w), 2 * w
+        )
+    smoothed, level = np.empty(len(ends)), np.empty(len(ends))
     if full:
-        out[:full] = last_medians(x, ends[:full], counts[:full], w)
-    out[full:] = _network_medians(x, int(ends[full]), len(ends) - full, w)
-    return out
-
-
-NETWORK = 6  # windows of at most this many values (or twice) are ordered by a network
-
-
-def _network_medians(x: np.ndarray, first: int, rows: int, w: int) -> np.ndarray:
-    """The medians of the full windows of ``w`` values of ``x`` ending at ``first`` and the
-    ``rows - 1`` indexes after it. Each window's values in order are columns of minima and
-    maxima of ``x``'s shifted slices (an insertion network); a window of twice ``NETWORK``
-    values is two ordered halves, whose middle values are picked by ``_kth``."""
+        smoothed[:full], level[:full] = last_medians(x, ends[:full], n[:full], w)
+    cols = _ordered_columns(x, int(ends[full]) - w, len(ends) - full + w, w)
+    older, newer = [c[:-w] for c in cols], [c[w:] for c in cols]
     half = w // 2
-    if w <= NETWORK:
-        cols = _ordered_columns(x, first, rows, w)
-        return cols[half] if w % 2 else (cols[half - 1] + cols[half]) / 2
-    cols = _ordered_columns(x, first - half, rows + half, half)
-    older, newer = [c[:-half] for c in cols], [c[half:] for c in cols]
-    return (_kth(older, newer, half) + _kth(older, newer, half + 1)) / 2
+    smoothed[full:] = newer[half] if w % 2 else (newer[half - 1] + newer[half]) / 2
+    level[full:] = (_kth(older, newer, w) + _kth(older, newer, w + 1)) / 2
+    return smoothed, level
+
+
+NETWORK = 6  # windows of at most this many values (and twice) are ordered by a network
+
+
+def _sorted_medians(x: np.ndarray, ends: np.ndarray, counts: np.ndarray, w: int) -> np.ndarray:
+    """The median of the ``counts`` values of ``x`` up to each of ``ends`` (at most ``w``)."""
+    rows = windows(x, ends, w)
+    rows.sort(axis=1)
+    return medians(rows, counts)
 
 
 def _ordered_columns(x: np.ndarray, first: int, rows: int, w: int) -> list[np.ndarray]:

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from rlpulse.detect import windows
-from rlpulse.detect.signals import SIGNALS, Detector, Drops
+from rlpulse.detect.signals import FROZEN_VALUES, SIGNALS, Detector, Drops, Stretches
 from rlpulse.runtime.exporter import Exporter
 from tests.conftest import replay_jsonl
 
@@ -690,3 +690,41 @@ def test_medians_ordered_by_a_network_are_the_sorted_windows_medians() -> None:
             rows.sort(axis=1)
             want = windows.medians(rows, np.minimum(seen, size))
             assert np.array_equal(got, want, equal_nan=True)
+
+
+def _counted_in_turn(counts: dict[float, int], values: list[float]) -> tuple[list[int], list[int]]:
+    """``Stretches._count``'s rule, one value at a time."""
+    distinct, count = [], []
+    for v in values:
+        c = counts.get(v)
+        if c is not None or len(counts) < FROZEN_VALUES:
+            c = counts[v] = (c or 0) + 1
+        distinct.append(len(counts))
+        count.append(c or 0)
+    return distinct, count
+
+
+def test_a_reads_values_counted_at_once_are_counted_as_in_turn() -> None:
+    """``Stretches._count`` counts at once from where no new value can be counted (64 values
+    counted, or every value left seen before): the same counts, and the same dict, as one
+    value at a time, for continuous, discrete, constant and signed-zero values in any batches."""
+    rng = np.random.default_rng(3)
+    for trial in range(100):
+        n = int(rng.integers(1, 3000))
+        x = (
+            rng.normal(size=n),
+            rng.integers(0, 3, n).astype(float),
+            np.round(rng.normal(size=n), 1),
+            np.full(n, 1.5),
+            np.where(rng.random(n) < 0.5, -0.0, 0.0),
+        )[trial % 5]
+        stretches, counts = Stretches(), {}
+        sizes = rng.choice([1, 10, 64, 100, 700, 1500], 3000)
+        for start, stop in itertools.pairwise(itertools.accumulate(sizes, initial=0)):
+            if start >= n:
+                break
+            distinct, count = stretches._count(x[start:stop])
+            assert (distinct.tolist(), count.tolist()) == _counted_in_turn(
+                counts, x[start:stop].tolist()
+            )
+            assert list(stretches._counts.items()) == list(counts.items())

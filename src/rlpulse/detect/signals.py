@@ -807,15 +807,46 @@ class Stretches:
     def _count(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Count a batch's values (a new one while fewer than ``FROZEN_VALUES`` are counted):
         the values counted after each, and how often each had been read then (0: not
-        counted). One dict lookup a value: cheaper than numpy's grouping for a few."""
-        counts, distinct, count = self._counts, [], []
-        for v in values.tolist():
-            c = counts.get(v)
-            if c is not None or len(counts) < FROZEN_VALUES:
-                c = counts[v] = (c or 0) + 1
-            distinct.append(len(counts))
-            count.append(c or 0)
-        return np.array(distinct), np.array(count)
+        counted). One dict lookup a value while a new value may still be counted; from where
+        none can (all counted, or every value left counted before) at once (``_count_known``)."""
+        counts, n = self._counts, len(values)
+        distinct, count = np.empty(n, np.int64), np.zeros(n, np.int64)
+        vals, i = values.tolist(), 0
+        while i < n:
+            stop = n
+            if n - i >= 64:  # (numpy's fixed cost: a short batch goes one by one)
+                known = np.isin(values[i:], np.fromiter(counts, float, len(counts)))
+                if len(counts) >= FROZEN_VALUES or known.all():
+                    distinct[i:] = len(counts)
+                    self._count_known(values[i:], known, count[i:])
+                    break
+                stop = i + int(known.argmin()) + 1  # through the next new value, then again
+            for j in range(i, stop):
+                v = vals[j]
+                c = counts.get(v)
+                if c is not None or len(counts) < FROZEN_VALUES:
+                    c = counts[v] = (c or 0) + 1
+                distinct[j], count[j] = len(counts), c or 0
+            i = stop
+        return distinct, count
+
+    def _count_known(self, values: np.ndarray, known: np.ndarray, count: np.ndarray) -> None:
+        """Count the ``known`` of ``values`` (each counted before; no new one is): how often
+        each had been read after it, into ``count``."""
+        at = np.flatnonzero(known)
+        if not len(at):
+            return
+        ordered, which = np.unique(values[at], return_inverse=True)
+        times = np.bincount(which, minlength=len(ordered))
+        # each value's readings in turn: its place among the readings of the same value
+        place = np.empty(len(at), np.int64)
+        place[np.argsort(which, kind="stable")] = np.arange(len(at)) - np.repeat(
+            np.cumsum(times) - times, times
+        )
+        before = np.array([self._counts[v] for v in ordered.tolist()], np.int64)
+        count[at] = before[which] + place + 1
+        for v, b, k in zip(ordered.tolist(), before.tolist(), times.tolist(), strict=True):
+            self._counts[v] = b + k
 
 
 def _frozen(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:

@@ -668,19 +668,26 @@ def _read_at_once_and_in_turn(values: list[float], sizes: list[int]) -> None:
         assert (at_once.counts, at_once.typical) == (one_by_one.counts, one_by_one.typical)
 
 
+def _shaped(rng: np.random.Generator, n: int, trial: int) -> np.ndarray:
+    """``n`` values of one of five shapes, by trial: continuous, discrete, with ties, constant,
+    signed zeros."""
+    if trial % 5 == 0:
+        return rng.normal(size=n)
+    if trial % 5 == 1:
+        return rng.integers(0, 3, n).astype(float)
+    if trial % 5 == 2:
+        return np.round(rng.normal(size=n), 1)
+    return np.full(n, 1.5) if trial % 5 == 3 else np.where(rng.random(n) < 0.5, -0.0, 0.0)
+
+
 def test_medians_ordered_by_a_network_are_the_sorted_windows_medians() -> None:
     """``windows.last_medians`` orders many full windows of a few values (and of twice as
     many) column by column: the same medians as sorting each window, for any window size, ties,
-    constant values and a series' first values (its windows not full yet)."""
+    constant values, signed zeros and a series' first values (its windows not full yet)."""
     rng = np.random.default_rng(1)
     for trial in range(400):
         n = int(rng.integers(1, 400))
-        x = (
-            rng.normal(size=n),
-            rng.integers(0, 3, n).astype(float),
-            np.round(rng.normal(size=n), 1),
-            np.full(n, 1.5),
-        )[trial % 4]
+        x = _shaped(rng, n, trial)
         w = int(rng.integers(1, 8))
         m = n - 1 - int(rng.integers(0, max(1, n // 3)))  # the batch: x's last m values
         seen = np.minimum(np.arange(m + 1) + int(rng.integers(0, 20)), n - m + np.arange(m + 1))
@@ -711,13 +718,7 @@ def test_a_reads_values_counted_at_once_are_counted_as_in_turn() -> None:
     rng = np.random.default_rng(3)
     for trial in range(100):
         n = int(rng.integers(1, 3000))
-        x = (
-            rng.normal(size=n),
-            rng.integers(0, 3, n).astype(float),
-            np.round(rng.normal(size=n), 1),
-            np.full(n, 1.5),
-            np.where(rng.random(n) < 0.5, -0.0, 0.0),
-        )[trial % 5]
+        x = _shaped(rng, n, trial)
         stretches, counts = Stretches(), {}
         sizes = rng.choice([1, 10, 64, 100, 700, 1500], 3000)
         for start, stop in itertools.pairwise(itertools.accumulate(sizes, initial=0)):

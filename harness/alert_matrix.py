@@ -65,11 +65,15 @@ class Verdict:
     signals: dict[str, list[float]] = field(default_factory=dict)  # missed: [min, max] after
     fast: dict[str, Any] = field(default_factory=dict)  # the same, replayed with fast rules
     live: dict[str, Any] = field(default_factory=dict)
+    # the step the first alert's page names as the failure's onset ("since step"), and the
+    # logged steps from the damage to it (0: the page names the step the damage showed)
+    since_step: int | None = None
+    since_rows: int | None = None
 
 
 def judge(run: Run, result: ReplayResult) -> Verdict:
     """The verdict of ``result``, one replayed run of ``run``'s log."""
-    steps = result.timeline.record_steps
+    steps = logged_steps(result)
     fired = [
         f"{a.alert} ({a.severity}) @{a.onset_step}"
         for a in result.alerts
@@ -95,6 +99,9 @@ def judge(run: Run, result: ReplayResult) -> Verdict:
         verdict.first_alert_step = first.onset_step
         if verdict.visible_step is not None and first.onset_step is not None:
             verdict.lead = _index(steps, first.onset_step) - _index(steps, verdict.visible_step)
+            verdict.since_step = first.since_step
+            since = first.onset_step if first.since_step is None else first.since_step
+            verdict.since_rows = _index(steps, since) - _index(steps, verdict.visible_step)
         if run.scenario != "stall":  # a hang ends when the env answers again, its alert with it
             verdict.resolved_early = resolved_early(after, steps[-1])
     return verdict
@@ -132,6 +139,12 @@ def signal_range(result: ReplayResult, start: int) -> dict[str, list[float]]:
         if finite:
             out[name] = [round(min(finite), 4), round(max(finite), 4)]
     return out
+
+
+def logged_steps(result: ReplayResult) -> list[int]:
+    """The run's distinct logged steps, in order: what a lead counts (a run folder's episodes
+    share their row's step)."""
+    return sorted(set(result.timeline.record_steps))
 
 
 def _index(steps: list[int], step: int) -> int:
@@ -196,7 +209,8 @@ def incidents(result: ReplayResult) -> list[str]:
     ]
 
 
-FAST_FIELDS = ("alerts", "caught", "first_alert", "first_alert_step", "lead", "incidents")
+FAST_FIELDS = ("alerts", "caught", "first_alert", "first_alert_step", "lead", "since_rows")
+FAST_FIELDS += ("incidents",)
 
 
 def judge_fast(run: Run, verdict: Verdict) -> ReplayResult:

@@ -187,7 +187,8 @@ def _sb3(algo: str) -> Callable[[str, int, Path], Run]:
 
         torch.set_num_threads(1)
         out = work / f"sb3-{algo}-{scenario}-s{seed}"
-        run = Run(f"sb3-{algo}", scenario, seed, out, "sb3-csv", "rollout/ep_rew_mean", None)
+        out.mkdir()  # the run folder: progress.csv and the Monitor's monitor.csv
+        run = Run(f"sb3-{algo}", scenario, seed, out, "sb3-run", "rollout/ep_rew_mean", None)
         if scenario != "healthy":
             run.inject_at = SB3_INJECT
 
@@ -204,12 +205,12 @@ def _sb3(algo: str) -> Callable[[str, int, Path], Run]:
         def make() -> Any:
             env = gym.make("CartPole-v1")
             if scenario in ("obs-noise", "action-stuck"):
-                return Monitor(Switch(env, fault(env)))
+                return Monitor(Switch(env, fault(env)), str(out))
             if scenario == "reward-zero":
-                return Monitor(AfterStep(env, SB3_INJECT, lambda r: 0.0))
+                return Monitor(AfterStep(env, SB3_INJECT, lambda r: 0.0), str(out))
             if scenario == "reward-scale":
-                return AfterStep(Monitor(env), SB3_INJECT, lambda r: 1000.0 * r)
-            return Monitor(env)
+                return AfterStep(Monitor(env, str(out)), SB3_INJECT, lambda r: 1000.0 * r)
+            return Monitor(env, str(out))
 
         class Explore(BaseCallback):
             def _on_step(self) -> bool:
@@ -226,6 +227,7 @@ def _sb3(algo: str) -> Callable[[str, int, Path], Run]:
         model.logger.close()
         run.log = out / "progress.csv"
         run.inject_step = _first_step_at(run) if run.inject_at is not None else None
+        run.log = out  # replayed as the live callback sees the run: rows and episodes
         return run
 
     return train
@@ -277,13 +279,17 @@ def judge(case: Case, run: Run) -> dict[str, Any]:
     start = run.inject_step if run.inject_step is not None else math.inf
     fired = [(a.alert, a.severity, a.onset_step) for a in result.alerts]
     relevant = sorted(
-        (o, n) for n, _s, o in fired if n in case.expected and o is not None and o >= start
+        (a.onset_step, a.alert, a.onset_step if a.since_step is None else a.since_step)
+        for a in result.alerts
+        if a.alert in case.expected and a.onset_step is not None and a.onset_step >= start
     )
-    steps = result.timeline.record_steps
+    steps = am.logged_steps(result)
     first = relevant[0] if relevant else None
-    lead = None
+    lead = since_rows = None
     if first is not None and verdict.visible_step is not None:
-        lead = am._index(steps, first[0]) - am._index(steps, verdict.visible_step)
+        visible = am._index(steps, verdict.visible_step)
+        lead = am._index(steps, first[0]) - visible
+        since_rows = am._index(steps, first[2]) - visible
     row.update(
         expected=list(case.expected),
         why=case.why,
@@ -291,6 +297,8 @@ def judge(case: Case, run: Run) -> dict[str, Any]:
         relevant=relevant[0][1] if relevant else None,
         relevant_step=first[0] if first else None,
         relevant_lead=lead,
+        relevant_since=first[2] if first else None,
+        since_rows=since_rows,
         fired_names=sorted({n for n, _s, o in fired if o is not None and o >= start}
                            if case.expected else {n for n, _s, _o in fired}),
     )  # fmt: skip
@@ -318,12 +326,14 @@ def main(argv: list[str]) -> int:
                 row = judge(case, run)
                 rows.append(row)
                 said = f"relevant {row['relevant']} lead {row['relevant_lead']}"
+                said += f" (since-step lead {row['since_rows']})"
                 print(f"{run.run_id}: {row['alerts']} {said}", flush=True)
     res = {"command": COMMAND, "seeds": list(SEEDS), "runs": rows}
     doc = qualitydoc.save(qualitydoc.HELDOUT, res, REPO)
     print(f"wrote {qualitydoc.HELDOUT} and {doc}")
-    leads = [r["relevant_lead"] for r in rows if r["relevant_lead"] is not None]
-    print("median lead", statistics.median(leads) if leads else None)
+    for key in ("relevant_lead", "since_rows"):
+        leads = [r[key] for r in rows if r[key] is not None]
+        print("median", key, statistics.median(leads) if leads else None)
     return 0
 
 

@@ -138,7 +138,40 @@ def test_detection_follows_the_step_not_the_clock(tmp_path: Path, step_seconds: 
         assert 10 < hit.onset_step <= 13
     else:
         assert hit.onset_seconds <= 15 + 13 * step_seconds + 2 * result.eval_interval
+    # the page names the step of the first low value as the onset, whatever the clock
+    assert hit.since_step == 10
+    assert hit.as_dict(result.eval_interval)["since_step"] == 10
     assert not fired(result, "RLTrainingStalled")
+
+
+def test_an_sb3_run_folder_pages_a_dead_reward_its_running_mean_hides(tmp_path: Path) -> None:
+    """Issue 24.7 in replay: from episode 200 every episode returns 0. The 100-episode mean in
+    progress.csv only drifts down; the Monitor file beside it, read as the live callback reads
+    episodes, shows a reward that varied and now never moves."""
+    import random
+
+    rng = random.Random(3)
+    returns = [rng.uniform(20, 60) + i / 2 for i in range(200)] + [0.0] * 40
+    lengths = [int(r) + 10 for r in returns]
+    episodes = "".join(
+        f"{r:.1f},{n},{i:.1f}\n" for i, (r, n) in enumerate(zip(returns, lengths, strict=True))
+    )
+    (tmp_path / "monitor.csv").write_text('#{"t_start": 0.0}\nr,l,t\n' + episodes)
+    rows, done = [], 0
+    for i in range(0, len(returns), 4):  # DQN-style: a dump every 4 episodes
+        done += sum(lengths[i : i + 4])
+        window = returns[max(0, i + 4 - 100) : i + 4]
+        rows.append(f"{done},{i * 8},{sum(window) / len(window):.2f},{done // 60}")
+    (tmp_path / "progress.csv").write_text(
+        "time/total_timesteps,train/n_updates,rollout/ep_rew_mean,time/time_elapsed\n"
+        + "\n".join(rows)
+        + "\n"
+    )
+    result = replay(tmp_path, step_seconds=60)
+    assert result.format == "sb3-run"
+    (lost,) = fired(result, "RLRewardSignalLost", "critical")
+    assert lost.labels["series"] == "episodes" and lost.onset_step is not None
+    assert lost.onset_step >= 200 * 8
 
 
 def test_nan_loss_fires_at_once(tmp_path: Path) -> None:

@@ -353,6 +353,40 @@ def test_sb3_progress_step_is_the_update_counter(tmp_path: Path) -> None:
     assert [r.step for r in read_log(log)] == [0, 10, 20]
 
 
+def test_an_sb3_run_folder_places_each_episode_where_the_callback_saw_it(tmp_path: Path) -> None:
+    """progress.csv with two envs' Monitor files: each episode comes before the first row whose
+    total timesteps reach it (its env's steps x 2 envs), at the update counter of the row before,
+    as the live callback observes episodes between two dumps."""
+    (tmp_path / "progress.csv").write_text(
+        "time/total_timesteps,train/n_updates,rollout/ep_rew_mean\n200,,10\n400,10,12\n600,20,15\n"
+    )
+    head = '#{"t_start": 1.0, "env_id": "CartPole-v1"}\nr,l,t\n'
+    (tmp_path / "0.monitor.csv").write_text(head + "10,90,0.1\n12,120,0.2\n")
+    (tmp_path / "1.monitor.csv").write_text(head + "9,150,0.15\n30,160,0.3\n")
+    records = list(read_log(tmp_path))
+    got = [(r.kind, r.step, r.values.get("r")) for r in records]
+    assert got == [
+        ("episode", 0, 10.0),  # env 0 at 90 steps: 180 <= 200
+        ("metrics", 0, None),
+        ("episode", 0, 9.0),  # env 1 at 150: 300 <= 400
+        ("metrics", 10, None),
+        ("episode", 10, 12.0),  # env 0 at 210: 420 <= 600
+        ("metrics", 20, None),
+        ("episode", 20, 30.0),  # env 1 at 310: 620, after the last row
+    ]
+    assert detect_format(tmp_path) == "sb3-run"
+    (tmp_path / "0.monitor.csv").unlink()
+    (tmp_path / "1.monitor.csv").unlink()
+    assert [r.kind for r in read_log(tmp_path)] == ["metrics"] * 3
+
+
+def test_an_sb3_run_folder_needs_the_timesteps_to_place_episodes(tmp_path: Path) -> None:
+    (tmp_path / "progress.csv").write_text("train/n_updates,rollout/ep_rew_mean\n1,10\n")
+    (tmp_path / "monitor.csv").write_text('#{"t_start": 1.0}\nr,l,t\n10,90,0.1\n')
+    with pytest.raises(LogFormatError, match="time/total_timesteps"):
+        list(read_log(tmp_path))
+
+
 # ---- hostile input: one LogFormatError naming the file and position, bounded time and memory ---
 def _deep(n: int) -> str:
     return '{"a": ' * n + "1" + "}" * n

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import random
 import subprocess
@@ -9,7 +10,11 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from rlpulse.detect.signals import SIGNALS, Detector
+import numpy as np
+import pytest
+
+from rlpulse.detect import windows
+from rlpulse.detect.signals import FROZEN_VALUES, SIGNALS, Detector, Drops, Stretches
 from rlpulse.runtime.exporter import Exporter
 from tests.conftest import replay_jsonl
 
@@ -198,6 +203,23 @@ def test_eval_drop_beyond_the_readings_noise() -> None:
     assert _signals(exp)[("eval_drop_ratio", "gsm8k,eval")] == 0.0
     _feed(exp, [{"val/test_score/gsm8k": v} for v in (0.05, 0.04, 0.03)], start=7)
     assert _signals(exp)[("eval_drop_ratio", "gsm8k,eval")] > 0.8
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_a_long_noisy_eval_is_no_drop_from_its_luckiest_best(seed: int) -> None:
+    """The best of 200 noisy medians sits ~2 sd above the level: a dip of noise below it is no
+    drop (issue 24, the healthy demo's eval: 128 samples a reading), and a real fall after as
+    many readings still is, at its second reading."""
+    rng = np.random.default_rng(seed)
+    exp = _clocked(60.0)  # a minute a step: the exported value holds a few readings, not all
+    key = ("eval_drop_ratio", "gsm8k,eval")
+    seen = []
+    for i, v in enumerate(rng.normal(0.7, 0.03, 200).clip(0, 1)):
+        _feed(exp, [{"val/test_score/gsm8k": float(v)}], start=i)
+        seen.append(_signals(exp).get(key, 0.0))
+    assert max(v for v in seen if v == v) < 0.15  # RLEvalDrop's warning level
+    _feed(exp, [{"val/test_score/gsm8k": v} for v in (0.46, 0.48)], start=200)
+    assert _signals(exp)[key] > 0.3
 
 
 def test_step_interval_is_the_runs_own_cadence() -> None:
@@ -632,3 +654,104 @@ print("child", os.waitstatus_to_exitcode(status))
         [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
     )
     assert "child 0" in out.stdout, out.stderr
+
+
+def test_a_drops_quiet_stretch_read_at_once_is_each_reading_in_turn() -> None:
+    """``Drops.read`` takes a stretch that changes nothing but the recent readings (a reward
+    holding one value) at once: the same drops, typical levels, lag and state as ``extend``
+    reading one value at a time, through constant stretches, level changes, NaN and a
+    collapse, and a rare success's pattern that leaves the counts as they were."""
+    rng = random.Random(5)
+    values: list[float] = []
+    for level in (1.0, 1.0, 0.0, 0.5, 1.0):  # long constant stretches between mixed ones
+        values += [level] * rng.randint(150, 700)
+        values += [float(rng.random() < 0.7) for _ in range(rng.randint(0, 300))]
+    values = [math.nan if rng.random() < 0.01 else v for v in values]
+    rare = ([1.0] + [0.0] * 99) * 20  # a rare success: 99 % below the typical level (no CUSUM)
+    _read_at_once_and_in_turn(values, [rng.choice((1, 99, 100, 250, 1500)) for _ in values])
+    _read_at_once_and_in_turn(rare, [300, 105, 1, 1500])  # (a quiet read ends past a success)
+
+
+def _read_at_once_and_in_turn(values: list[float], sizes: list[int]) -> None:
+    at_once, one_by_one = Drops(), Drops()
+    for start, stop in itertools.pairwise(itertools.accumulate(sizes, initial=0)):
+        batch = np.array(values[start:stop])
+        if not len(batch):
+            return
+        at = np.arange(len(batch)) + 1  # row 0 is not read: it stays NaN
+        drop, typical, lag = at_once.read(batch, at, len(batch) + 1)
+        got = one_by_one.extend(batch.tolist())
+        assert math.isnan(drop[0]) and math.isnan(typical[0])
+        assert np.array_equal(drop[1:], [g[0] for g in got])
+        assert np.array_equal(typical[1:], [g[1] for g in got], equal_nan=True)
+        assert lag == got[-1][2]
+        for c, d in zip(at_once.cusums, one_by_one.cusums, strict=True):
+            assert (c.odds, c.since, c.total) == (d.odds, d.since, d.total)
+        assert (list(at_once.recent), list(at_once.span)) == (
+            list(one_by_one.recent),
+            list(one_by_one.span),
+        )
+        assert (at_once.counts, at_once.typical) == (one_by_one.counts, one_by_one.typical)
+
+
+def _shaped(rng: np.random.Generator, n: int, trial: int) -> np.ndarray:
+    """``n`` values of one of five shapes, by trial: continuous, discrete, with ties, constant,
+    signed zeros."""
+    if trial % 5 == 0:
+        return rng.normal(size=n)
+    if trial % 5 == 1:
+        return rng.integers(0, 3, n).astype(float)
+    if trial % 5 == 2:
+        return np.round(rng.normal(size=n), 1)
+    return np.full(n, 1.5) if trial % 5 == 3 else np.where(rng.random(n) < 0.5, -0.0, 0.0)
+
+
+def test_medians_ordered_by_a_network_are_the_sorted_windows_medians() -> None:
+    """``windows.last_medians`` orders many full windows of a few values (and of twice as
+    many) column by column: the same medians as sorting each window, for any window size, ties,
+    constant values, signed zeros and a series' first values (its windows not full yet)."""
+    rng = np.random.default_rng(1)
+    for trial in range(400):
+        n = int(rng.integers(1, 400))
+        x = _shaped(rng, n, trial)
+        w = int(rng.integers(1, 8))
+        m = n - 1 - int(rng.integers(0, max(1, n // 3)))  # the batch: x's last m values
+        seen = np.minimum(np.arange(m + 1) + int(rng.integers(0, 20)), n - m + np.arange(m + 1))
+        ends = np.arange(n - m - 1, n)
+        for got, size in zip(windows.last_medians(x, ends, seen, w), (w, 2 * w), strict=True):
+            rows = windows.windows(x, ends, size)
+            rows.sort(axis=1)
+            want = windows.medians(rows, np.minimum(seen, size))
+            assert np.array_equal(got, want, equal_nan=True)
+
+
+def _counted_in_turn(counts: dict[float, int], values: list[float]) -> tuple[list[int], list[int]]:
+    """``Stretches._count``'s rule, one value at a time."""
+    distinct, count = [], []
+    for v in values:
+        c = counts.get(v)
+        if c is not None or len(counts) < FROZEN_VALUES:
+            c = counts[v] = (c or 0) + 1
+        distinct.append(len(counts))
+        count.append(c or 0)
+    return distinct, count
+
+
+def test_a_reads_values_counted_at_once_are_counted_as_in_turn() -> None:
+    """``Stretches._count`` counts at once from where no new value can be counted (64 values
+    counted, or every value left seen before): the same counts, and the same dict, as one
+    value at a time, for continuous, discrete, constant and signed-zero values in any batches."""
+    rng = np.random.default_rng(3)
+    for trial in range(100):
+        n = int(rng.integers(1, 3000))
+        x = _shaped(rng, n, trial)
+        stretches, counts = Stretches(), {}
+        sizes = rng.choice([1, 10, 64, 100, 700, 1500], 3000)
+        for start, stop in itertools.pairwise(itertools.accumulate(sizes, initial=0)):
+            if start >= n:
+                break
+            distinct, count = stretches._count(x[start:stop])
+            assert (distinct.tolist(), count.tolist()) == _counted_in_turn(
+                counts, x[start:stop].tolist()
+            )
+            assert list(stretches._counts.items()) == list(counts.items())

@@ -63,6 +63,7 @@ BAND_GAP = "reference_band_gap"  # the signal against earlier healthy runs (``_b
 
 Worse = Literal["above", "below"]
 Pair = tuple[np.ndarray, np.ndarray]  # a signal's values and baselines at the values of a read
+Lost = tuple[np.ndarray, np.ndarray, int | None]  # a discrete reward's drops in a read (``Drops``)
 # how a value reads: a share (shown as %), a multiple (x), nats, or robust standard deviations
 Unit = Literal["fraction", "multiple", "nats", "sigma"]
 
@@ -130,7 +131,7 @@ class Track:
         self.gains: tuple[np.ndarray, np.ndarray] = (np.empty(0, np.int64), np.empty(0))
         # a discrete reward's drop at each value of the read (``Drops.extend``), NaN where not
         # asked, and the newest value's lag
-        self.lost: tuple[np.ndarray, np.ndarray, int | None] = (np.empty(0), np.empty(0), None)
+        self.lost: Lost = (np.empty(0), np.empty(0), None)
         self._noise: tuple[int, int, float] = (-1, 0, math.nan)  # (n, longest, noise) last asked
         self.best3 = math.nan  # the best median of three readings (``_drop_from_best``)
         self.settled = False  # the reward held its best before entropy halved (``_entropy...``)
@@ -166,8 +167,7 @@ class Track:
         self.base = len(prev)
         n = np.arange(self.n0, self.n0 + m + 1)
         ends = np.arange(self.base - 1, self.base + m)
-        smoothed = windows.last_medians(self.x, ends, np.minimum(n, w.smooth), w.smooth)
-        level = windows.last_medians(self.x, ends, np.minimum(n, 2 * w.smooth), 2 * w.smooth)
+        smoothed, level = windows.last_medians(self.x, ends, n, w.smooth)
         level[n < 2 * w.smooth] = math.nan
         warm = n >= w.warmup
         start = self.start if self.start == self.start else _first(smoothed, warm)
@@ -613,6 +613,49 @@ class Drops:
             out.append((lost, self.typical, since - 1 if lost > 0 else None))
         return out
 
+    def read(self, values: np.ndarray, at: np.ndarray, n: int) -> Lost:
+        """``extend`` of ``values`` (those at ``at`` of ``n`` rows), as the rows' drops and
+        typical levels (NaN at the others) and the last row's lag (``Track.lost``); a quiet
+        stretch first (``_quiet``) is read at once."""
+        quiet = self._quiet(values)
+        drop, typical = np.full(n, math.nan), np.full(n, math.nan)
+        drop[at[:quiet]], typical[at[:quiet]] = 0.0, self.typical
+        lag = None
+        if quiet < len(values):
+            got, rest = self.extend(values[quiet:].tolist()), at[quiet:]
+            drop[rest], typical[rest], lags = zip(*got, strict=True)
+            lag = lags[-1]
+        return drop, typical, lag if len(at) and at[-1] == n - 1 else None
+
+    def _quiet(self, values: np.ndarray) -> int:
+        """How many of ``values`` change nothing but which readings are recent (read here at
+        once): with the typical level worked out and no change of the counts waiting, each
+        reading replaces an equal one in the span (the counts stay), and each CUSUM stands at 0
+        and takes a step that is not positive at each (it stays at 0). A reward that holds one
+        value (a solved task's constant return) reads so."""
+        span = self.span
+        if (
+            len(values) < DISCRETE_MIN  # (numpy's fixed cost: a short batch goes one by one)
+            or len(span) < DISCRETE_SPAN
+            or self._stale
+            or math.isnan(self.typical)
+            or any(c.odds for c in self.cusums)
+        ):
+            return 0
+        finite = values - values == 0
+        f = values[finite]
+        leaving = np.concatenate((np.array(span), f[: max(len(f) - DISCRETE_SPAN, 0)]))
+        below = f < self.typical
+        (down, up), (half_down, half_up) = self._steps
+        moves = (f != leaving[: len(f)]) | (below & ((down > 0) | (half_down > 0)))
+        moves |= ~below & ((up > 0) | (half_up > 0))
+        changed = np.flatnonzero(moves)
+        taken = int(changed[0]) if len(changed) else len(f)  # finite readings read at once
+        quiet = int(np.flatnonzero(finite)[taken]) if taken < len(f) else len(values)
+        self.recent.extend(f[:taken].tolist())
+        span.extend(f[:taken].tolist())
+        return quiet
+
     def lost(self) -> tuple[float, int]:
         """The drop of the readings a CUSUM past ``DISCRETE_CHANCE`` counts (at least the last
         ``DISCRETE_START``) below the typical level, as a share of the gain (start to typical
@@ -764,15 +807,46 @@ class Stretches:
     def _count(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Count a batch's values (a new one while fewer than ``FROZEN_VALUES`` are counted):
         the values counted after each, and how often each had been read then (0: not
-        counted). One dict lookup a value: cheaper than numpy's grouping for a few."""
-        counts, distinct, count = self._counts, [], []
-        for v in values.tolist():
-            c = counts.get(v)
-            if c is not None or len(counts) < FROZEN_VALUES:
-                c = counts[v] = (c or 0) + 1
-            distinct.append(len(counts))
-            count.append(c or 0)
-        return np.array(distinct), np.array(count)
+        counted). One dict lookup a value while a new value may still be counted; from where
+        none can (all counted, or every value left counted before) at once (``_count_known``)."""
+        counts, n = self._counts, len(values)
+        distinct, count = np.empty(n, np.int64), np.zeros(n, np.int64)
+        vals, i = values.tolist(), 0
+        while i < n:
+            stop = n
+            if n - i >= 64:  # (numpy's fixed cost: a short batch goes one by one)
+                known = np.isin(values[i:], np.fromiter(counts, float, len(counts)))
+                if len(counts) >= FROZEN_VALUES or known.all():
+                    distinct[i:] = len(counts)
+                    self._count_known(values[i:], known, count[i:])
+                    break
+                stop = i + int(known.argmin()) + 1  # through the next new value, then again
+            for j in range(i, stop):
+                v = vals[j]
+                c = counts.get(v)
+                if c is not None or len(counts) < FROZEN_VALUES:
+                    c = counts[v] = (c or 0) + 1
+                distinct[j], count[j] = len(counts), c or 0
+            i = stop
+        return distinct, count
+
+    def _count_known(self, values: np.ndarray, known: np.ndarray, count: np.ndarray) -> None:
+        """Count the ``known`` of ``values`` (each counted before; no new one is): how often
+        each had been read after it, into ``count``."""
+        at = np.flatnonzero(known)
+        if not len(at):
+            return
+        ordered, which = np.unique(values[at], return_inverse=True)
+        times = np.bincount(which, minlength=len(ordered))
+        # each value's readings in turn: its place among the readings of the same value
+        place = np.empty(len(at), np.int64)
+        place[np.argsort(which, kind="stable")] = np.arange(len(at)) - np.repeat(
+            np.cumsum(times) - times, times
+        )
+        before = np.array([self._counts[v] for v in ordered.tolist()], np.int64)
+        count[at] = before[which] + place + 1
+        for v, b, k in zip(ordered.tolist(), before.tolist(), times.tolist(), strict=True):
+            self._counts[v] = b + k
 
 
 def _frozen(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
@@ -807,13 +881,14 @@ def _log_chance(same: np.ndarray, count: np.ndarray, n: np.ndarray) -> np.ndarra
     return chance
 
 
+SQRT2 = math.sqrt(2)
 EVAL_SMOOTH = 3  # eval readings are rare: a drop must hold over the median of the last three
 
 
 def _drop_from_best(d: Detector, t: Track, key: str) -> tuple[float, float]:
     """How far the held-out score (median of its last three readings) is below the best such
-    median of the whole run, as a fraction of that best; 0 while the drop is within twice the
-    readings' noise. The best never decays: a failure that persists keeps its drop."""
+    median of the whole run, as a fraction of that best; 0 while the drop is within what noise
+    explains (``_drop_guard``). The best never decays: a failure that persists keeps its drop."""
     if t.n < EVAL_SMOOTH:
         return math.nan, math.nan
     now = statistics.median(t.recent(EVAL_SMOOTH))
@@ -824,9 +899,24 @@ def _drop_from_best(d: Detector, t: Track, key: str) -> tuple[float, float]:
     drop = best - now
     # a drop counts when it stands out of the readings' own noise (small eval sets are noisy;
     # each reading is its own evaluation, so step-to-step: a persisting drop is no noise)
-    if not drop > 2 * t.noise(longest=1):
+    guard = _drop_guard(t.n - EVAL_SMOOTH + 1)
+    if not drop > guard * t.noise(longest=1):
+        return 0.0, best
+    # a score's dips are heavier-tailed than a Gaussian's (quantised, a few hard prompts): the
+    # robust noise misses them, the readings' spread does not (worked out only for a drop)
+    history = t.recent(d.w.history + 1)[:-1]
+    if len(history) >= 3 and not drop > guard * _pstdev(np.diff(history).tolist()) / SQRT2:
         return 0.0, best
     return drop / best, best
+
+
+def _drop_guard(medians: int) -> float:
+    """How many readings' noise a held-out drop must exceed, when the best was picked from
+    ``medians`` medians of three (sd ~0.67 of a reading): the best of m such medians sits about
+    sqrt(2 ln m) of their sd above their level, the latest can sit as far below it by chance
+    over the m chances it had, and one sd more covers the noise's own estimate; never under 2.
+    2.6 for 3 medians, 3.5 for 10, 5.0 for 200."""
+    return max(2.0, 0.67 * (2 * math.sqrt(2 * math.log(max(medians, 1))) + 1))
 
 
 def _hacking_rise(d: Detector, t: Track, key: str) -> tuple[float, float]:
@@ -1516,15 +1606,14 @@ class Detector:
                 outs.append((cast(Compute, sig.compute), o))
             drops = t.drops
             dropped = t.discrete[t.ev_rows] if drops is not None else np.zeros(len(where), bool)
-            lost: list[tuple[int, float, float, int | None]] = []  # (value, drop, typical, lag)
-            plans.append((t, metric, labels, outs, banded, curve, drops, lost))
             if outs or metric == OBJECTIVE:  # every value in the order they were logged
+                lost: list[tuple[int, float, float, int | None]] = []  # (value, drop, typ., lag)
+                plans.append((t, metric, labels, outs, banded, curve, drops, lost))
                 take = np.arange(len(where))
                 parts.append((where[take], np.full(len(take), len(plans) - 1), take, dropped))
             elif drops is not None:  # a reward's discrete values: in their own order
                 take = np.flatnonzero(dropped)
-                got = drops.extend(values[where[take]].tolist())
-                lost += ((k, *reading) for k, reading in zip(take.tolist(), got, strict=True))
+                t.lost = drops.read(values[where[take]], take, len(where))
         where = np.concatenate([w for w, _, _, _ in parts] or [np.empty(0, np.int64)])
         several = sum(len(w) > 0 for w, _, _, _ in parts) > 1
         order = np.argsort(where, kind="stable") if several else np.arange(len(where))

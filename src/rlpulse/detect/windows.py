@@ -10,6 +10,8 @@ import math
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
+Pair = tuple[np.ndarray, np.ndarray]  # per row: a smoothed value and its sustained level
+
 HELD_MAX = 4096  # candidates an exported signal keeps at most (a trainer logging faster
 # than HELD_MAX values per hold_seconds holds its values for less than hold_seconds)
 TRAIL = 1024  # signal values kept per exported series with their step, for ``onset``
@@ -48,11 +50,64 @@ def medians(ordered: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.where(counts == 0, math.nan, np.where(counts % 2 == 1, hi, (lo + hi) / 2))
 
 
-def last_medians(x: np.ndarray, ends: np.ndarray, counts: np.ndarray, w: int) -> np.ndarray:
+def last_medians(x: np.ndarray, ends: np.ndarray, n: np.ndarray, w: int) -> Pair:
+    """Per row, the median of the last ``min(n, w)`` and of the last ``min(n, 2 w)`` values of
+    finite ``x`` up to ``ends`` (a smoothed value and its sustained level; ``ends`` ascending,
+    ``n`` not falling). Many full windows that end one after the other (``w`` at most
+    ``NETWORK``) are ordered column by column (``_ordered_columns``): a window of 2 w values is
+    two ordered halves, whose middle values ``_kth`` picks. The same values as sorting each
+    window."""
+    full = int(np.searchsorted(n, 2 * w))  # the rows before have fewer than 2 w values
+    many = len(ends) - full >= 64 and ends[-1] - ends[full] == len(ends) - 1 - full
+    if not (many and w <= NETWORK and ends[full] >= 2 * w - 1):  # (windows inside x)
+        return _sorted_medians(x, ends, np.minimum(n, w), w), _sorted_medians(
+            x, ends, np.minimum(n, 2 * w), 2 * w
+        )
+    smoothed, level = np.empty(len(ends)), np.empty(len(ends))
+    if full:
+        smoothed[:full], level[:full] = last_medians(x, ends[:full], n[:full], w)
+    cols = _ordered_columns(x, int(ends[full]) - w, len(ends) - full + w, w)
+    older, newer = [c[:-w] for c in cols], [c[w:] for c in cols]
+    half = w // 2
+    smoothed[full:] = newer[half] if w % 2 else (newer[half - 1] + newer[half]) / 2
+    level[full:] = (_kth(older, newer, w) + _kth(older, newer, w + 1)) / 2
+    return smoothed, level
+
+
+NETWORK = 6  # windows of at most this many values (and twice) are ordered by a network
+
+
+def _sorted_medians(x: np.ndarray, ends: np.ndarray, counts: np.ndarray, w: int) -> np.ndarray:
     """The median of the ``counts`` values of ``x`` up to each of ``ends`` (at most ``w``)."""
     rows = windows(x, ends, w)
     rows.sort(axis=1)
     return medians(rows, counts)
+
+
+def _ordered_columns(x: np.ndarray, first: int, rows: int, w: int) -> list[np.ndarray]:
+    """Per rank, the rank-th smallest of each window of ``w`` values ending at ``first`` ...
+    ``first + rows - 1`` (all inside ``x``)."""
+    cols = [x[first - w + 1 + j : first - w + 1 + j + rows] for j in range(w)]
+    for i in range(1, w):
+        for j in range(i, 0, -1):
+            cols[j - 1], cols[j] = (
+                np.minimum(cols[j - 1], cols[j]),
+                np.maximum(cols[j - 1], cols[j]),
+            )
+    return cols
+
+
+def _kth(a: list[np.ndarray], b: list[np.ndarray], k: int) -> np.ndarray:
+    """Per row, the k-th smallest (from 1) of two ordered lists of columns taken together: the
+    least, over the ways to take i of them from ``a`` and k - i from ``b``, of the largest taken."""
+    h = len(a)
+    best = None
+    for i in range(max(0, k - h), min(k, h) + 1):
+        j = k - i
+        top = a[i - 1] if j == 0 else b[j - 1] if i == 0 else np.maximum(a[i - 1], b[j - 1])
+        best = top if best is None else np.minimum(best, top)
+    assert best is not None
+    return best
 
 
 class Held:

@@ -1,7 +1,8 @@
 """Readers for finished (or growing) training logs: each yields ``Record``s in file order.
 
 Formats: ``trl`` (trainer_state.json ``log_history``), ``verl-log`` (console lines),
-``verl-jsonl`` (verl's ``file`` logger), ``sb3-csv`` (Monitor or progress CSV),
+``verl-jsonl`` (verl's ``file`` logger), ``sb3-csv`` (Monitor or progress CSV), ``sb3-run`` (a
+run folder: progress.csv with its Monitor files' episodes),
 ``sb3-eval-json`` (an evaluation-history document), ``tensorboard`` (event files), ``jsonl``
 (one object per line: tinker-cookbook ``metrics.jsonl``, W&B-style dumps), ``rllib-json`` and
 ``rllib-csv`` (Tune's ``result.json`` / ``progress.csv``), ``dopamine`` (baseline long-format
@@ -23,7 +24,7 @@ from rlpulse.offline.logs.digest import read_digest
 from rlpulse.offline.logs.documents import read_dopamine, read_json_columns, read_sb3_eval_json
 from rlpulse.offline.logs.jsonl import read_jsonl, read_verl_jsonl
 from rlpulse.offline.logs.rllib import read_rllib_csv, read_rllib_json
-from rlpulse.offline.logs.sb3_csv import read_sb3_csv
+from rlpulse.offline.logs.sb3_csv import read_sb3_csv, read_sb3_run
 from rlpulse.offline.logs.tensorboard import EventFileReader, LogdirFollower, read_tensorboard
 from rlpulse.offline.logs.trl import read_trl
 from rlpulse.offline.logs.verl_console import read_verl_log
@@ -33,6 +34,7 @@ FORMATS: dict[str, Callable[[Path], Iterator[Record]]] = {
     "verl-log": read_verl_log,
     "verl-jsonl": read_verl_jsonl,
     "sb3-csv": read_sb3_csv,
+    "sb3-run": read_sb3_run,
     "sb3-eval-json": read_sb3_eval_json,
     "tensorboard": read_tensorboard,
     "jsonl": read_jsonl,

@@ -12,6 +12,7 @@ from rlpulse.offline.logs.deepspeed_chat import is_step_line
 from rlpulse.offline.logs.digest import looks_like_digest
 from rlpulse.offline.logs.documents import DOPAMINE_KEYS
 from rlpulse.offline.logs.rllib import looks_like_rllib
+from rlpulse.offline.logs.sb3_csv import is_sb3_run
 from rlpulse.offline.logs.tensorboard import EVENT_GLOB, event_files
 from rlpulse.offline.logs.tfrecord import looks_like_tfrecord
 from rlpulse.offline.logs.verl_console import metrics_line
@@ -22,6 +23,8 @@ HEAD_BYTES = 1 << 20  # verl prints its config and samples before the first metr
 def detect_format(path: Path) -> str:
     """The format name of ``path`` (see ``rlpulse.offline.logs.FORMATS``), or a clear error."""
     if path.is_dir():
+        if is_sb3_run(path):
+            return "sb3-run"
         event_files(path)  # raises when the directory holds no run
         return "tensorboard"
     if not path.is_file():
@@ -63,6 +66,7 @@ NAMES = (
     "verl-log",
     "verl-jsonl",
     "sb3-csv",
+    "sb3-run",
     "sb3-eval-json",
     "tensorboard",
     "jsonl",

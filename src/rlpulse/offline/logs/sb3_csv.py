@@ -10,6 +10,13 @@
   first update has step 0. Else the total-timesteps column, else the row index. Timestamp = the
   elapsed-time column when there is one.
 
+* a run directory (``sb3-run``): the ``progress.csv`` that ``configure(folder, ["csv"])`` writes
+  and the ``Monitor`` files beside it (``monitor.csv``, ``0.monitor.csv`` …: ``Monitor(env,
+  folder)``, ``make_vec_env(monitor_dir=folder)``), read as the live SB3 callback sees the run:
+  each episode as it ends, at the update counter of the last row dumped before it, between the
+  rows. An episode's place is its env step: its env's steps so far times the number of envs
+  (a ``VecEnv`` steps them together), against the rows' ``time/total_timesteps``.
+
 Lines are read at most ``MAX_LINE`` characters at a time; a CSV error (a field over the csv
 module's limit) is a ``LogFormatError`` naming the line.
 """
@@ -17,6 +24,7 @@ module's limit) is a ``LogFormatError`` naming the line.
 from __future__ import annotations
 
 import csv
+import heapq
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,3 +135,42 @@ def _progress(path: Path, fh: TextIO, first: str) -> Iterator[Record]:
             step = index
         ts = values.get(time_col) if time_col else None
         yield Record(step, ts, values, f"line {lineno}")
+
+
+PROGRESS = "progress.csv"
+MONITOR_GLOB = "*monitor.csv"
+
+
+def is_sb3_run(path: Path) -> bool:
+    """Whether the directory ``path`` is an SB3 run's log folder (it holds ``progress.csv``)."""
+    return (path / PROGRESS).is_file()
+
+
+def read_sb3_run(path: Path) -> Iterator[Record]:
+    """The rows of ``path/progress.csv`` with the episodes of the Monitor files beside it."""
+    monitors = sorted(p for p in path.glob(MONITOR_GLOB) if p.is_file())
+    rows = read_sb3_csv(path / PROGRESS)
+    if not monitors:
+        yield from rows
+        return
+    envs = len(monitors)
+    episodes = heapq.merge(
+        *(((rec.step * envs, n, rec) for rec in read_sb3_csv(m)) for n, m in enumerate(monitors)),
+        key=lambda item: item[:2],
+    )
+    pending = next(episodes, None)
+    step = 0
+    for row in rows:
+        done = row.values.get(STEP_COLUMNS[0])
+        if done is None:
+            raise LogFormatError(
+                path / PROGRESS, row.where, f"no {STEP_COLUMNS[0]} to place the episodes by"
+            )
+        while pending is not None and pending[0] <= done:
+            yield pending[2]._replace(step=step)
+            pending = next(episodes, None)
+        step = row.step
+        yield row
+    while pending is not None:
+        yield pending[2]._replace(step=step)
+        pending = next(episodes, None)

@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from rlpulse import catalog
 from rlpulse.offline.replay.promtool import Firing
 from rlpulse.offline.replay.timeline import Timeline
+
+ONSET = catalog.get("rl_failure_onset_step").name
 
 # labels every alert of a replayed run carries (team and cluster: its owner, from the config);
 # the rest (network, bound, metric …) is shown
@@ -36,6 +39,10 @@ class AlertOnset:
     labels: dict[str, str]
     value: float | None  # the alert expression's value at onset
     intervals: list[Interval] = field(default_factory=list)
+    # the step the run named as the failure's onset when the alert first fired (the page's
+    # "since step": where the signal crossed the alert's first level); None for an alert on no
+    # step signal. Before ``onset_step`` by the rows logged between two scrapes.
+    since_step: int | None = None
 
     @property
     def onset_step(self) -> int | None:
@@ -56,6 +63,7 @@ class AlertOnset:
             "labels": self.labels,
             "onset_step": self.onset_step,
             "onset_seconds": self.onset_seconds,
+            "since_step": self.since_step,
             "value": self.value,
             "firing_seconds": self.firing_seconds(eval_interval),
             "intervals": [[i.start_step, i.end_step] for i in self.intervals],
@@ -85,6 +93,10 @@ def onsets(firings: Iterable[Firing], tl: Timeline, eval_interval: float) -> lis
                 start = f.seconds
             prev = f.seconds
         onset.intervals.append(_interval(start, prev, tl))
+        since = tl.value_at(
+            ONSET, {"alertname": alert, "series": lbl.get("series", "")}, fs[0].seconds
+        )
+        onset.since_step = int(since) if since is not None and since == since else None
         out.append(onset)
     out.sort(key=lambda o: (o.onset_seconds, SEVERITY_ORDER.get(o.severity, 9), o.alert))
     return out

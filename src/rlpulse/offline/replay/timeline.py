@@ -79,6 +79,18 @@ class Timeline:
             out[start:end] = [v] * (end - start)
         return out
 
+    def value_at(self, metric: str, labels: Mapping[str, str], seconds: float) -> float | None:
+        """The value at the scrape of ``seconds`` of the first series of ``metric`` carrying
+        every label of ``labels`` (None: no such series, or not yet scraped)."""
+        want = [f'{k}="{_escape(v)}"' for k, v in labels.items()]
+        index = round(seconds / self.interval) if self.interval else 0
+        for key in self.keys_of(metric):
+            inner = key[len(metric) + 1 : -1].split(",")
+            if all(w in inner for w in want):
+                at = bisect.bisect_right([i for i, _ in self.series[key]], index) - 1
+                return self.series[key][at][1] if at >= 0 else None
+        return None
+
     def keys_of(self, metric: str) -> list[str]:
         """The series keys of one sample name."""
         return [k for k in self.series if k.split("{", 1)[0] == metric]

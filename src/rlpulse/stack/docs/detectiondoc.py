@@ -72,8 +72,16 @@ rose and **holds its best** is convergence, not collapse: `entropy_ratio_to_peak
 and falls again as soon as the reward loses a quarter of its gain. Spikes are measured against
 the history's 90th percentile (steps without learning signal and a near-zero gradient norm do
 not make every normal step a spike) or a robust z-score with a floor in nats, and held-out drops
-only beyond twice the readings' own noise, against the **best of the whole run** (the best never
-decays, so a persisting drop keeps firing). A reward is "hacked" when it rose far (beyond three
+against the **best of the whole run** (the best never decays, so a persisting drop keeps firing),
+only beyond what the readings' own noise explains: the best of m medians of three sits about
+sqrt(2 ln m) of their spread above their level and the latest can sit as far below it, so the
+guard grows with the run: 2.6x a reading's noise after 3 medians, 3.5x after 10, 5.0x after 200,
+where the noise is the larger of the robust step-to-step estimate and the readings' spread (a
+score's dips are heavier-tailed than a Gaussian's). A fixed 2x of the robust noise let the luck
+of a long run's best read as a drop: on 200 readings of a flat score (sd 0.04 around 0.7), 27 of
+30 seeds crossed RLEvalDrop's warning level (0 of 30 now; 3 of 30 at sd 0.06, where 15 % is
+1.75 sd), and the healthy demo warned on 2 of 3 seeds (none now); a 30 % fall is still read at
+its first or second reading (`_drop_guard`). A reward is "hacked" when it rose far (beyond three
 times its noise) since the **true objective** was last at its best and a later objective reading
 did not improve on it by more than twice the objective's own noise: a proxy that climbs while
 the objective stays flat is hacking whether or not the objective ever fell. A reward that varied

@@ -142,9 +142,11 @@ def _names(alerts: list[str]) -> set[str]:
 
 def figures(failing: list[dict], healthy: list[dict], suffix: str) -> dict[str, Any]:
     leads = [r["lead"] for r in failing if r["lead"] is not None]
+    named = [r["since_rows"] for r in failing if r.get("since_rows") is not None]
     figures = {
         "caught": sum(bool(r["caught"]) for r in failing),
         "median_lead": statistics.median(leads) if leads else None,
+        "median_since_rows": statistics.median(named) if named else None,
         "healthy_critical": sum(len(r["critical"]) for r in healthy),
         "max_incidents": max((len(r["incidents"]) for r in failing), default=0),
     }
@@ -171,7 +173,8 @@ def table(rows: list[dict]) -> str:
     """The Markdown table of every run."""
     head = (
         "| framework | scenario | seed | alerts (severity) @ onset step | first relevant alert "
-        "@ step | damage visible @ step | lead (logged steps) | incidents | resolved while "
+        "@ step | damage visible @ step | lead (logged steps; the page's since step's distance) | "
+        "incidents | resolved while "
         "failing | fast rules: first alert @ step | fast rules: lead |"
     )
     lines = [head, "|" + "---|" * 11]
@@ -184,7 +187,7 @@ def table(rows: list[dict]) -> str:
                 _cell(r["alerts"]),
                 _first(r),
                 _cell(r["visible_step"]),
-                _cell(r["lead"]),
+                _cell(r["lead"]) + _since(r.get("since_rows")),
                 _cell(r["incidents"]),
                 _cell(r["resolved_early"]),
                 _first(r["fast"]),
@@ -304,10 +307,12 @@ def totals_table(tot: dict[str, Any]) -> str:
     for label, key, target in (
         (f"induced failures caught (of {n})", "caught", "all"),
         ("median lead (logged steps)", "median_lead", "<= 3"),
+        ("median rows from the damage to the page's since step", "median_since_rows", "0"),
         (f"critical alerts on {h} healthy runs", "healthy_critical", "0"),
         ("most incidents for one root cause", "max_incidents", "<= 1"),
     ):
-        lines.append(row(label, tot[key], tot[key + "_fast"], target))
+        if key in tot:  # results measured before the page's since step was recorded lack it
+            lines.append(row(label, tot[key], tot[key + "_fast"], target))
     return "\n".join(lines)
 
 
@@ -476,7 +481,10 @@ def heldout_totals(runs: list[dict[str, Any]]) -> dict[str, Any]:
     failing = [r for r in runs if r["expected"]]
     healthy = [r for r in runs if not r["expected"]]
     leads = [r["relevant_lead"] for r in failing if r["relevant_lead"] is not None]
+    named = [r["since_rows"] for r in failing if r.get("since_rows") is not None]
     return {
+        "median_since_rows": statistics.median(named) if named else None,
+        "since_rows_all": sorted(named),
         "failing": len(failing),
         "caught": sum(r["relevant"] is not None for r in failing),
         "healthy": len(healthy),
@@ -485,6 +493,10 @@ def heldout_totals(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "median_lead": statistics.median(leads) if leads else None,
         "leads": sorted(leads),
     }
+
+
+def _since(value: Any) -> str:
+    return "" if value is None else f" ({value})"
 
 
 def heldout_doc(res: dict[str, Any]) -> str:
@@ -507,7 +519,13 @@ def heldout_doc(res: dict[str, Any]) -> str:
         "column; `scripts/heldout_quality.py`, `CASES`). Each run's own log is replayed with "
         "the shipped rules; *damage visible*, *lead* (logged rows from the damage to the first "
         "alert naming the failure; negative: ahead of it) and *incidents* are measured as in "
-        "the alert matrix.",
+        "the alert matrix. A run that logs many rows between two scrapes (an SB3 run on "
+        "CartPole logs ~30 a second) cannot fire within 3 rows of anything: *lead* counts them. "
+        "What the page says is measured too: the step it names as the failure's onset (*since "
+        "step*, `rl_failure_onset_step`: the first bad value of the signal's excursion past "
+        "the alert's first level) and, in brackets, its distance in rows from the damage "
+        "(0: the page names the step the damage showed; negative: an earlier step). It is "
+        "not a detection delay.",
         "",
         "## Totals",
         "",
@@ -516,6 +534,8 @@ def heldout_doc(res: dict[str, Any]) -> str:
         f"| failing runs caught by an alert naming the failure | {tot['caught']} of "
         f"{tot['failing']} | all |",
         f"| median lead (logged rows) | {_dash(tot['median_lead'])} (all: {tot['leads']}) | <= 3 |",
+        "| median rows from the damage to the onset the page names (its *since step*) | "
+        f"{_dash(tot['median_since_rows'])} (all: {tot['since_rows_all']}) | 0 |",
         f"| critical alerts on {tot['healthy']} healthy runs | {tot['healthy_critical']} | 0 |",
         f"| healthy runs with any alert (warnings included) | {tot['healthy_warning_runs']} | — |",
         "",
@@ -538,13 +558,14 @@ def heldout_doc(res: dict[str, Any]) -> str:
         "## Per run",
         "",
         "| run | rows | why (judged before replay) | expected | alerts (severity) @ onset | "
-        "first relevant @ step | damage visible @ | lead | incidents |",
+        "first relevant @ step (since step) | damage visible @ | lead (since step's distance) "
+        "| incidents |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for r in runs:
         first = "—"
         if r["relevant"] is not None:
-            first = f"{r['relevant']} @{r['relevant_step']}"
+            first = f"{r['relevant']} @{r['relevant_step']}" + _since(r.get("relevant_since"))
         elif r["expected"]:
             first = "**missed**"
         lines.append(
@@ -556,7 +577,7 @@ def heldout_doc(res: dict[str, Any]) -> str:
                 _br(r["alerts"]),
                 first,
                 _dash(r["visible_step"]),
-                _dash(r["relevant_lead"]),
+                _dash(r["relevant_lead"]) + _since(r.get("since_rows")),
                 len(r["incidents"]),
             )
         )

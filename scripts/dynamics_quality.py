@@ -144,17 +144,34 @@ def score(path: Path) -> dict[str, Any]:
             "returns": list(zip(finish.tolist(), returns.tolist(), strict=True))}  # fmt: skip
 
 
+def damaged(returns: list[tuple[int, float]], at: int) -> int | None:
+    """The first env step after ``at`` where 5 episodes' mean return is worse than the 20
+    before ``at`` by half their size (CartPole 500 -> 250, Pendulum -150 -> -225)."""
+    import numpy as np
+
+    before = [v for s, v in returns if s <= at][-20:]
+    after = [(s, v) for s, v in returns if s > at]
+    if not before:
+        return None
+    level = float(np.mean(before)) - 0.5 * abs(float(np.mean(before)))
+    for i in range(4, len(after)):
+        if np.mean([v for _, v in after[i - 4 : i + 1]]) < level:
+            return after[i][0]
+    return None
+
+
 def table(out: Path) -> None:
     """Each recorded run's highest error ratio before and after its change, when it first
-    reached the level, and when its return fell under half its level before the change."""
+    reached the level, when its return got worse by half, and whether a healthy observation
+    looked dead."""
     import numpy as np
 
     from rlpulse.detect import dynamics
 
-    print(f"level {dynamics.LEVEL:g}; window {dynamics.WINDOW}, every {dynamics.EVERY}, history "
-          f"{dynamics.HISTORY} transitions (every 4th env step)")  # fmt: skip
-    print(f"{'run':34s} {'max before':>10s} {'max after':>10s} {'reached at':>10s} "
-          f"{'return halves':>13s}  scored  dead-channel false alarm")  # fmt: skip
+    print(f"level {dynamics.LEVEL:g}; window {dynamics.WINDOW}, every {dynamics.EVERY}, "
+          f"history {dynamics.HISTORY} transitions (every 4th env step)")  # fmt: skip
+    print(f"{'run':34s} {'max before':>10s} {'max after':>10s} {'reaches at':>10s} "
+          f"{'damage at':>10s} {'scored':>8s}  dead channel")  # fmt: skip
     healthy = []
     for path in sorted(out.glob("*.npz")):
         r = score(path)
@@ -162,23 +179,16 @@ def table(out: Path) -> None:
         vals = np.array([v for _, v in r["scores"]])
         ok = ~np.isnan(vals)
         at = r["at"] if r["at"] >= 0 else 10**9
-        before = vals[ok & (steps < at)]
-        after = vals[ok & (steps >= at)]
+        before, after = vals[ok & (steps < at)], vals[ok & (steps >= at)]
         hit = steps[ok & (steps >= at) & (vals >= dynamics.LEVEL)]
-        halves = "-"
-        if r["at"] >= 0:
-            level = 0.5 * np.mean([v for s, v in r["returns"] if s <= at][-20:])
-            after_r = [(s, v) for s, v in r["returns"] if s > at]
-            for i in range(4, len(after_r)):
-                mean = np.mean([v for _, v in after_r[i - 4 : i + 1]])
-                if (mean < level) if level > 0 else (mean < 2 * level):
-                    halves = str(after_r[i][0])
-                    break
-        else:
+        damage = damaged(r["returns"], at) if r["at"] >= 0 else None
+        if r["at"] < 0:
             healthy.append(before.max() if before.size else float("nan"))
-        fmt = lambda a: f"{a.max():10.2f}" if a.size else f"{'-':>10s}"  # noqa: E731
-        print(f"{r['name']:34s} {fmt(before)} {fmt(after)} {hit[0] if hit.size else '-':>10} "
-              f"{halves:>13s}  {ok.sum():3d}/{len(vals):3d}  {'YES' if r['dead'] and r['at'] < 0 else '-'}")  # fmt: skip
+        cells = [f"{a.max():.2f}" if a.size else "-" for a in (before, after)]
+        cells += [str(hit[0]) if hit.size else "-", str(damage or "-"), f"{ok.sum()}/{ok.size}"]
+        dead = "false alarm" if r["dead"] else "-"
+        print(f"{r['name']:34s} " + " ".join(f"{c:>10s}" for c in cells[:4]) + f" {cells[4]:>8s}"
+              f"  {dead}")  # fmt: skip
     print(f"healthy runs: highest error ratio {np.nanmax(healthy):.2f} (level {dynamics.LEVEL:g})")
 
 

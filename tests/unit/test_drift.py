@@ -60,7 +60,8 @@ def test_a_channel_that_varied_and_now_reads_one_value_is_dead() -> None:
 
 def test_a_dead_channel_shows_within_8_samples_not_a_window_later() -> None:
     """A channel that varied and then reads one value is dead once its latest 8 samples are one
-    value (8 after a reset's real reading among them), however recently the last score was; a channel whose reference held one value for long stretches needs longer spans."""
+    value (8 after a reset's real reading among them), however recently the last score was; a
+    channel whose reference held one value for long stretches needs longer spans."""
     rng = np.random.default_rng(5)
     f = drift.Feature("observation", "obs[3]", numeric=True, ref=None)
     f.add(rng.normal(size=drift.REFERENCE + drift.EVERY), 0.0)  # a reference and one score

@@ -183,11 +183,12 @@ stability index over the reference's deciles (numbers) or categories (texts, dis
 less its expectation when nothing changed, `(k - 1)(1/n_ref + 1/n_now)` for `k` bins (0.018 at
 1,000 samples each; measured on 100 null draws its mean is under a quarter of that and its 99th
 percentile under 0.1, under 0.25 at 200 samples). 0.1 is a small shift, 0.25 a large one. A
-feature that varied in its reference and now reads one value in 90 % of its latest 32, 64, 128
-or 250 samples (a dead sensor; checked on every new sample, each span only when it is over 3
-times the longest run of one value the reference held, so a flag that stays put for long
-stretches is judged on its longer spans), and a new environment or grader version
-(`observe_versions`, or metadata `grader_version` / `<part>_version` at start), score 100.
+feature that varied in its reference and now reads one value in 90 % of its latest 8, 16, 32,
+64, 128 or 250 samples (a dead sensor; checked on every hand-over, each span only when it is
+over 3 times the longest run of one value the reference held, so a flag that stays put for long
+stretches is judged on its longer spans), a new environment or grader version
+(`observe_versions`, or metadata `grader_version` / `<part>_version` at start), and new
+dynamics (below) score 100.
 Bounded: at most 16 dimensions of a vector (evenly spaced over larger ones, each keeping its own
 index), 64 features a kind, 32 categories a feature; a score every 250 new samples, so it
 does not depend on when it is read.
@@ -195,7 +196,7 @@ does not depend on when it is read.
 - *input* (`prompt_length`, `source`, `difficulty`, `version:<part>`; from `observe_prompts`,
   `observe_rollouts(prompt_tokens=)`, `observe_versions`): `RLInputDrift` warns past 0.25;
 - *observation* (`obs[i]`, every 4th step from the SB3 callback and the Gymnasium wrappers):
-  context, warns only at 100 (a dead channel);
+  context, warns only at 100 (a dead channel); `dynamics` (below) warns at 100 (new dynamics);
 - *behaviour* (`action` or `action[i]`, `response_length`, `reward`, `reward[<component>]`):
   context only.
 
@@ -207,6 +208,29 @@ alert's page ends with it ("Input drift in obs[2] since step 80."), and any pagi
 `RLInputDrift` back. The training dashboard's Drift row shows the 8 features that moved most.
 Sampling costs the training thread 0.78 us an env step on CartPole and 1.2 us on an 8-env Atari
 vector (1.3x and 2.0x a dict write of 32 values; `benchmarks/bench_drift_sampling.py`).
+
+### New dynamics: a model of the environment's step
+
+A classic run's observations move as its policy learns, so their distribution cannot tell new
+physics from a better policy; the step itself can: while the physics stays, the same state and
+action lead to the same change, whatever the policy visits. `rlpulse.detect.dynamics` takes
+the sampled steps as transitions (the observation before, the action, the observation after;
+every 4th env step, an episode's end left out, observations of at most 16 dimensions; the SB3
+callback, the Gymnasium wrappers or `observe_transitions`) and fits each dimension's change
+`next - obs` by least squares on the observation, the action (a column per discrete action)
+and a constant. The fit is made on the 1,000 transitions before the latest 125 (4,000 and 500
+env steps): a reference that moves with the run, so a policy that changes slowly is absorbed,
+while an abrupt change of the physics is not; it is trimmed (fit again without the 20 % it fits
+worst), so a clipped velocity or a wall does not bend it. Every 32 new transitions the latest
+125 are predicted, those inside the fit's range of every input only; a dimension's *error
+ratio* is their median absolute error over the fit's own (at least 0.001 of the change's
+spread: float32 rounding is no error). Only dimensions the model fits are judged (its median
+error under 1 % of the change's spread: a velocity's update is near-linear over one step, an
+angle's sine is not), so a step the model cannot follow is not scored. Feature
+`observation/dynamics` exports the largest ratio; at 10 the dynamics changed, and it reads 100
+from that step on, as a new version does (its onset is the step the page names). The work is
+one small least-squares fit every 32 transitions, on the exporter's thread; the training thread
+copies the observation before the step with the rest of the sample.
 
 Measured with `scripts/drift_quality.py --synthetic` (SB3 on CartPole-v1, 24,000 env steps,
 every 4th step sampled; real TRL GRPO on the tiny GPT-2 of the alert matrix, 16 prompts a step):

@@ -3,9 +3,10 @@
     .venv/bin/python scripts/dynamics_quality.py record [--jobs 2] [--out /tmp/dynamics]
     .venv/bin/python scripts/dynamics_quality.py score [--out /tmp/dynamics]
 
-``record`` trains each task (SB3, one env, healthy seeds 20-22 and one seed per dynamics change)
-and keeps every env step's transition (observation, the action the env applied, next
-observation, whether the episode ended) and episode returns in ``<out>/<run>.npz``. ``score``
+``record`` trains each task (SB3, one env, healthy seeds 20-22 and one seed per dynamics change;
+healthy seeds 20-22 of a second algorithm, ``OTHERS``) and keeps every env step's transition
+(observation, the action the env applied, next observation, whether the episode ended) and
+episode returns in ``<out>/<run>.npz``. ``score``
 replays those transitions through ``rlpulse.detect.dynamics`` as the integrations sample them
 (every 4th env step) and through the dead-channel rule, and prints per run the highest score
 before and after the change and when it first warned.
@@ -49,6 +50,18 @@ TASKS: dict[str, tuple[str, dict[str, Any], int, int, dict[str, tuple[str, float
         24000, 12000, {"force-half": ("force", 0.5)},
     ),
 }  # fmt: skip
+# healthy runs of other algorithms: task -> (algorithm, its settings, env steps)
+OTHERS: dict[str, tuple[str, dict[str, Any], int]] = {
+    "CartPole-v1": ("dqn", {"learning_rate": 2.3e-3, "batch_size": 64, "buffer_size": 50_000,
+                            "learning_starts": 1000, "gamma": 0.99, "target_update_interval": 10,
+                            "train_freq": 256, "gradient_steps": 64, "exploration_fraction": 0.16,
+                            "exploration_final_eps": 0.04, "policy_kwargs": {"net_arch": [64, 64]}},
+                    24000),
+    "Pendulum-v1": ("td3", {"learning_starts": 1000, "policy_kwargs": {"net_arch": [64, 64]}},
+                    12000),
+    "Acrobot-v1": ("a2c", {"n_steps": 16, "learning_rate": 7e-4, "ent_coef": 0.0}, 24000),
+    "MountainCar-v0": ("a2c", {"n_steps": 16, "learning_rate": 7e-4, "ent_coef": 0.01}, 24000),
+}  # fmt: skip
 
 
 def record(task: str, change: str, seed: int, out: str) -> str:
@@ -61,6 +74,8 @@ def record(task: str, change: str, seed: int, out: str) -> str:
 
     torch.set_num_threads(1)
     algo, settings, steps, at, changes = TASKS[task]
+    if change.startswith("healthy-"):  # another algorithm's healthy run
+        algo, settings, steps = OTHERS[task]
 
     class Tape(gym.Wrapper[Any, Any, Any, Any]):
         def __init__(self, env: gym.Env[Any, Any]) -> None:
@@ -75,7 +90,7 @@ def record(task: str, change: str, seed: int, out: str) -> str:
 
         def step(self, action: Any) -> Any:
             self.n += 1
-            if change != "healthy" and self.n == at:
+            if change in changes and self.n == at:
                 attr, factor = changes[change]
                 u = self.env.unwrapped
                 setattr(u, attr, getattr(u, attr) * factor)
@@ -101,7 +116,7 @@ def record(task: str, change: str, seed: int, out: str) -> str:
         term=np.asarray(term),
         trunc=np.asarray(trunc),
         reward=np.asarray(rew, np.float64),
-        at=at if change != "healthy" else -1,
+        at=at if change in changes else -1,
         discrete=isinstance(env.action_space, gym.spaces.Discrete),
     )
     return name
@@ -195,6 +210,7 @@ def table(out: Path) -> None:
 def runs() -> list[tuple[str, str, int]]:
     out = [(t, "healthy", s) for t in TASKS for s in SEEDS]
     out += [(t, c, SEEDS[0]) for t, spec in TASKS.items() for c in spec[4]]
+    out += [(t, f"healthy-{spec[0]}", s) for t, spec in OTHERS.items() for s in SEEDS]
     return out
 
 

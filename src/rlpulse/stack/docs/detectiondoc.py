@@ -285,7 +285,8 @@ pole's angular velocity), the weakest change 20.1 (CartPole's gravity x1.5). A s
 may stay under the level, and a task whose step the linear model cannot follow is not judged
 (Acrobot on 4 of its 6 healthy seeds: its mass change would go unseen there). A run that
 changes its environment on purpose (a curriculum, domain randomisation) gets the warning;
-`drift_every=0` turns sampling off;
+`drift_every=0` turns sampling off.
+
 - *an LLM prompt mix* (hard prompts 20% -> 70% at step 70, the `source` column reported from the
   reward function with `observe_prompts`, prompt lengths from the TRL callback): both inputs
   drifted at step 78 in both shifted seeds; the shift starves the groups of signal and

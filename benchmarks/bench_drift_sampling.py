@@ -3,7 +3,8 @@
     python benchmarks/bench_drift_sampling.py [--steps 200000]
 
 What the SB3 callback and the Gymnasium wrappers add to each env step: every 4th step a copy
-of the observation's watched columns (at most 16) and the actions, and once per rollout (here
+of the observation's watched columns (at most 16) and the actions (and, for an observation of
+at most 16 dimensions, of the one before it: a transition), and once per rollout (here
 every 256 steps) the hand-over to the exporter (``observe_features``: a copy, queued; the
 scoring runs on the apply thread, not measured here). CPU of the training thread
 (``time.thread_time``) per env step, against a dict write of 32 values (bench_log.py's
@@ -28,9 +29,10 @@ N_KEYS = 32
 def per_step(steps: int, obs: np.ndarray, actions: np.ndarray, exp: Exporter) -> float:
     """µs of training-thread CPU per env step for sampling and handing over."""
     sampler = DriftSampler(4, discrete=True, batched=True)
+    before, ends = obs.copy(), np.zeros(len(obs), bool)  # the SB3 callback's _last_obs, dones
     t0 = time.thread_time()
     for i in range(steps):
-        sampler.step(obs, actions)
+        sampler.step(obs, actions, before, ends)
         if i % ROLLOUT == ROLLOUT - 1:
             sampler.flush(exp)
     elapsed = time.thread_time() - t0

@@ -58,19 +58,25 @@ def test_a_channel_that_varied_and_now_reads_one_value_is_dead() -> None:
     assert not always.varied and always.score(np.zeros(1000)) == 0.0
 
 
-def test_a_dead_channel_shows_within_32_samples_not_a_window_later() -> None:
-    """A channel that varied and then reads one value (a reset's real reading now and then
-    included) is dead once 90% of its latest 32 samples are one value, however recently the last
-    score was; a channel whose reference held one value for long stretches needs longer spans."""
+def test_a_dead_channel_shows_within_8_samples_not_a_window_later() -> None:
+    """A channel that varied and then reads one value is dead once its latest 8 samples are one
+    value (8 after a reset's real reading among them), however recently the last score was; a
+    channel whose reference held one value for long stretches needs longer spans."""
     rng = np.random.default_rng(5)
     f = drift.Feature("observation", "obs[3]", numeric=True, ref=None)
     f.add(rng.normal(size=drift.REFERENCE + drift.EVERY), 0.0)  # a reference and one score
     assert f.score < drift.SHIFT and f.onset is None and f.ref is not None and f.ref.run == 1
-    dead = np.zeros(drift.DEAD_SPANS[0])
-    dead[7] = 0.3  # a reset between the dead readings
-    f.add(dead[:28], 1.0)
+    f.add(np.zeros(7), 1.0)
     assert f.score < drift.EVENT and f.onset is None
-    f.add(dead[28:], 2.0)
+    f.add(np.zeros(1), 2.0)
+    assert f.score == drift.EVENT and f.onset == 2.0
+    f = drift.Feature("observation", "obs[3]", numeric=True, ref=None)
+    f.add(rng.normal(size=drift.REFERENCE + drift.EVERY), 0.0)
+    dead = np.zeros(16)
+    dead[4] = 0.3  # a reset among the dead readings: not dead until 8 after it
+    f.add(dead[:12], 1.0)
+    assert f.score < drift.EVENT and f.onset is None
+    f.add(dead[12:15], 2.0)  # its latest 8 one value again
     assert f.score == drift.EVENT and f.onset == 2.0
     flag = np.repeat(rng.choice([0.0, 1.0, 2.0], 50), 20)  # a flag that stays put 20 samples
     sticky = drift.Reference.of(flag)
@@ -232,6 +238,9 @@ def test_sb3_and_gymnasium_sample_observations_and_actions_as_drift_features() -
         assert obs.numeric and obs.samples == 8192 // 4 and not np.isnan(obs.score)
         action = feats[("behaviour", "action")]
         assert not action.numeric and action.categories == {"0", "1"}
+        # and every sampled step that did not end an episode is a transition: its model scored
+        assert exp.drift.dynamics is not None and len(exp.drift.dynamics.before) == 1125
+        assert feats[("observation", drift.DYNAMICS)].score < drift.EVENT
     finally:
         exp.close()
     exp = _exp()
@@ -247,6 +256,7 @@ def test_sb3_and_gymnasium_sample_observations_and_actions_as_drift_features() -
         feats = exp.drift.features
         assert feats[("observation", "obs[1]")].samples == 100
         assert feats[("behaviour", "action[0]")].numeric  # a continuous action: its statistics
+        assert exp.drift.dynamics is not None and len(exp.drift.dynamics.before) == 100
     finally:
         exp.close()
 

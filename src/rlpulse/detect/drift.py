@@ -15,13 +15,15 @@ The score is the population stability index over the reference's deciles (number
 categories (text, discrete actions): ``sum((c - r) ln(c / r))`` over bins with reference share
 ``r`` and window share ``c`` (empty bins count as ``EPS``), less its expectation when nothing
 changed, ``(k - 1)(1/n_ref + 1/n_now)`` for ``k`` bins (the small-sample bias), at least 0.
-By convention 0.1 is a small shift and 0.25 (``SHIFT``) a large one. Two changes no sample size
-explains score ``EVENT``: a feature that varied in its reference and now reads one value (in
-``DEAD_SHARE`` of its latest ``n`` samples for an ``n`` of ``DEAD_SPANS`` over
+By convention 0.1 is a small shift and 0.25 (``SHIFT``) a large one. Three changes no sample
+size explains score ``EVENT``: a feature that varied in its reference and now reads one value
+(in ``DEAD_SHARE`` of its latest ``n`` samples for an ``n`` of ``DEAD_SPANS`` over
 ``DEAD_RUNS`` times the longest run of one value its reference had, or of ``EVERY``; checked on
-every new sample, so a dead continuous sensor shows within 32 samples, resets between them or
-not, while a flag that stays put for long stretches is judged on its longer spans), and a new
-environment or grader version (``version``). ``onset`` is the step since which a feature is
+every new batch of samples, so a dead continuous sensor shows within 8 samples, 16 with a reset
+among them, while a flag that stays put for long stretches is judged on its longer spans), a
+new environment or grader version (``version``), and new dynamics (``transitions``: the
+environment's step no longer follows its model, ``rlpulse.detect.dynamics``; kept from then
+on, as a version is). ``onset`` is the step since which a feature is
 drifted (its score at ``SHIFT`` or above; an input's only, or any kind's ``EVENT``), cleared
 once it is back under ``CLEAR``.
 
@@ -44,6 +46,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rlpulse import catalog
+from rlpulse.detect import dynamics
 
 SCORE = catalog.get("rl_drift_score")
 ONSET = catalog.get("rl_drift_onset_step")
@@ -58,16 +61,17 @@ BINS = 10  # quantile bins of a numeric reference
 EPS = 1e-4  # the share an empty bin counts as
 SHIFT = 0.25  # a large shift: a feature at or above it is drifted
 CLEAR = 0.1  # and stays drifted until back under this
-EVENT = 100.0  # the score of a change no sample size explains (dead channel, new version)
+EVENT = 100.0  # a change no sample size explains (dead channel, new version, new dynamics)
 CAP = 50.0  # scores of a shift stop here (below EVENT)
 DEAD_SHARE = 0.9  # the latest EVERY samples this much one value, from a reference that varied
-DEAD_SPANS = (32, 64, 128, EVERY)  # latest samples judged for a dead feature ...
+DEAD_SPANS = (8, 16, 32, 64, 128, EVERY)  # latest samples judged for a dead feature ...
 DEAD_RUNS = 3  # ... when over this many times the reference's longest run of one value
 VARIED_SHARE = 0.5  # a reference varied when no value holds this share of it
 MAX_DIMS = 16  # dimensions of a vector feature that are watched
 MAX_FEATURES = 64  # features per kind
 MAX_CATEGORIES = 32  # categories per feature
 MAX_NAME_CHARS = 64
+DYNAMICS = "dynamics"  # the observation feature of the environment's step (detect.dynamics)
 OTHER = "other"  # the category of those past MAX_CATEGORIES
 
 
@@ -280,6 +284,7 @@ class Drift:
         self.pinned = dict(pinned or {})  # "kind/feature" -> its reference
         self.features: dict[tuple[Kind, str], Feature] = {}
         self.versions: dict[str, str] = {}  # the first version of each versioned part
+        self.dynamics: dynamics.Dynamics | None = None  # made on the first transitions
 
     def add(self, kind: Kind, name: str, values: np.ndarray | list[str], step: float) -> bool:
         """Samples of one feature: a flat float array or category texts (a 2-D array: one
@@ -317,6 +322,28 @@ class Drift:
         if feature is None:
             return False
         feature._scored(0.0 if version == first else EVENT, step)
+        return True
+
+    def transitions(
+        self,
+        before: np.ndarray,
+        actions: np.ndarray,
+        after: np.ndarray,
+        discrete: bool,
+        step: float,
+    ) -> bool:
+        """Sampled transitions of the environment (rows: observation, action, next
+        observation): feature ``observation/dynamics`` scores their model's error ratio
+        (``rlpulse.detect.dynamics``), ``EVENT`` from the step it reaches ``dynamics.LEVEL``
+        on, as a new version does (False: the feature is new past ``MAX_FEATURES``)."""
+        feature = self._feature("observation", DYNAMICS, True)
+        if feature is None:
+            return False
+        if self.dynamics is None:
+            self.dynamics = dynamics.Dynamics(discrete)
+        ratio = self.dynamics.add(before, actions, after)
+        if ratio is not None and not math.isnan(ratio) and feature.score != EVENT:
+            feature._scored(EVENT if ratio >= dynamics.LEVEL else min(ratio, CAP), step)
         return True
 
     def _feature(self, kind: Kind, name: str, numeric: bool) -> Feature | None:

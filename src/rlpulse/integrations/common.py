@@ -153,9 +153,13 @@ class DriftSampler:
     ``drift.columns``) and actions, copied as they are taken and handed to an exporter as drift
     features in one call per flush (``observation`` ``obs[i]``; ``behaviour`` ``action``, a
     category when ``discrete``, else ``action[i]``). ``every=0``: nothing is sampled.
-    ``batched``: each step's observation is a batch (a vector env's), not one observation."""
+    ``batched``: each step's observation is a batch (a vector env's), not one observation.
+    A step given the observations its actions were taken on (``before``) is a transition too
+    (``Exporter.observe_transitions``) when the observation has at most ``drift.MAX_DIMS``
+    dimensions (a state, not a frame), but for the rows ``ended`` marks (their observation is
+    the next episode's first); an env that returns one array it changes in place has none."""
 
-    __slots__ = ("actions", "batched", "discrete", "every", "idx", "n", "obs")
+    __slots__ = ("actions", "batched", "before", "discrete", "ended", "every", "idx", "n", "obs")
 
     def __init__(self, every: int, discrete: bool, batched: bool) -> None:
         self.every, self.discrete, self.batched = every, discrete, batched
@@ -163,8 +167,10 @@ class DriftSampler:
         self.idx: np.ndarray | None = None  # the watched dimensions
         self.obs: list[np.ndarray] = []
         self.actions: list[np.ndarray] = []
+        self.before: list[np.ndarray] = []  # of the transitions: the observations before
+        self.ended: list[np.ndarray] = []  # and which of their rows ended an episode
 
-    def step(self, obs: Any, actions: Any) -> None:
+    def step(self, obs: Any, actions: Any, before: Any = None, ended: Any = False) -> None:
         """One step: copied when it is an ``every``-th one (observations that are no array,
         such as a dict space's, are left out)."""
         self.n += 1
@@ -175,13 +181,19 @@ class DriftSampler:
         rows = obs.reshape(obs.shape[0] if self.batched else 1, -1)
         if self.idx is None:
             self.idx = np.asarray(drift.columns(rows.shape[1]))
-        self.obs.append(rows[:, self.idx])  # fancy indexing: a copy of the watched columns
-        if actions is not None:
-            self.actions.append(np.array(actions, dtype=np.float64).reshape(rows.shape[0], -1))
+        whole = self.idx.size == rows.shape[1]  # a state vector, not a frame's pixels
+        self.obs.append(rows.copy() if whole else rows[:, self.idx])  # the watched columns
+        if actions is None:
+            return
+        self.actions.append(np.array(actions, dtype=np.float64).reshape(rows.shape[0], -1))
+        if whole and type(before) is np.ndarray and before is not obs and before.shape == obs.shape:
+            self.before.append(before.reshape(rows.shape).copy())
+            self.ended.append(np.array(ended, dtype=bool))
 
     def flush(self, exp: Exporter | None) -> None:
         """Hand what was sampled to ``exp`` (nothing is kept either way)."""
         obs, actions, self.obs, self.actions = self.obs, self.actions, [], []
+        before, ended, self.before, self.ended = self.before, self.ended, [], []
         if exp is None or not obs or self.idx is None:
             return
         rows = np.concatenate(obs)
@@ -191,6 +203,12 @@ class DriftSampler:
         if not actions:
             return
         acts = np.concatenate(actions)
+        if before and len(before) == len(actions) == len(obs):  # every step gave its before
+            ok = ~np.concatenate([e.reshape(-1) for e in ended])
+            if ok.any():
+                exp.observe_transitions(
+                    np.concatenate(before)[ok], acts[ok], rows[ok], discrete=self.discrete
+                )
         if self.discrete:
             exp.observe_features(
                 "behaviour",

@@ -6,7 +6,8 @@
 (``info["is_success"]`` or ``info["success"]`` at the episode's last step, when the env sets
 one) and its wall time (``rl_rollout_duration_seconds``). Per ``step()``: its latency
 (``rl_phase_duration_seconds{phase="env_step"}``) and ``rl_env_steps_total``; every 4th
-step's observation and action (``drift_every``) is a drift sample (``rlpulse.detect.drift``).
+step's observation and action (``drift_every``) is a drift sample (``rlpulse.detect.drift``),
+and with the observation before it a transition (``rlpulse.detect.dynamics``).
 
 Each finished episode is also a rollout in the run's bounded store (docs/rollouts.md; the
 viewer shows it): its return as the reward, its length, success as the verdict, the reset seed
@@ -162,6 +163,7 @@ class RlpulseEpisodeStats(gym.Wrapper[Any, Any, Any, Any]):
         sampler = DriftSampler(drift_every, discrete, batched=False)
         self.buffer = StepBuffer(exporter, flush_interval, rollouts, sampler)
         self._seed: int | None = None
+        self._obs: Any = None  # the observation the next action is taken on
         self._return = 0.0
         self._length = 0
         self._t0 = time.perf_counter()
@@ -172,13 +174,15 @@ class RlpulseEpisodeStats(gym.Wrapper[Any, Any, Any, Any]):
         obs, info = self.env.reset(seed=seed, options=options)
         self._return, self._length, self._t0 = 0.0, 0, time.perf_counter()
         self._seed = seed
+        self._obs = obs
         return obs, info
 
     def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
         t0 = time.perf_counter()
         obs, reward, terminated, truncated, info = self.env.step(action)
         now = time.perf_counter()
-        self.buffer.drift.step(obs, action)
+        self.buffer.drift.step(obs, action, self._obs)
+        self._obs = obs
         self._return += float(reward)
         self._length += 1
         if terminated or truncated:
@@ -225,6 +229,7 @@ class RlpulseVectorEpisodeStats(VectorWrapper):
         self._lengths = np.zeros(n, dtype=np.int64)
         self._t0 = np.full(n, time.perf_counter())
         self._resetting = np.zeros(n, dtype=bool)  # NEXT_STEP: the next step only resets
+        self._obs: Any = None  # the observations the next actions are taken on
 
     def reset(
         self, *, seed: int | None = None, options: dict[str, Any] | None = None
@@ -238,13 +243,19 @@ class RlpulseVectorEpisodeStats(VectorWrapper):
         self._lengths[which] = 0
         self._t0[which] = time.perf_counter()
         self._resetting[which] = False
+        self._obs = obs
         return obs, info
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         t0 = time.perf_counter()
         obs, rewards, terminations, truncations, infos = self.env.step(actions)
         now = time.perf_counter()
-        self.buffer.drift.step(obs, actions)
+        same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
+        # a transition's next observation is of its episode: not a reset's (NEXT_STEP: the step
+        # after an end; SAME_STEP: the ending step returns the next episode's first)
+        ended = np.logical_or(terminations, truncations) if same_step else self._resetting
+        self.buffer.drift.step(obs, actions, self._obs, ended)
+        self._obs = obs
         active = ~self._resetting
         self._t0[self._resetting] = now
         self._returns[active] += np.asarray(rewards, dtype=float)[active]

@@ -10,7 +10,8 @@
 * times the ``rollout`` (``collect_rollouts``) and ``update`` (``train()``) phases into
   ``rl_phase_duration_seconds``;
 * samples every 4th step's observations and actions (``drift_every``) as drift features
-  (``rl_drift_score{kind="observation|behaviour"}``), copied at the step, scored off it.
+  (``rl_drift_score{kind="observation|behaviour"}``), and with the observation before them as
+  transitions (``observation/dynamics``), copied at the step, scored off it.
 
 The exporter's step is SB3's ``train/n_updates`` (what ``rl_train_steps_total`` follows), not
 ``num_timesteps``, which is ``rl_env_steps_total``.
@@ -175,7 +176,8 @@ class RlpulseCallback(BaseCallback):
             self._save(updates)
 
     def _on_step(self) -> bool:
-        self._drift.step(self.locals.get("new_obs"), self.locals.get("actions"))
+        got = self.locals
+        self._drift.step(got.get("new_obs"), got.get("actions"), self.model._last_obs, got["dones"])
         for info in self.locals["infos"]:
             episode = info.get("episode")
             if episode is not None:

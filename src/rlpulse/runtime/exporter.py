@@ -587,6 +587,38 @@ class Exporter:
             elif not self.drift.add(kind, name, values, step):
                 self.drops("drift_feature_cap", f"{kind}/{name}", drift.MAX_FEATURES)
 
+    def observe_transitions(
+        self, before: Any, actions: Any, after: Any, *, discrete: bool = False
+    ) -> None:
+        """Sampled transitions of the environment, one row each: the observation, the action
+        taken on it (an action index when ``discrete``) and the next observation (of the same
+        episode). Their model's error ratio is the drift feature ``observation/dynamics``
+        (``rlpulse.detect.dynamics``). Copied at the call; scored off it."""
+        try:
+            rows = [snapshot_array(v) for v in (before, actions, after)]
+            arrays = [r for r in rows if isinstance(r, np.ndarray)]
+            if len(arrays) < len(rows):
+                raise ValueError("transitions must be numbers")
+            n = np.shape(before)[0]
+            b, a, nxt = (r.reshape(n, -1) for r in arrays)
+            if b.shape != nxt.shape:
+                raise ValueError(f"observations of shapes {b.shape} and {nxt.shape}")
+        except Exception as exc:
+            if self.strict:
+                raise
+            self.drops("bad_call", "observe_transitions", exc)
+            return
+        self._calls.put(self._apply_transitions, (b, a, nxt, discrete), "observe_transitions")
+
+    def _apply_transitions(
+        self, before: np.ndarray, actions: np.ndarray, after: np.ndarray, discrete: bool
+    ) -> None:
+        keep = np.isfinite(before).all(1) & np.isfinite(actions).all(1) & np.isfinite(after).all(1)
+        if keep.any() and not self.drift.transitions(
+            before[keep], actions[keep], after[keep], discrete, self._step_now()
+        ):
+            self.drops("drift_feature_cap", f"observation/{drift.DYNAMICS}", drift.MAX_FEATURES)
+
     def observe_prompts(
         self, *, lengths: Any = None, sources: Any = None, difficulty: Any = None
     ) -> None:

@@ -418,7 +418,7 @@ def _drift_text(labels: dict[str, str], value: str) -> dict[str, str]:
         "description": f"{labels['kind'].title()} {labels['feature']} of run "
         f"{labels['run_id']} (rank {labels['rank']}) drifted from its reference: score "
         f"{value} (fires above {drift.SHIFT:g}; {drift.EVENT:g}: it varied and now reads "
-        "one value, or a new version) since step 120."
+        "one value, a new version, or new dynamics) since step 120."
     }
 
 
@@ -469,15 +469,16 @@ DEFS: tuple[kit.AlertDef, ...] = (
         description=lambda q, k: (
             f"{{{{ $labels.kind | title }}}} {{{{ $labels.feature }}}} of {ID} drifted from its "
             f"reference: score {G3} (fires above {k.threshold:g}; {drift.EVENT:g}: it varied and "
-            f"now reads one value, or a new version){_DRIFT_SINCE}."
+            f"now reads one value, a new version, or new dynamics){_DRIFT_SINCE}."
         ),
         runbook=kit.Runbook(
             "A feature of what the run is fed (rlpulse.detect.drift: prompt lengths, their "
             "source or dataset tag, difficulty, an environment or grader version; for a "
-            "classic RL run, an observation channel that varied and now reads one value) "
-            "moved away from its reference, the run's first 1,000 samples of it or a "
-            "pinned reference: its population stability index is past the level, or it is "
-            "at 100 (a dead channel, a new version). The feature label says which. A "
+            "classic RL run, an observation channel that varied and now reads one value, or "
+            "the environment's step no longer following its model: feature dynamics) moved "
+            "away from its reference, the run's first 1,000 samples of it or a pinned "
+            "reference: its population stability index is past the level, or it is at 100 "
+            "(a dead channel, a new version, new dynamics). The feature label says which. A "
             "warning, not a page: drift is context, and any paging cause of the same run "
             "holds it back; a later failure's page names the drift and its step.",
             panels.see(panels.TRAINING, panels.DRIFT),
@@ -486,6 +487,9 @@ DEFS: tuple[kit.AlertDef, ...] = (
                 "run's start: did the mix change (a new shard, a curriculum step)?",
                 "A dead observation channel: check the sensor, the environment wrapper or "
                 "the normalisation that feeds it (a zero variance, a NaN replaced by 0).",
+                "New dynamics (feature dynamics): the same state and action now lead "
+                "elsewhere; compare the simulator's parameters, the robot or the physics "
+                "engine's version with the run's start.",
                 "A new version on purpose: expect the reward and KL to move; pin a new "
                 "reference (rlpulse.detect.drift.save) from a healthy run of it.",
             ),

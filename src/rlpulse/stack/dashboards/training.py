@@ -19,6 +19,7 @@ from grafana_foundation_sdk.builders import stat, timeseries
 from grafana_foundation_sdk.models import common as cm
 from grafana_foundation_sdk.models import dashboard as dm
 
+from rlpulse.detect import dynamics
 from rlpulse.stack import panels as t
 from rlpulse.stack import rules
 from rlpulse.stack.alerts import STEP_ALERTS
@@ -334,10 +335,11 @@ def drift() -> timeseries.Panel:
         "The 8 features whose distribution moved most from its reference (rlpulse.detect."
         "drift: the run's first 1,000 samples of it, or a pinned reference), as a population "
         "stability index: 0.1 a small shift, 0.25 a large one (RLInputDrift warns above its "
-        "level for inputs), 100 a feature that varied and now reads one value or a new "
-        "environment or grader version. kind: input (prompts, their source and difficulty, "
-        "versions), observation (moves as the policy learns: context, warns only when dead), "
-        "behaviour (actions, response lengths, rewards: context).",
+        "level for inputs), 100 a feature that varied and now reads one value, a new "
+        "environment or grader version, or new dynamics. kind: input (prompts, their source and "
+        "difficulty, versions), observation (moves as the policy learns: context, warns only "
+        "when dead; dynamics: the error ratio of a model of the env's step, 100 once it passed "
+        f"{dynamics.LEVEL:g}), behaviour (actions, response lengths, rewards: context).",
         [
             Target(
                 f"topk(8, max by (kind, feature) ({SEL('rl_drift_score')}))",

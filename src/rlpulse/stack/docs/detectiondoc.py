@@ -191,11 +191,12 @@ stability index over the reference's deciles (numbers) or categories (texts, dis
 less its expectation when nothing changed, `(k - 1)(1/n_ref + 1/n_now)` for `k` bins (0.018 at
 1,000 samples each; measured on 100 null draws its mean is under a quarter of that and its 99th
 percentile under 0.1, under 0.25 at 200 samples). 0.1 is a small shift, 0.25 a large one. A
-feature that varied in its reference and now reads one value in 90 % of its latest 32, 64, 128
-or 250 samples (a dead sensor; checked on every new sample, each span only when it is over 3
-times the longest run of one value the reference held, so a flag that stays put for long
-stretches is judged on its longer spans), and a new environment or grader version
-(`observe_versions`, or metadata `grader_version` / `<part>_version` at start), score 100.
+feature that varied in its reference and now reads one value in 90 % of its latest 8, 16, 32,
+64, 128 or 250 samples (a dead sensor; checked on every hand-over, each span only when it is
+over 3 times the longest run of one value the reference held, so a flag that stays put for long
+stretches is judged on its longer spans), a new environment or grader version
+(`observe_versions`, or metadata `grader_version` / `<part>_version` at start), and new
+dynamics (below) score 100.
 Bounded: at most 16 dimensions of a vector (evenly spaced over larger ones, each keeping its own
 index), 64 features a kind, 32 categories a feature; a score every 250 new samples, so it
 does not depend on when it is read.
@@ -203,7 +204,7 @@ does not depend on when it is read.
 - *input* (`prompt_length`, `source`, `difficulty`, `version:<part>`; from `observe_prompts`,
   `observe_rollouts(prompt_tokens=)`, `observe_versions`): `RLInputDrift` warns past 0.25;
 - *observation* (`obs[i]`, every 4th step from the SB3 callback and the Gymnasium wrappers):
-  context, warns only at 100 (a dead channel);
+  context, warns only at 100 (a dead channel); `dynamics` (below) warns at 100 (new dynamics);
 - *behaviour* (`action` or `action[i]`, `response_length`, `reward`, `reward[<component>]`):
   context only.
 
@@ -213,35 +214,87 @@ balances the pole, so an observation only warns when a channel dies. `rl_drift_o
 step since which a feature is drifted (an input past 0.25, any feature at 100); every step
 alert's page ends with it ("Input drift in obs[2] since step 80."), and any paging cause holds
 `RLInputDrift` back. The training dashboard's Drift row shows the 8 features that moved most.
-Sampling costs the training thread 0.78 us an env step on CartPole and 1.2 us on an 8-env Atari
-vector (1.3x and 2.0x a dict write of 32 values; `benchmarks/bench_drift_sampling.py`).
+Sampling costs the training thread 1.09 us an env step on CartPole (the transition's
+observation before included) and 1.27 us on an 8-env Atari vector (frames give no transitions):
+1.9x and 2.2x a dict write of 32 values (`benchmarks/bench_drift_sampling.py`).
+
+### New dynamics: a model of the environment's step
+
+A classic run's observations move as its policy learns, so their distribution cannot tell new
+physics from a better policy; the step itself can: while the physics stays, the same state and
+action lead to the same change, whatever the policy visits. `rlpulse.detect.dynamics` takes
+the sampled steps as transitions (the observation before, the action, the observation after;
+every 4th env step, an episode's end left out, observations of at most 16 dimensions; the SB3
+callback, the Gymnasium wrappers or `observe_transitions`) and fits each dimension's change
+`next - obs` by least squares on the observation, the action (a column per discrete action)
+and a constant. The fit is made on the 1,000 transitions before the latest 125 (4,000 and 500
+env steps): a reference that moves with the run, so a policy that changes slowly is absorbed,
+while an abrupt change of the physics is not; it is trimmed (fit again without the 20 % it fits
+worst), so a clipped velocity or a wall does not bend it. Every 32 new transitions the latest
+125 are predicted, those inside the fit's range of every input only; a dimension's *error
+ratio* is their median absolute error over the fit's own (at least 0.001 of the change's
+spread: float32 rounding is no error). Only dimensions the model fits are judged (its median
+error under 1 % of the change's spread: a velocity's update is near-linear over one step, an
+angle's sine is not), so a step the model cannot follow is not scored. Feature
+`observation/dynamics` exports the largest ratio; at 10 the dynamics changed, and it reads 100
+from that step on, as a new version does (its onset is the step the page names). The work is
+one small least-squares fit every 32 transitions, on the exporter's thread; the training thread
+copies the observation before the step with the rest of the sample.
 
 Measured with `scripts/drift_quality.py --synthetic` (SB3 on CartPole-v1, 24,000 env steps,
 every 4th step sampled; real TRL GRPO on the tiny GPT-2 of the alert matrix, 16 prompts a step):
 
 - *healthy*: 0 drift warnings on 6 SB3 runs (PPO and A2C, seeds 20-22; their observations'
-  scores peak at 4.6-5.6 for PPO and 1.6-2.3 for A2C as the policy learns, context only), 0 on 3
+  scores peak at 4.6-5.6 for PPO and 1.6-3.7 for A2C as the policy learns, context only), 0 on 3
   healthy GRPO runs, 0 on 5 synthetic prompt streams;
 - *a dead observation* (obs[3], the pole's angular velocity, reads 0 from env step 4,000, resets
-  excepted): `RLInputDrift`'s condition from env step 4,352 (PPO) and 4,128 (A2C), with 8
-  environments each: 32 samples are 128 env steps, and PPO's callback hands them over once a
-  rollout (256 env steps). The return falls under half its level at 4,063 and 4,068, 290 and
-  60 env steps before the drift shows (judged on 250 samples, 1,000 env steps, it showed at
-  5,120 and 5,008). PPO's `RLRewardCollapse` condition holds from 5,376
-  and its page names "Observation drift in obs[3] since step 190"; A2C's return loss raised no
-  step alert, so only the drift warning speaks for it;
-- *gravity x3* from env step 8,000 (the return halves at 8,469 and 8,416, then recovers): not
-  caught. The observations move, but no more than learning moves them (PPO's peak score 5.0,
-  healthy 4.6-5.6): a classic run's observations alone cannot tell new dynamics from a policy
-  that learned; the reference band (above) and the step alerts are what watch its return.
-  A model of the transitions was tried and left out: a linear fit of the next observation on
-  the observation and action over the reference's 1,000 transitions, judged on later
-  transitions inside the reference's range (250 at a time, three seeds, Gymnasium's classic
-  tasks). Its median residual grows 3.6-5.3x under CartPole's gravity x3, 54-60x under
-  Pendulum's, 115x when MountainCar's force halves, but also up to 2.5x when a healthy policy
-  replaces the random one (Pendulum's swing-up, CartPole's balancing), and only 1.2-1.7x under
-  CartPole's gravity x1.5 or Acrobot's second link twice as heavy: no level separates changed
-  dynamics from learning with the margin a warning needs;
+  excepted): `RLInputDrift`'s condition from env step 4,096 (PPO) and 4,064 (A2C; one env, 8
+  samples are 32 env steps). The return falls under half its level at 4,063 and 4,068: A2C's
+  drift shows 4 env steps before it, PPO's at the first hand-over after it (its callback hands
+  samples and finished episodes over once a rollout, every 256 env steps, so the exporter learns
+  of the drift and of the lost return at once; judged on 32 samples the drift showed at 4,352
+  and 4,128, on 250 at 5,120 and 5,008). The dead channel also breaks the model of the step:
+  `dynamics` reaches 100 at 4,864 and 4,576. PPO's `RLRewardCollapse` condition holds from
+  5,376 and its page names "Observation drift in obs[3] since step 150." and "Observation drift
+  in dynamics since step 180."; A2C's return loss raised no step alert, so only the drift
+  warning speaks for it. On the 12 healthy runs of the table below (and 12 more of other
+  algorithms) no observation ever read one value in 8 of its samples in a row (at most 3 of 8:
+  Pendulum's velocity held at its limit);
+- *gravity x3* from env step 8,000: `dynamics` reaches 100 at env step 8,448 (PPO) and 8,320
+  (A2C), before the return falls under half its level (8,469 and 8,416; it recovers later). The
+  observations' PSI alone could not tell: PPO's peak 5.0 against healthy seeds' 4.6-5.6.
+
+`scripts/dynamics_quality.py record` then `score` measures the model on Gymnasium's classic
+tasks: every env step's transition is recorded from real SB3 trainings (one env; healthy seeds
+20-22 of two algorithms each; the changes on seed 20 of the first, from env step 8,000 or
+12,000) and replayed as the integrations sample them. Highest error ratio (level 10; "not
+scored": no dimension fit within 1 % of its spread):
+
+| healthy, seeds 20 / 21 / 22 | first algorithm | second algorithm |
+|---|---|---|
+| CartPole-v1 | PPO 3.07 / 2.05 / 1.24 | DQN 5.63 / 6.19 / 3.36 |
+| Pendulum-v1 | SAC 1.93 / 2.43 / 3.77 | TD3 2.04 / 4.61 / 1.94 |
+| Acrobot-v1 | PPO 4.49 / not scored / 4.06 | A2C 4.64 / not scored / not scored |
+| MountainCar-v0 | PPO 1.41 / 1.38 / 1.33 | A2C 1.39 / 1.57 / 1.29 |
+
+| change (seed 20) | before / after it | 10 from env step | return worse by half |
+|---|--:|--:|--:|
+| CartPole-v1 gravity x3 (PPO) | 3.07 / 74.9 | 8,336 | 8,469 |
+| CartPole-v1 gravity x1.5 (PPO) | 3.07 / 20.1 | 8,336 | - |
+| Pendulum-v1 g x3 (SAC) | 1.32 / 746 | 8,292 | 9,000 |
+| Pendulum-v1 mass x2 (SAC) | 1.32 / 33.4 | 8,424 | - |
+| Acrobot-v1 second link's mass x2 (PPO) | 2.91 / 66.8 | 12,320 | - |
+| MountainCar-v0 force x0.5 (PPO) | 1.17 / 232 | 12,604 | - |
+
+No healthy run of the 24 reached 10 (none looked dead either); every change did, within 620
+env steps, before the return got worse by half where it did. The margin is under 2x either way:
+the highest healthy ratio is 6.19 (DQN on CartPole, its epsilon-greedy policy settling, the
+pole's angular velocity), the weakest change 20.1 (CartPole's gravity x1.5). A smaller change
+may stay under the level, and a task whose step the linear model cannot follow is not judged
+(Acrobot on 4 of its 6 healthy seeds: its mass change would go unseen there). A run that
+changes its environment on purpose (a curriculum, domain randomisation) gets the warning;
+`drift_every=0` turns sampling off.
+
 - *an LLM prompt mix* (hard prompts 20% -> 70% at step 70, the `source` column reported from the
   reward function with `observe_prompts`, prompt lengths from the TRL callback): both inputs
   drifted at step 78 in both shifted seeds; the shift starves the groups of signal and

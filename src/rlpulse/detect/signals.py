@@ -903,10 +903,14 @@ def _drop_from_best(d: Detector, t: Track, key: str) -> tuple[float, float]:
     if not drop > guard * t.noise(longest=1):
         return 0.0, best
     # a score's dips are heavier-tailed than a Gaussian's (quantised, a few hard prompts): the
-    # robust noise misses them, the readings' spread does not (worked out only for a drop)
+    # robust noise misses them, the readings' spread does not; at most twice the robust noise,
+    # so a learning curve's early jumps in the history do not hide a collapse (worked out only
+    # for a drop)
     history = t.recent(d.w.history + 1)[:-1]
-    if len(history) >= 3 and not drop > guard * _pstdev(np.diff(history).tolist()) / SQRT2:
-        return 0.0, best
+    if len(history) >= 3:
+        spread = min(_pstdev(np.diff(history).tolist()) / SQRT2, 2 * t.noise(longest=1))
+        if not drop > guard * spread:
+            return 0.0, best
     return drop / best, best
 
 

@@ -77,7 +77,10 @@ only beyond what the readings' own noise explains: the best of m medians of thre
 sqrt(2 ln m) of their spread above their level and the latest can sit as far below it, so the
 guard grows with the run: 2.6x a reading's noise after 3 medians, 3.5x after 10, 5.0x after 200,
 where the noise is the larger of the robust step-to-step estimate and the readings' spread (a
-score's dips are heavier-tailed than a Gaussian's). A fixed 2x of the robust noise let the luck
+score's dips are heavier-tailed than a Gaussian's), the spread counted up to twice the robust
+noise (a learning curve's early jumps would hide a collapse: the corpus's market-maker run, eval
+5.2 to exactly 0, was read 44 readings late with the spread uncapped, 14 with it capped, 1 with
+the fixed 2x guard). A fixed 2x of the robust noise let the luck
 of a long run's best read as a drop: on 200 readings of a flat score (sd 0.04 around 0.7), 27 of
 30 seeds crossed RLEvalDrop's warning level (0 of 30 now; 3 of 30 at sd 0.06, where 15 % is
 1.75 sd), and the healthy demo warned on 2 of 3 seeds (none now); a 30 % fall is still read at

@@ -39,6 +39,7 @@ __all__ = [
     "observe_features",
     "observe_prompts",
     "observe_rollouts",
+    "observe_transitions",
     "observe_versions",
     "phase",
     "progress",
@@ -231,6 +232,15 @@ def observe_features(kind: str, /, **features: Any) -> None:
     exp = _recording()
     if exp is not None:
         exp.observe_features(kind, **features)
+
+
+def observe_transitions(before: Any, actions: Any, after: Any, *, discrete: bool = False) -> None:
+    """Sampled environment transitions (a custom loop's; the integrations send their own): the
+    observations, the actions taken on them, the next observations; see
+    ``Exporter.observe_transitions``."""
+    rec = _recording()
+    if rec is not None:
+        rec.observe_transitions(before, actions, after, discrete=discrete)
 
 
 def observe_prompts(**prompts: Any) -> None:

@@ -15,6 +15,7 @@ import time
 from multiprocessing.connection import Client
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from harness.series import DROPPED, ENV_STEPS, LAST_LOG, PHASE, REWARD, ROLLOUT, STEP, STEP_SIGNAL
@@ -240,8 +241,13 @@ def test_a_worker_feeds_the_ranks_drift_features(hub: workers.WorkerHub) -> None
     w.observe_features("observation", obs=[[0.0, 1.0], [1.0, 0.0]] * 700)
     w.observe_versions(grader="g1")
     w.observe_versions(grader="g2")
+    steps = np.arange(40.0).reshape(20, 2)
+    w.observe_transitions(steps, np.zeros((20, 1)), steps + 1.0)  # an env worker's transitions
     assert w.flush()
     text = scrape(hub.exporter.url)
+    hub.exporter.flush()
+    dyn = hub.exporter.drift.dynamics
+    assert dyn is not None and np.array_equal(dyn.before[-20:], steps)
     feats = hub.exporter.drift.features
     assert feats[("input", "source")].samples == 1500
     assert feats[("observation", "obs[1]")].samples == 1400

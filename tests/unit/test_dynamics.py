@@ -97,6 +97,22 @@ def test_the_exporter_copies_transitions_at_the_call() -> None:
         exp.close()
 
 
+def test_a_custom_loop_sends_transitions_through_the_facade() -> None:
+    """``rlpulse.observe_transitions`` (a loop without an integration) reaches the process's
+    exporter like every other recording call."""
+    import rlpulse
+
+    exp = rlpulse.start(0, addr="127.0.0.1", run_id="facade-transitions", gpu=False, host=False)
+    try:
+        before, actions, after = _pendulum(500, None)
+        rlpulse.observe_transitions(before, actions, after)
+        exp.flush()
+        assert exp.drift.dynamics is not None
+        assert np.array_equal(exp.drift.dynamics.before, before[-len(exp.drift.dynamics.before) :])
+    finally:
+        rlpulse.close()
+
+
 @pytest.mark.parametrize("mode", ["next", "same"])
 def test_a_vector_env_leaves_resets_out_of_its_transitions(mode: str) -> None:
     import gymnasium as gym

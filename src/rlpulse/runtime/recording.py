@@ -23,6 +23,7 @@ SENT = frozenset(
         "observe_rollouts",
         "observe_episodes",
         "observe_features",
+        "observe_transitions",
         "observe_prompts",
         "observe_versions",
     }
@@ -86,6 +87,12 @@ class Recording(Protocol):
         self, kind: str, /, *, categorical: Iterable[str] = (), **features: Any
     ) -> None:
         """Samples of drift features (input, observation or behaviour)."""
+
+    def observe_transitions(
+        self, before: Any, actions: Any, after: Any, *, discrete: bool = False
+    ) -> None:
+        """Sampled environment transitions (observation, action, next observation), whose
+        model's error is the drift feature ``observation/dynamics``."""
 
     def observe_prompts(
         self, *, lengths: Any = None, sources: Any = None, difficulty: Any = None

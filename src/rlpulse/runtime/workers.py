@@ -406,6 +406,12 @@ class WorkerClient:
         """Samples of drift features; see ``Exporter.observe_features``."""
         self._call("observe_features", (kind,), dict(features, categorical=tuple(categorical)))
 
+    def observe_transitions(
+        self, before: Any, actions: Any, after: Any, *, discrete: bool = False
+    ) -> None:
+        """Sampled environment transitions; see ``Exporter.observe_transitions``."""
+        self._call("observe_transitions", (before, actions, after), {"discrete": discrete})
+
     def observe_prompts(
         self, *, lengths: Any = None, sources: Any = None, difficulty: Any = None
     ) -> None:

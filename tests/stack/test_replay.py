@@ -19,7 +19,14 @@ from rlpulse.offline.logs import Record, read_log
 from rlpulse.offline.replay import ReplayResult, promtool, replay, replay_runs, report
 from rlpulse.offline.replay.onsets import AlertOnset
 from rlpulse.offline.replay.promtool import parse_failures, series_values
-from rlpulse.offline.replay.timeline import MAX_GAP_STEPS, build, framework_hint, segments
+from rlpulse.offline.replay.timeline import (
+    MAX_GAP_STEPS,
+    Timeline,
+    build,
+    framework_hint,
+    segments,
+    series_key,
+)
 from rlpulse.stack import config
 
 HEALTHY = (
@@ -268,6 +275,19 @@ def test_timeline_uses_real_timestamps() -> None:
 def test_series_notation() -> None:
     assert series_values([(2, 1.0), (4, math.nan), (6, -0.5)], 8) == "_x2 1.0+0x1 NaN NaN -0.5+0x1"
     assert series_values([(0, math.inf)], 1) == "Inf"
+
+
+def test_a_series_is_found_by_labels_whose_values_hold_commas() -> None:
+    """An eval series is labelled ``series="reward,eval"``: the page's since step of an
+    RLEvalDrop is read from the series that carries exactly that value."""
+    tl = Timeline("r", 15.0, scrapes=3)
+    onset = "rl_failure_onset_step"
+    for series, step in (("reward,eval", 40.0), ("reward", 7.0)):
+        tl.series[series_key(onset, {"alertname": "RLEvalDrop", "series": series})] = [(1, step)]
+    want = {"alertname": "RLEvalDrop", "series": "reward,eval"}
+    assert tl.value_at(onset, want, 30.0) == 40.0
+    assert tl.value_at(onset, {**want, "series": "reward"}, 30.0) == 7.0
+    assert tl.value_at(onset, want, 0.0) is None  # not scraped yet
 
 
 def test_parse_promtool_failures() -> None:

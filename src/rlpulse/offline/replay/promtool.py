@@ -23,7 +23,7 @@ from typing import Any
 
 import yaml
 
-from rlpulse.offline.replay.timeline import Timeline
+from rlpulse.offline.replay.timeline import Timeline, label_pairs
 from rlpulse.runtime import tempdirs
 from rlpulse.stack import rules as rulesmod
 from rlpulse.stack.config import Config, duration, seconds
@@ -170,7 +170,6 @@ def test_file(
 _BLOCK = re.compile(r"^\s*alertname: (\S+), time: (\S+),\s*$")
 _LABELS = re.compile(r"^\s*Labels:(\{.*\}),?\s*$")
 _ANNOTATIONS = re.compile(r"^\s*Annotations:(\{.*\}),?\s*$")
-_PAIR = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
 # promtool prints eval times as Prometheus durations: days, weeks and years past a day
 _DURATION = re.compile(r"(\d+(?:\.\d+)?)(ms|y|w|d|h|m|s)")
 _UNIT = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0, "w": 604800.0}
@@ -181,17 +180,6 @@ def _go_duration(text: str) -> float:
     return sum(float(n) * _UNIT[u] for n, u in _DURATION.findall(text))
 
 
-def _unquote(raw: str) -> str:
-    try:
-        return str(json.loads(f'"{raw}"'))
-    except json.JSONDecodeError:
-        return raw
-
-
-def _label_set(text: str) -> tuple[tuple[str, str], ...]:
-    return tuple(sorted((k, _unquote(v)) for k, v in _PAIR.findall(text)))
-
-
 def parse_failures(output: str) -> Iterator[Firing]:
     """The firing alerts in promtool's report of failed ``exp_alerts: []`` checks."""
     alert, at, labels = "", 0.0, None
@@ -199,9 +187,9 @@ def parse_failures(output: str) -> Iterator[Firing]:
         if m := _BLOCK.match(line):
             alert, at, labels = m.group(1), _go_duration(m.group(2)), None
         elif m := _LABELS.match(line):
-            labels = _label_set(m.group(1))
+            labels = label_pairs(m.group(1))
         elif (m := _ANNOTATIONS.match(line)) and labels is not None:
-            yield Firing(alert, labels, _label_set(m.group(1)), at)
+            yield Firing(alert, labels, label_pairs(m.group(1)), at)
             labels = None
 
 

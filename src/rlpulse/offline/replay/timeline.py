@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
 import math
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +48,22 @@ def series_key(name: str, labels: dict[str, str]) -> str:
 
 def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n")
+
+
+_PAIR = re.compile(r'([A-Za-z_][A-Za-z0-9_]*)="((?:[^"\\]|\\.)*)"')
+
+
+def label_pairs(text: str) -> tuple[tuple[str, str], ...]:
+    """The ``name="value"`` pairs of a label set as ``series_key`` or promtool writes it,
+    unescaped and sorted (a value may hold commas and quotes)."""
+    return tuple(sorted((k, _unquote(v)) for k, v in _PAIR.findall(text)))
+
+
+def _unquote(raw: str) -> str:
+    try:
+        return str(json.loads(f'"{raw}"'))
+    except json.JSONDecodeError:
+        return raw
 
 
 @dataclass
@@ -82,11 +100,10 @@ class Timeline:
     def value_at(self, metric: str, labels: Mapping[str, str], seconds: float) -> float | None:
         """The value at the scrape of ``seconds`` of the first series of ``metric`` carrying
         every label of ``labels`` (None: no such series, or not yet scraped)."""
-        want = [f'{k}="{_escape(v)}"' for k, v in labels.items()]
+        want = set(labels.items())
         index = round(seconds / self.interval) if self.interval else 0
         for key in self.keys_of(metric):
-            inner = key[len(metric) + 1 : -1].split(",")
-            if all(w in inner for w in want):
+            if want <= set(label_pairs(key[len(metric) :])):
                 at = bisect.bisect_right([i for i, _ in self.series[key]], index) - 1
                 return self.series[key][at][1] if at >= 0 else None
         return None

@@ -100,6 +100,8 @@ def judge(run: Run, result: ReplayResult) -> Verdict:
         if verdict.visible_step is not None and first.onset_step is not None:
             verdict.lead = _index(steps, first.onset_step) - _index(steps, verdict.visible_step)
             verdict.since_step = first.since_step
+            # an alert on no step signal (NaN loss, a stall): its page says "at step N", the
+            # step it fired at
             since = first.onset_step if first.since_step is None else first.since_step
             verdict.since_rows = _index(steps, since) - _index(steps, verdict.visible_step)
         if run.scenario != "stall":  # a hang ends when the env answers again, its alert with it
@@ -209,8 +211,10 @@ def incidents(result: ReplayResult) -> list[str]:
     ]
 
 
-FAST_FIELDS = ("alerts", "caught", "first_alert", "first_alert_step", "lead", "since_rows")
-FAST_FIELDS += ("incidents",)
+FAST_FIELDS = (
+    *("alerts", "caught", "first_alert", "first_alert_step"),
+    *("lead", "since_rows", "incidents"),
+)
 
 
 def judge_fast(run: Run, verdict: Verdict) -> ReplayResult:

@@ -279,6 +279,7 @@ def judge(case: Case, run: Run) -> dict[str, Any]:
     start = run.inject_step if run.inject_step is not None else math.inf
     fired = [(a.alert, a.severity, a.onset_step) for a in result.alerts]
     relevant = sorted(
+        # the step the page names: its since step, or the step it fired at ("at step N")
         (a.onset_step, a.alert, a.onset_step if a.since_step is None else a.since_step)
         for a in result.alerts
         if a.alert in case.expected and a.onset_step is not None and a.onset_step >= start

@@ -523,7 +523,8 @@ def heldout_doc(res: dict[str, Any]) -> str:
         "CartPole logs ~30 a second) cannot fire within 3 rows of anything: *lead* counts them. "
         "What the page says is measured too: the step it names as the failure's onset (*since "
         "step*, `rl_failure_onset_step`: the first bad value of the signal's excursion past "
-        "the alert's first level) and, in brackets, its distance in rows from the damage "
+        "the alert's first level; an alert on no step signal names the step it fired at) "
+        "and, in brackets, its distance in rows from the damage "
         "(0: the page names the step the damage showed; negative: an earlier step). It is "
         "not a detection delay.",
         "",

@@ -1300,11 +1300,15 @@ class Detector:
         self._truncation_direct = False
         self._calls = 0
         self._steps: deque[tuple[int, float]] = deque(maxlen=TRAIL)  # (call, step)
-        # waiting: a series id (or STEP) and its value (or the step) each; the steps' times
+        # waiting: a series id (or STEP) and its value (or the step) each, the rows of
+        # ``observe_rows`` as arrays (``_chunks``, older than the lists); the steps' times
         self._ids: list[int] = []
         self._values: list[float] = []
         self._times: list[float] = []
+        self._chunks: list[tuple[np.ndarray, np.ndarray]] = []
+        self._chunked = 0  # values in ``_chunks``
         self._lock = threading.Lock()  # one reader at a time (a fresh one in a forked child)
+        self._pending = threading.Lock()  # taking what waits against ``observe_rows`` adding
         _detectors.add(self)
         self._seq = 0  # values and steps read so far
         self._read_calls = 0  # steps among them
@@ -1340,7 +1344,7 @@ class Detector:
         if track is not None:  # (a watched series seen here before: ``_add`` at once)
             self._ids.append(track.id)
             self._values.append(value)
-            if len(self._values) >= SETTLE_AT:
+            if len(self._values) + self._chunked >= SETTLE_AT:
                 self.settle()
             return
         if metric == _REWARD_STD:
@@ -1410,9 +1414,15 @@ class Detector:
                 self._calls += len(taken)
                 self._times.extend(times)  # before their entries (``step``)
         flat = keep.ravel()
-        self._ids.extend(ids.ravel()[flat].tolist())
-        self._values.extend(got.ravel()[flat].tolist())
-        if len(self._values) >= SETTLE_AT:
+        with self._pending:  # (the values ``observe`` left in the lists come first)
+            if self._values:
+                n = len(self._values)
+                self._chunks.append(_arrays(self._ids[:n], self._values[:n]))
+                del self._ids[:n], self._values[:n]
+                self._chunked += n
+            self._chunks.append((ids.ravel()[flat], got.ravel()[flat]))
+            self._chunked += int(np.count_nonzero(flat))
+        if len(self._values) + self._chunked >= SETTLE_AT:
             self.settle()
 
     def _routes(self, series: list[SeriesKey]) -> list[tuple[int, str | None]] | None:
@@ -1462,7 +1472,7 @@ class Detector:
         self._times.append(stamp)  # before its entry: a reader that sees the entry finds it
         self._ids.append(STEP)
         self._values.append(step)
-        if len(self._values) >= SETTLE_AT:
+        if len(self._values) + self._chunked >= SETTLE_AT:
             self.settle()
 
     def episodes(self, returns: list[float]) -> None:
@@ -1485,7 +1495,7 @@ class Detector:
             track = self._track((metric, labels), signals, series)
         self._ids.append(track.id)
         self._values.append(value)
-        if len(self._values) >= SETTLE_AT:
+        if len(self._values) + self._chunked >= SETTLE_AT:
             self.settle()
         return track
 
@@ -1513,15 +1523,20 @@ class Detector:
         """Work out every signal at every value logged since the last read (the class doc).
         Safe to call from any thread."""
         with self._lock:
-            n = len(self._values)  # appended last: their ids and times are there too
-            if not n:
+            with self._pending:
+                chunks, self._chunks, self._chunked = self._chunks, [], 0
+                n = len(self._values)  # appended last: their ids and times are there too
+                if n:
+                    chunks.append(_arrays(self._ids[:n], self._values[:n]))
+                    del self._ids[:n], self._values[:n]
+            if not chunks:
                 return
-            ids = np.array(self._ids[:n], np.int64)
-            values = np.array(self._values[:n], float)
+            ids = np.concatenate([i for i, _ in chunks]) if len(chunks) > 1 else chunks[0][0]
+            values = np.concatenate([v for _, v in chunks]) if len(chunks) > 1 else chunks[0][1]
             steps = ids == STEP
             k = int(np.count_nonzero(steps))
             times = np.array(self._times[:k], float)
-            del self._ids[:n], self._values[:n], self._times[:k]
+            del self._times[:k]
             try:
                 self._read(ids, values, steps, times)
             except Exception:  # a bug, not the trainer's: a scrape still answers
@@ -1834,13 +1849,18 @@ class Detector:
             yield INTERVAL, (), gap
 
 
+def _arrays(ids: list[int], values: list[float]) -> tuple[np.ndarray, np.ndarray]:
+    """Waiting series ids and values as arrays."""
+    return np.array(ids, np.int64), np.array(values, float)
+
+
 _detectors: weakref.WeakSet[Detector] = weakref.WeakSet()
 
 
 def _after_fork_in_child() -> None:
     """A parent thread may have been reading a detector at the fork: fresh locks."""
     for det in list(_detectors):
-        det._lock = threading.Lock()
+        det._lock, det._pending = threading.Lock(), threading.Lock()
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -91,3 +91,24 @@ def test_log_calls_in_columns_equal_them_one_at_a_time(seed: int) -> None:
     half = len(states) // 2
     for columns, one in zip(states[:half], states[half:], strict=True):
         assert columns == one
+
+
+def test_an_episode_return_finite_only_in_columns_counts_its_later_nan() -> None:
+    """Its first value NaN (not counted), then finite ones applied in columns only, then a NaN
+    applied on its own: counted, as when every call is applied one at a time."""
+    rows = [math.nan] + [1.0] * 20
+    states = []
+    for columns in (True, False):
+        exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False)
+        if not columns:
+            exp.ingest.calls.batched = {}
+        exp.clock = iter(1000.0 + 0.5 * i for i in range(100)).__next__
+        for i, value in enumerate(rows):
+            exp.log({"rl_episode_return": value, "rl_reward_mean": 0.5}, step=i)
+        exp.flush()
+        exp.log({"rl_episode_return": math.nan, "rl_reward_mean": 0.5}, step=len(rows))
+        states.append(_state(exp))
+        exp.close()
+    assert states[0] == states[1]
+    counts = [v for name, labels, v in states[0]["store"] if name == "rl_nonfinite_values_total"]
+    assert counts == ["1.0"]

@@ -64,15 +64,39 @@ class _Binding:
 
 
 class _Columns:
-    """How ``log()`` dicts with one key order are applied in columns: each key's value slot, and
-    which columns the detector watches (their index and series)."""
+    """How ``log()`` dicts with one key order are applied in columns: each key's value slot,
+    which columns the detector watches (their index and series, and ``pick``: their values of
+    a dict), and those whose non-finite count depends on more than their own values
+    (``Writes.first_finite``)."""
 
-    __slots__ = ("series", "slots", "watched")
+    __slots__ = ("_pick", "first_finite", "series", "slots", "watched")
 
-    def __init__(self, slots: list[int], watched: list[tuple[int, tuple[str, tuple[str, ...]]]]):
+    def __init__(
+        self,
+        names: tuple[Any, ...],
+        slots: list[int],
+        watched: list[tuple[int, tuple[str, tuple[str, ...]]]],
+        first_finite: list[int],
+    ):
         self.slots = slots
         self.watched = [j for j, _ in watched]
         self.series = [key for _, key in watched]
+        self.first_finite = first_finite
+        keys = [names[j] for j in self.watched]
+        # (one key is asked twice: itemgetter gives a tuple for two or more)
+        self._pick = itemgetter(*keys, *keys[:1]) if len(keys) == 1 else itemgetter(*keys)
+
+    def watched_of(self, snapshots: list[dict[str, Any]]) -> np.ndarray:
+        """The watched columns' values of the dicts (one row each)."""
+        w = len(self.watched)
+        if not w:
+            return np.empty((len(snapshots), 0))
+        rows = np.fromiter(
+            itertools.chain.from_iterable(map(self._pick, snapshots)),
+            float,
+            len(snapshots) * max(w, 2),
+        )
+        return rows.reshape(len(snapshots), -1)[:, :w]
 
 
 class Ingest:
@@ -174,9 +198,10 @@ class Ingest:
             return None
         found = [int(i) for i in slots if i is not None]
         watched = [(j, w) for j, i in enumerate(found) if (w := self.writes.watched(i))]
+        first = [j for j, i in enumerate(found) if self.writes.first_finite(i)]
         if len(self.plans) >= MAX_PLANS:
             self.plans.clear()
-        plan = self.plans[names] = _Columns(found, watched)
+        plan = self.plans[names] = _Columns(names, found, watched, first)
         return plan
 
     def _apply_columns(self, plan: _Columns, run: list[LogCall]) -> bool:
@@ -185,21 +210,27 @@ class Ingest:
         once. False, with nothing applied, where a value or step is no plain number (a
         snapshot holds floats, ints and ``Dropped`` only: ``coerce.plain_snapshot``)."""
         n, k = len(run), len(plan.slots)
+        snapshots = list(map(itemgetter(0), run))
+        chain = itertools.chain.from_iterable
+        bad = None  # per value, NaN or ±Inf (None: every value is finite)
         try:
-            matrix = np.fromiter(
-                itertools.chain.from_iterable(map(dict.values, map(itemgetter(0), run))),
-                float,
-                n * k,
-            ).reshape(n, k)
             steps = [call[1] for call in run]
             nones = steps.count(None)
             at = None if nones else np.fromiter(steps, float, n)
+            # a finite sum: every value is finite (a NaN or ±Inf makes it NaN or ±Inf)
+            if math.isfinite(sum(chain(map(dict.values, snapshots)), 0.0)):
+                watched = plan.watched_of(snapshots)
+            else:
+                matrix = np.fromiter(chain(map(dict.values, snapshots)), float, n * k)
+                matrix = matrix.reshape(n, k)
+                bad = ~np.isfinite(matrix)
+                watched = matrix[:, plan.watched]
         except (TypeError, ValueError, OverflowError):  # a Dropped, an int past a float's range
             return False
         if nones not in (0, n) or (at is not None and not np.isfinite(at).all()):
             return False  # (a step that is no finite number is dropped one call at a time)
         try:
-            self._write_columns(plan, run, matrix, at)
+            self._write_columns(plan, run, watched, bad, at)
         except Exception as exc:
             if self.drops.strict:
                 raise
@@ -207,21 +238,29 @@ class Ingest:
         return True
 
     def _write_columns(
-        self, plan: _Columns, run: list[LogCall], matrix: np.ndarray, steps: np.ndarray | None
+        self,
+        plan: _Columns,
+        run: list[LogCall],
+        watched: np.ndarray,
+        bad: np.ndarray | None,
+        steps: np.ndarray | None,
     ) -> None:
         values, last = self.store.values, run[-1]
         for i, v in zip(plan.slots, last[0].values(), strict=True):
             values[i] = v
-        bad = ~np.isfinite(matrix)
+        checked = set(plan.first_finite)  # the columns whose counts may be more than none
+        if bad is not None:
+            checked.update(np.flatnonzero(bad.any(axis=0)).tolist())
         counted = []  # (first counted, column, how many), counted in the order calls met them
-        for j, slot in enumerate(plan.slots):
-            column = self.writes.counted(slot, bad[:, j])
+        for j in checked:
+            none = np.zeros(len(run), bool)
+            column = self.writes.counted(plan.slots[j], none if bad is None else bad[:, j])
             if column.any():
                 counted.append((int(column.argmax()), j, int(column.sum())))
         for _, j, n in sorted(counted):
             self.writes.nonfinite(self.store.by_slot[plan.slots[j]], n)
         stamps = np.fromiter((call[2] for call in run), float, len(run))
-        self.writes.detector.observe_rows(plan.series, matrix[:, plan.watched], steps, stamps)
+        self.writes.detector.observe_rows(plan.series, watched, steps, stamps)
         if steps is not None:
             values[self._step.slot] = float(steps[-1])
             top = float(steps.max())

@@ -52,6 +52,12 @@ class Writes:
             self._watch[slot] = entry
         return entry
 
+    def first_finite(self, slot: int) -> bool:
+        """Whether ``counted`` of a slot depends on more than its values (an episode return's
+        non-finite values count from its first finite value on)."""
+        entry = self.watched(slot)
+        return entry is not None and entry[0] == EPISODIC
+
     def counted(self, slot: int, bad: np.ndarray) -> np.ndarray:
         """Which of a slot's values written in a row (``bad``: NaN/±Inf) ``nonfinite`` counts,
         as ``signal`` and ``nonfinite`` one value at a time would: an episode return's before

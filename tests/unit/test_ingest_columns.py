@@ -112,3 +112,18 @@ def test_an_episode_return_finite_only_in_columns_counts_its_later_nan() -> None
     assert states[0] == states[1]
     counts = [v for name, labels, v in states[0]["store"] if name == "rl_nonfinite_values_total"]
     assert counts == ["1.0"]
+
+
+def test_log_calls_with_no_watched_key_in_columns_equal_them_one_at_a_time() -> None:
+    states = []
+    for columns in (True, False):
+        exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False)
+        if not columns:
+            exp.ingest.calls.batched = {}
+        exp.clock = iter(1000.0 + 0.5 * i for i in range(100)).__next__
+        for i in range(50):
+            exp.log({"rl_loss": float(i), "rl_policy_loss": math.inf if i == 30 else 1.0}, step=i)
+        states.append(_state(exp))
+        exp.close()
+    assert states[0] == states[1]
+    assert ("rl_logged_steps_total", (), "50.0") in states[0]["store"]

@@ -14,7 +14,14 @@ import numpy as np
 import pytest
 
 from rlpulse.detect import windows
-from rlpulse.detect.signals import FROZEN_VALUES, SIGNALS, Detector, Drops, Stretches
+from rlpulse.detect.signals import (
+    FROZEN_VALUES,
+    SIGNALS,
+    Detector,
+    Drops,
+    StepWindows,
+    Stretches,
+)
 from rlpulse.runtime.exporter import Exporter
 from tests.conftest import replay_jsonl
 
@@ -755,3 +762,36 @@ def test_a_reads_values_counted_at_once_are_counted_as_in_turn() -> None:
                 counts, x[start:stop].tolist()
             )
             assert list(stretches._counts.items()) == list(counts.items())
+
+
+def test_a_reads_reused_matrices_stay_with_their_series_whatever_the_history_size() -> None:
+    """A read's history matrices are reused by its series in turn (``windows.Scratch``): with an
+    odd history (a median is one column of one) and series of different lengths, one read of
+    every value gives what a read after each value gives."""
+    rng = np.random.default_rng(3)
+    kl, loss = np.abs(rng.normal(0.2, 0.1, 700)), rng.normal(1000, 50, 700)
+    got = []
+    for every in (1, 700):
+        det = Detector(StepWindows(history=51))
+        for i in range(700):
+            det.observe("rl_kl_reference", (), float(kl[i]))
+            if i % 3 == 0:
+                det.observe("rl_value_loss", (), float(loss[i]))
+            det.step(float(i), 1000.0 + i)
+            if (i + 1) % every == 0:
+                det.settle()
+        samples = sorted((m.name, labels, repr(v)) for m, labels, v in det.samples())
+        got.append((samples, {k: repr(t.pairs()) for k, t in det._trails.items()}))
+    assert got[0] == got[1]
+
+
+def test_a_scratch_matrix_is_reused_and_held_by_one_owner() -> None:
+    scratch, a, b = windows.Scratch(), object(), object()
+    first = scratch.get("m", 100, 50, a)
+    again = scratch.get("m", 80, 50, b)
+    assert np.shares_memory(first, again) and again.shape == (80, 50)
+    assert scratch.holds("m", b) and not scratch.holds("m", a)
+    big = scratch.get("m", windows.SCRATCH_MAX, 2)
+    assert not np.shares_memory(big, first)
+    odd = np.sort(np.random.default_rng(0).normal(size=(70, 5)), axis=1)
+    assert not np.shares_memory(windows.medians(odd, np.full(70, 5)), odd)

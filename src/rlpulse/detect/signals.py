@@ -52,7 +52,7 @@ import numpy as np
 
 from rlpulse import catalog, keys
 from rlpulse.detect import band, windows
-from rlpulse.detect.windows import TRAIL, Held, Trail
+from rlpulse.detect.windows import TRAIL, Held, Scratch, Trail
 
 log = logging.getLogger("rlpulse")
 SIGNAL = catalog.get("rl_step_signal")
@@ -146,6 +146,7 @@ class Track:
         self.batch = 0  # the detector's read that read it last, its values' sequence numbers
         self.seqs = np.empty(0, np.int64)  # and the row after each (``Detector.reward_rows``)
         self.ev_rows = np.empty(0, np.int64)
+        self.scratch = Scratch()  # its reader's reused matrices (the detector's)
         self.extend(np.empty(0))
 
     @property
@@ -289,18 +290,21 @@ class Track:
     def history(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Per row of ``rows``, its history (the last ``history`` values before its latest, NaN
         where fewer were seen) sorted, and how many values it holds (kept for the batch: the
-        signals of a series ask with the same rows)."""
-        if self._history is not None and self._history[0] is rows:
-            return self._history[1]
+        signals of a series ask with the same rows, in ``scratch`` until another series asks)."""
+        kept = self._history
+        if kept is not None and kept[0] is rows and self.scratch.holds(HISTORY, self):
+            return kept[1]
         ends = np.maximum(self.base - 2 + rows, -1)
         size = np.clip(self.rows["n"][rows] - 1, 0, self.w.history)
-        history = windows.windows(self.x, ends, self.w.history)
+        out = self.scratch.get(HISTORY, len(rows), self.w.history, self)
+        history = windows.windows(self.x, ends, self.w.history, out)
         history.sort(axis=1)
         self._history = (rows, (history, size))
         return history, size
 
 
 _STATE = ("last", "smoothed", "peak", "floor", "start", "level", "level_peak", "level_start")
+HISTORY, DEVIATIONS = "history", "deviations"  # a read's reused matrices (``windows.Scratch``)
 
 
 def _first(values: np.ndarray, where: np.ndarray) -> float:
@@ -432,7 +436,10 @@ def _kl_jump(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
     """The robust z-score of the latest KL against its history (0 while KL is small)."""
     history, size = t.history(rows)
     median = windows.medians(history, size)
-    mad = windows.medians(np.sort(np.abs(history - median[:, None]), axis=1), size)
+    dev = t.scratch.get(DEVIATIONS, *history.shape)
+    np.abs(np.subtract(history, median[:, None], out=dev), out=dev)
+    dev.sort(axis=1)
+    mad = windows.medians(dev, size)
     scale = np.maximum(np.maximum(1.4826 * mad, 0.1 * np.abs(median)), KL_FLOOR)
     last = t.rows["last"][rows]
     z = np.where(last < KL_MIN, 0.0, (last - median) / scale)
@@ -456,7 +463,8 @@ def _ratio_to_typical(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray)
     """The smoothed level against the history's median magnitude: never a division by zero
     (a sparse-reward value loss of 0 gives no ratio) nor by a negative loss."""
     history, size = t.history(rows)
-    magnitude = np.abs(history)  # (still in order where no value is negative: a loss)
+    # (still in order where no value is negative: a loss)
+    magnitude = np.abs(history, out=t.scratch.get(DEVIATIONS, *history.shape))
     if (history < 0).any():
         magnitude.sort(axis=1)
     typical = windows.medians(magnitude, size)
@@ -1324,6 +1332,7 @@ class Detector:
         self.banded = ""  # that series' name (``band.series_name``)
         self.band_now: dict[str, tuple[float, float]] = {}  # series -> (low, high) at the step
         self.band_ended = False  # the band ended at the value just read (``_band_gap``)
+        self.scratch = Scratch()  # the reads' reused matrices (one reader at a time)
 
     @property
     def tracks(self) -> dict[SeriesKey, Track]:
@@ -1504,6 +1513,7 @@ class Detector:
     ) -> Track:
         metric, labels = key
         track = Track(self.w)
+        track.scratch = self.scratch
         if metric in REWARDS:
             track.stretches, track.drops = Stretches(), Drops()
         sigs = _BY_METRIC[metric] if signals is None else signals

@@ -17,13 +17,45 @@ HELD_MAX = 4096  # candidates an exported signal keeps at most (a trainer loggin
 TRAIL = 1024  # signal values kept per exported series with their step, for ``onset``
 
 
-def windows(x: np.ndarray, ends: np.ndarray, w: int) -> np.ndarray:
+SCRATCH_MAX = 1 << 18  # floats a reused matrix holds at most (2 MB: 5,242 rows of 50)
+
+
+class Scratch:
+    """Float matrices one reader reuses from read to read (a read of 1,500 values makes a few
+    1,500 x 50 matrices: fresh memory costs a page fault every 4 kB, ~20 % of the read), each
+    under a name and held by one owner at a time; larger ones are made afresh."""
+
+    def __init__(self) -> None:
+        self._kept: dict[str, np.ndarray] = {}
+        self._owners: dict[str, object] = {}
+
+    def get(self, name: str, rows: int, cols: int, owner: object = None) -> np.ndarray:
+        """A ``rows`` x ``cols`` matrix (contents undefined) that ``owner`` holds until the
+        next ``get`` of ``name``."""
+        size = rows * cols
+        self._owners[name] = owner
+        if size > SCRATCH_MAX:
+            self._kept.pop(name, None)
+            return np.empty((rows, cols))
+        kept = self._kept.get(name)
+        if kept is None or kept.size < size:
+            kept = self._kept[name] = np.empty(size)
+        return kept[:size].reshape(rows, cols)
+
+    def holds(self, name: str, owner: object) -> bool:
+        """Whether ``owner`` still holds the matrix of ``name``."""
+        return self._owners.get(name) is owner
+
+
+def windows(x: np.ndarray, ends: np.ndarray, w: int, out: np.ndarray | None = None) -> np.ndarray:
     """Rows ``x[e - w + 1 : e + 1]`` for each ``e`` of ``ends`` (-1 allowed), NaN before
-    ``x`` starts."""
+    ``x`` starts (written into ``out`` if given)."""
     padded = np.concatenate((_nans(w), x))
     if len(ends) < 64:  # a few rows: one index (a window view costs ~20 us to make)
-        return padded[ends[:, None] + _offsets(w)]
-    return sliding_window_view(padded, w)[ends + 1]  # (whole rows copied: no per-item index)
+        return np.take(padded, ends[:, None] + _offsets(w), out=out, mode="clip")
+    # (whole rows copied: no per-item index; the indexes are in range, and mode "raise" would
+    # copy into ``out`` through a buffer of its own)
+    return np.take(sliding_window_view(padded, w), ends + 1, axis=0, out=out, mode="clip")
 
 
 @functools.cache
@@ -42,7 +74,8 @@ def medians(ordered: np.ndarray, counts: np.ndarray) -> np.ndarray:
     w = ordered.shape[1]
     if w and counts[0] == w:  # every row full (counts ascend: a series past its first values)
         mid = w // 2
-        return ordered[:, mid] if w % 2 else (ordered[:, mid - 1] + ordered[:, mid]) / 2
+        # (a copy: ``ordered`` may be a reused matrix, ``Scratch``)
+        return ordered[:, mid].copy() if w % 2 else (ordered[:, mid - 1] + ordered[:, mid]) / 2
     rows = np.arange(len(counts))
     mid = counts // 2
     hi = ordered[rows, np.minimum(mid, max(w - 1, 0))] if w else np.full(len(counts), math.nan)

@@ -84,7 +84,8 @@ class _Columns:
         self.first_finite = first_finite
         keys = [names[j] for j in self.watched]
         # (one key is asked twice: itemgetter gives a tuple for two or more)
-        self._pick = itemgetter(*keys, *keys[:1]) if len(keys) == 1 else itemgetter(*keys)
+        asked = keys * 2 if len(keys) == 1 else keys or [None, None]  # (none: never asked)
+        self._pick: Callable[[dict[str, Any]], tuple[Any, ...]] = itemgetter(*asked)
 
     def watched_of(self, snapshots: list[dict[str, Any]]) -> np.ndarray:
         """The watched columns' values of the dicts (one row each)."""

@@ -143,3 +143,26 @@ def test_the_exporter_still_scrapes_after_all_that() -> None:
     from prometheus_client import generate_latest
 
     assert b"rl_run_info" in generate_latest(_EXP.registry)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(
+            st.floats(allow_nan=False, allow_infinity=False, min_value=-1e300, max_value=1e300),
+            st.sampled_from([0.0, -0.0, 0.005, 0.01, 0.5, 1.0, 2.5, 60.0, 1e-9]),  # at bounds
+        ),
+        max_size=300,
+    )
+)
+def test_a_histograms_batch_counts_each_value_where_it_alone_would_go(values: list[float]) -> None:
+    from rlpulse import catalog
+    from rlpulse.runtime.store import Histogram
+
+    buckets = catalog.get("rl_rollout_duration_seconds").buckets
+    batch, ids, alone = Histogram(buckets), Histogram(buckets), Histogram(buckets)
+    batch.observe_many(np.array(values, float))
+    ids.observe_many(np.array(values, float), [None] * len(values))  # (the exemplar path)
+    for v in values:
+        alone.observe_one(v)
+    assert batch.counts.tolist() == alone.counts.tolist() == ids.counts.tolist()

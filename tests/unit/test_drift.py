@@ -4,6 +4,7 @@ caller's thread."""
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -56,6 +57,26 @@ def test_a_channel_that_varied_and_now_reads_one_value_is_dead() -> None:
     assert ref.score(now) == drift.EVENT
     always = drift.Reference.of(np.zeros(1000))  # constant from the start: not dead, no drift
     assert not always.varied and always.score(np.zeros(1000)) == 0.0
+
+
+def test_dead_reads_each_span_it_cannot_rule_out_by_its_equal_neighbours() -> None:
+    """``Reference.dead`` skips the spans whose latest values have too few equal neighbours to
+    be one value's 90 %: the same answer as reading every span, at shares around 90 %, with
+    the other values spread out, clustered, at the end, repeated, or NaN."""
+    rng = np.random.default_rng(7)
+    ref = drift.Reference.of(rng.normal(size=1000))
+    spans = [n for n in drift.DEAD_SPANS if n == drift.EVERY or n > drift.DEAD_RUNS * ref.run]
+    seen = set()
+    for trial in range(3000):
+        n = int(rng.choice([7, 8, 9, 16, 40, 64, 130, 250, 400]))
+        values = np.full(n, 3.0)
+        k = round(n * rng.uniform(0.0, 0.25))
+        at = rng.choice(n, k, replace=False) if trial % 3 else np.arange(n - k, n)
+        values[at] = rng.choice([rng.normal(), 1.0, -0.0, math.nan], k) if trial % 5 else 0.0
+        want = any(len(values) >= m and drift._top_share(values[-m:]) >= 0.9 for m in spans)
+        assert ref.dead(values) == want, (n, k, values.tolist())
+        seen.add(want)
+    assert seen == {True, False}
 
 
 def test_a_dead_channel_shows_within_8_samples_not_a_window_later() -> None:

@@ -116,6 +116,8 @@ class Reference:
         if not self.varied:
             return False
         spans = [n for n in DEAD_SPANS if n == EVERY or n > DEAD_RUNS * self.run]
+        if isinstance(values, np.ndarray):
+            spans = _repeating(values, spans)
         return any(len(values) >= n and _top_share(values[-n:]) >= DEAD_SHARE for n in spans)
 
     def score(self, values: np.ndarray | list[str]) -> float:
@@ -191,6 +193,16 @@ def _run(values: np.ndarray) -> int:
     changes = np.flatnonzero(values[1:] != values[:-1])
     edges = np.concatenate(([-1], changes, [values.size - 1]))
     return int(np.diff(edges).max())
+
+
+def _repeating(values: np.ndarray, spans: list[int]) -> list[int]:
+    """The spans whose latest values repeat enough to be one value's ``DEAD_SHARE``: ``c`` of
+    ``n`` values equal to one value, the others ``n - c``, make at least ``2c - n - 1`` pairs
+    of equal neighbours (0.8 n - 1 at c = 0.9 n); fewer pairs (by a margin of one) cannot."""
+    last = values[-max(spans, default=0) :]
+    same = (last[1:] == last[:-1]) | ((last[1:] != last[1:]) & (last[:-1] != last[:-1]))
+    pairs = np.concatenate(([0], np.cumsum(same[::-1])))  # equal neighbours in the last n + 1
+    return [n for n in spans if n > len(last) or pairs[n - 1] >= (2 * DEAD_SHARE - 1) * n - 2]
 
 
 def _top_share(values: np.ndarray | list[str]) -> float:

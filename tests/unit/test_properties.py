@@ -155,8 +155,9 @@ def test_the_exporter_still_scrapes_after_all_that() -> None:
         max_size=300,
     )
 )
-def test_a_histograms_batch_counts_each_value_where_it_alone_would_go(values: list[float]) -> None:
+def test_a_batch_is_counted_in_the_bins_each_value_alone_goes_to(values: list[float]) -> None:
     from rlpulse import catalog
+    from rlpulse.detect import windows
     from rlpulse.runtime.store import Histogram
 
     buckets = catalog.get("rl_rollout_duration_seconds").buckets
@@ -166,3 +167,7 @@ def test_a_histograms_batch_counts_each_value_where_it_alone_would_go(values: li
     for v in values:
         alone.observe_one(v)
     assert batch.counts.tolist() == alone.counts.tolist() == ids.counts.tolist()
+    # the other side (a drift bin holds edges[i-1] <= v < edges[i]), as a search per value
+    arr, edges = np.array(values, float), np.asarray(buckets, float)
+    per_value = np.bincount(np.searchsorted(edges, arr, side="right"), minlength=len(edges) + 1)
+    assert windows.bin_counts(arr, edges, le=False).tolist() == per_value.tolist()

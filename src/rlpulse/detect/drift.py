@@ -46,7 +46,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rlpulse import catalog
-from rlpulse.detect import dynamics
+from rlpulse.detect import dynamics, windows
 
 SCORE = catalog.get("rl_drift_score")
 ONSET = catalog.get("rl_drift_onset_step")
@@ -129,7 +129,7 @@ class Reference:
         if self.edges is not None:
             arr = np.asarray(values, dtype=np.float64)
             k = len(self.edges) + 1
-            now = np.bincount(np.searchsorted(self.edges, arr, side="right"), minlength=k) / n
+            now = windows.bin_counts(arr, self.edges, le=False) / n
             ref = np.asarray(self.shares)
         else:
             assert self.categories is not None
@@ -201,8 +201,10 @@ def _repeating(values: np.ndarray, spans: list[int]) -> list[int]:
     of equal neighbours (0.8 n - 1 at c = 0.9 n); fewer pairs (by a margin of one) cannot."""
     last = values[-max(spans, default=0) :]
     same = (last[1:] == last[:-1]) | ((last[1:] != last[1:]) & (last[:-1] != last[:-1]))
-    pairs = np.concatenate(([0], np.cumsum(same[::-1])))  # equal neighbours in the last n + 1
-    return [n for n in spans if n > len(last) or pairs[n - 1] >= (2 * DEAD_SHARE - 1) * n - 2]
+    within = [n for n in spans if 2 <= n <= len(last)]
+    pairs = np.cumsum(same[::-1])[[n - 2 for n in within]].tolist()  # in the last n values
+    enough = {n for n, p in zip(within, pairs, strict=True) if p >= (2 * DEAD_SHARE - 1) * n - 2}
+    return [n for n in spans if n in enough or n not in within]
 
 
 def _top_share(values: np.ndarray | list[str]) -> float:
@@ -318,7 +320,8 @@ class Drift:
         if isinstance(values, np.ndarray) != feature.numeric:
             return True  # numbers for a categorical feature (or texts for a numeric one): skipped
         if isinstance(values, np.ndarray):
-            finite = values[np.isfinite(values)]
+            ok = np.isfinite(values)
+            finite = values if ok.all() else values[ok]
             if finite.size:
                 feature.add(finite, step)
             return True

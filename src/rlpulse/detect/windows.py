@@ -68,6 +68,16 @@ def _nans(w: int) -> np.ndarray:
     return np.full(w, math.nan)
 
 
+def bin_counts(values: np.ndarray, edges: np.ndarray | tuple[float, ...], le: bool) -> np.ndarray:
+    """How many ``values`` fall in each of the ``len(edges) + 1`` bins between ascending
+    ``edges``: bin ``i`` holds ``edges[i-1] < v <= edges[i]`` (``le``: a Prometheus bucket) or
+    ``edges[i-1] <= v < edges[i]``. One sort and a search per edge (a search per value costs
+    ~3x more for a few thousand values)."""
+    below = np.searchsorted(np.sort(values), edges, side="right" if le else "left")
+    cumulative = np.concatenate(([0], below, [len(values)]))
+    return cumulative[1:] - cumulative[:-1]
+
+
 def medians(ordered: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """The median of the first ``counts`` values of each ascending row (NaN where 0; counts
     never fall from one row to the next): bit for bit ``_median`` of each."""

@@ -17,6 +17,7 @@ import numpy as np
 
 from rlpulse import catalog
 from rlpulse.catalog import OVERFLOW_VALUE, Metric
+from rlpulse.detect import windows
 
 MAX_LABEL_CHARS = 256  # a longer label value is cut here (and counted as a label overflow)
 
@@ -52,10 +53,8 @@ class Histogram:
         stored rollout) become bucket exemplars."""
         if values.size == 0:
             return
-        if ids is None:  # one sort and a search per bound (a search per value costs ~3x more)
-            below = np.searchsorted(np.sort(values), self.bounds, side="right")  # <= each bound
-            edges = np.concatenate(([0], below, [values.size]))
-            hits, idx = edges[1:] - edges[:-1], None
+        if ids is None:
+            hits, idx = windows.bin_counts(values, self.bounds, le=True), None
         else:
             idx = np.searchsorted(self.bounds, values, side="left")
             hits = np.bincount(idx, minlength=len(self.counts))

@@ -215,7 +215,7 @@ class Ingest:
         chain = itertools.chain.from_iterable
         bad = None  # per value, NaN or ±Inf (None: every value is finite)
         try:
-            steps = [call[1] for call in run]
+            steps = list(map(itemgetter(1), run))
             nones = steps.count(None)
             at = None if nones else np.fromiter(steps, float, n)
             # a finite sum: every value is finite (a NaN or ±Inf makes it NaN or ±Inf)
@@ -260,7 +260,7 @@ class Ingest:
                 counted.append((int(column.argmax()), j, int(column.sum())))
         for _, j, n in sorted(counted):
             self.writes.nonfinite(self.store.by_slot[plan.slots[j]], n)
-        stamps = np.fromiter((call[2] for call in run), float, len(run))
+        stamps = np.fromiter(map(itemgetter(2), run), float, len(run))
         self.writes.detector.observe_rows(plan.series, watched, steps, stamps)
         if steps is not None:
             values[self._step.slot] = float(steps[-1])

@@ -16,11 +16,13 @@ import pytest
 from rlpulse.detect import windows
 from rlpulse.detect.signals import (
     FROZEN_VALUES,
+    NOISE_LAGS,
     SIGNALS,
     Detector,
     Drops,
     StepWindows,
     Stretches,
+    Track,
 )
 from rlpulse.runtime.exporter import Exporter
 from tests.conftest import replay_jsonl
@@ -795,3 +797,24 @@ def test_a_scratch_matrix_is_reused_and_held_by_one_owner() -> None:
     assert not np.shares_memory(big, first)
     odd = np.sort(np.random.default_rng(0).normal(size=(70, 5)), axis=1)
     assert not np.shares_memory(windows.medians(odd, np.full(70, 5)), odd)
+
+
+def test_noises_at_many_points_at_once_are_each_points_own_to_the_bit() -> None:
+    """A read's gains ask the noise at many points (``Track.gain_noises``): worked out in numpy
+    for points with as many values behind them, they equal ``_noise_at`` of each, flat and
+    stepped stretches (their spread, not their MAD) and early points included."""
+    rng = np.random.default_rng(11)
+    for shape in range(4):
+        values = [
+            rng.normal(0, 1, 400),
+            np.round(rng.normal(5, 2, 400)),  # few values: many MADs of 0
+            np.repeat(rng.normal(size=40), 10),  # flat stretches
+            np.cumsum(rng.normal(0, 0.1, 400)),
+        ][shape]
+        track = Track(StepWindows())
+        track.extend(values)
+        rows = list(range(1, 401, 3))
+        points = [track.gain_point(r) for r in rows]
+        want = [track._noise_at(n, pos, NOISE_LAGS[-1]) for n, pos in points]
+        got = track.gain_noises(list(points)).tolist()
+        assert [repr(v) for v in got] == [repr(v) for v in want], shape

@@ -272,6 +272,15 @@ class Track:
             self._gain_noise = self._noise_at(*self._gain_noise, NOISE_LAGS[-1])
         return self._gain_noise
 
+    def gain_noises(self, points: list[tuple[int, int] | None]) -> np.ndarray:
+        """``gain_noise`` at each of ``points`` (those given measured at once)."""
+        out = np.array([self.gain_noise() if p is None else math.nan for p in points])
+        given = [i for i, p in enumerate(points) if p is not None]
+        if given:
+            ns, poss = zip(*(points[i] for i in given), strict=True)
+            out[given] = self._noises(list(ns), list(poss), NOISE_LAGS[-1])
+        return out
+
     def _noise_at(self, n: int, pos: int, longest: int) -> float:
         before = max(n - 1, 0)
         history = self.x[pos - min(before, self.w.history) : pos]
@@ -285,6 +294,39 @@ class Track:
         if lags:
             mad = float(_lag_mads(self.x[pos - size : pos], tuple(lags)).max())
             noise = max(noise, 1.4826 * mad / math.sqrt(6))
+        return noise
+
+    def _noises(self, ns: list[int], poss: list[int], longest: int) -> np.ndarray:
+        """``_noise_at`` of several points, bit for bit (a few one by one; more with as many
+        values behind them at once, one numpy pass each)."""
+        if len(ns) < NOISES_AT_ONCE:
+            return np.array([self._noise_at(n, p, longest) for n, p in zip(ns, poss, strict=True)])
+        out = np.full(len(ns), math.nan)
+        w = self.w.history
+        spans: dict[tuple[int, int], list[int]] = {}
+        for i, n in enumerate(ns):
+            before = max(n - 1, 0)
+            spans.setdefault((min(before, w), min(before, NOISE_SPAN * w)), []).append(i)
+        for (k, size), at in spans.items():
+            if k >= 3:  # (fewer: no noise)
+                out[at] = self._noises_of(np.array([poss[i] for i in at]), k, size, longest)
+        return out
+
+    def _noises_of(self, pos: np.ndarray, k: int, size: int, longest: int) -> np.ndarray:
+        """``_noise_at`` at each of ``pos``, each with ``k`` values of history and ``size`` of
+        span, in numpy."""
+        d = np.diff(self.x[pos[:, None] + np.arange(-k, 0)], axis=1)
+        d.sort(axis=1)
+        mad = _row_medians(np.sort(np.abs(d - _row_medians(d)[:, None]), axis=1))
+        noise = 1.4826 * mad
+        for j in np.flatnonzero(~(mad > 0)).tolist():  # (steps of one size: their spread)
+            noise[j] = _pstdev(d[j].tolist())
+        noise = noise / math.sqrt(2)
+        lags = tuple(lag for lag in NOISE_LAGS if lag <= longest and size >= NOISE_MIN_SPAN * lag)
+        if lags:  # (one sort per point: a sort of them all at once costs as much)
+            mads = np.array([_lag_mads(self.x[p - size : p], lags).max() for p in pos.tolist()])
+            wander = 1.4826 * mads / math.sqrt(6)
+            noise = np.where(wander > noise, wander, noise)  # (Python's max(noise, wander))
         return noise
 
     def history(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
@@ -360,11 +402,11 @@ def _lag_layout(size: int, lags: tuple[int, ...]) -> tuple[np.ndarray, ...]:
 
 
 def _row_medians(ordered: np.ndarray) -> np.ndarray:
-    """``_median`` of each ascending row."""
-    mid = ordered.shape[1] // 2
-    if ordered.shape[1] % 2:
-        return ordered[:, mid]
-    return (ordered[:, mid - 1] + ordered[:, mid]) / 2
+    """``_median`` of each ascending row (along the last axis)."""
+    mid = ordered.shape[-1] // 2
+    if ordered.shape[-1] % 2:
+        return ordered[..., mid]
+    return (ordered[..., mid - 1] + ordered[..., mid]) / 2
 
 
 def _mad(ordered: list[float]) -> float:
@@ -473,6 +515,7 @@ def _ratio_to_typical(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray)
     return np.where(seen, ratio, math.nan), np.where(seen, typical, math.nan)
 
 
+NOISES_AT_ONCE = 8  # noises asked together worked out in numpy (fewer: one by one)
 GAIN_NOISE = 6.0  # a gain counts beyond this many times the series' noise
 GAIN_MIN_READINGS = 15  # and once this many values were seen (3 x smooth)
 GAIN_NOISE_LAG = 10  # the noise a gain is judged by leaves out up to this many latest values
@@ -500,9 +543,9 @@ def gains(t: Track, rows: np.ndarray) -> np.ndarray:
     measured = np.maximum.accumulate(np.where(measure, np.arange(len(rows)), -1))
     if judged.any():  # the noise is worked out only where it decides
         noise = np.full(len(rows), math.nan)
-        for m in np.unique(measured[judged]).tolist():
-            at = judged & (measured == m)
-            noise[at] = t.gain_noise(t.gain_point(int(rows[m])) if m >= 0 else None)
+        ms = np.unique(measured[judged])
+        points = [t.gain_point(int(rows[m])) if m >= 0 else None for m in ms.tolist()]
+        noise[judged] = t.gain_noises(points)[np.searchsorted(ms, measured[judged])]
         won = judged & (g > GAIN_NOISE * noise)
         out[won] = g[won]
     if measure.any():

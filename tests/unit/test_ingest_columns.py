@@ -74,14 +74,20 @@ def _state(exp: Exporter) -> dict[str, Any]:
     }
 
 
+def _exporter(columns: bool) -> Exporter:
+    """A fresh exporter on a fixed clock, applying ``log()`` runs in columns or one at a time."""
+    exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False)
+    if not columns:
+        exp.ingest.calls.batched = {}
+    exp.clock = iter(1000.0 + 0.5 * i for i in range(10**6)).__next__
+    return exp
+
+
 @pytest.mark.parametrize("seed", [0, 1])
 def test_log_calls_in_columns_equal_them_one_at_a_time(seed: int) -> None:
     states = []
     for columns in (True, False):
-        exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False)
-        if not columns:
-            exp.ingest.calls.batched = {}
-        exp.clock = iter(1000.0 + 0.5 * i for i in range(10**6)).__next__
+        exp = _exporter(columns)
         for i, (row, step) in enumerate(_calls(seed)):
             exp.log(row, step=step)
             if i % 700 == 699:
@@ -99,10 +105,7 @@ def test_an_episode_return_finite_only_in_columns_counts_its_later_nan() -> None
     rows = [math.nan] + [1.0] * 20
     states = []
     for columns in (True, False):
-        exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False)
-        if not columns:
-            exp.ingest.calls.batched = {}
-        exp.clock = iter(1000.0 + 0.5 * i for i in range(100)).__next__
+        exp = _exporter(columns)
         for i, value in enumerate(rows):
             exp.log({"rl_episode_return": value, "rl_reward_mean": 0.5}, step=i)
         exp.flush()
@@ -117,10 +120,7 @@ def test_an_episode_return_finite_only_in_columns_counts_its_later_nan() -> None
 def test_log_calls_with_no_watched_key_in_columns_equal_them_one_at_a_time() -> None:
     states = []
     for columns in (True, False):
-        exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False)
-        if not columns:
-            exp.ingest.calls.batched = {}
-        exp.clock = iter(1000.0 + 0.5 * i for i in range(100)).__next__
+        exp = _exporter(columns)
         for i in range(50):
             exp.log({"rl_loss": float(i), "rl_policy_loss": math.inf if i == 30 else 1.0}, step=i)
         states.append(_state(exp))

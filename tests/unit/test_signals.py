@@ -818,3 +818,26 @@ def test_noises_at_many_points_at_once_are_each_points_own_to_the_bit() -> None:
         want = [track._noise_at(n, pos, NOISE_LAGS[-1]) for n, pos in points]
         got = track.gain_noises(list(points)).tolist()
         assert [repr(v) for v in got] == [repr(v) for v in want], shape
+
+
+def test_window_sums_are_math_fsum_to_the_bit() -> None:
+    """The zero-std share's window sums (``_sums``): numpy, int64 or ``math.fsum`` by the
+    values' shape, always ``math.fsum``'s correctly rounded sum (shares of 6 or 10 groups,
+    noisy values, exponents near the int64 limit, negative values, wide rows, zeros)."""
+    from rlpulse.detect.signals import _sums
+
+    rng = np.random.default_rng(5)
+    for trial in range(600):
+        kind = trial % 6
+        width = [10, 10, 16, 3, 10, 10][kind]
+        shape = (40, width)
+        rows = [
+            rng.integers(0, 7, shape) / 6,
+            15.5 * (1 + rng.normal(0, 0.1, shape)),
+            rng.normal(0, 1, shape) * 2.0 ** rng.integers(-3, 3, shape),
+            rng.uniform(-1, 1, shape),
+            rng.integers(0, 11, shape) / 10 * np.where(rng.random(shape) < 0.3, -1, 1),
+            rng.uniform(0.5, 1, shape) * 2.0 ** rng.integers(0, 7, shape),  # span 6: the limit
+        ][kind]
+        want = [repr(math.fsum(row)) for row in rows.tolist()]
+        assert [repr(v) for v in _sums(rows).tolist()] == want, kind

@@ -1021,15 +1021,34 @@ def _zero_std(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair
 
 def _sums(rows: np.ndarray) -> np.ndarray:
     """``math.fsum`` of each row: added by numpy where every partial sum is exact (multiples
-    of 2**-20 below 2**28, such as a share of a few groups, no -0.0), else one by one."""
+    of 2**-20 below 2**28, such as a share of a few groups, no -0.0), in integers where the
+    values' exponents are close (``_integer_sums``), else one by one."""
+    if (np.signbit(rows) & (rows == 0)).any():  # (-0.0: fsum's sign of a zero, one by one)
+        return np.fromiter(map(math.fsum, rows.tolist()), float, len(rows))
     scaled = rows * 2.0**20
-    if (
-        (np.abs(rows) < 2.0**28).all()
-        and (scaled == np.floor(scaled)).all()
-        and not (np.signbit(rows) & (rows == 0)).any()
-    ):
+    if (np.abs(rows) < 2.0**28).all() and (scaled == np.floor(scaled)).all():
         return rows.sum(axis=1)
+    sums = _integer_sums(rows)
+    if sums is not None:
+        return sums
     return np.fromiter(map(math.fsum, rows.tolist()), float, len(rows))
+
+
+def _integer_sums(rows: np.ndarray) -> np.ndarray | None:
+    """Each row's exact sum rounded once, as ``math.fsum`` gives it, where every value is an
+    integer multiple of one power of two (2**(lo - 53), ``lo`` the least exponent) and a row of
+    them adds up within int64 (exponents at most ``63 - 53 - bits(width)`` apart: a share like
+    k/6 of a few groups); None elsewhere (or where the result could be subnormal)."""
+    if not np.isfinite(rows).all():
+        return None
+    exponents = np.frexp(rows)[1][rows != 0]
+    if not exponents.size:
+        return np.zeros(len(rows))
+    lo, hi = int(exponents.min()), int(exponents.max())
+    if hi - lo + 53 + rows.shape[1].bit_length() > 63 or lo - 53 < -1021:
+        return None
+    whole = np.ldexp(rows, 53 - lo).astype(np.int64)  # (exact: 53 bits at exponent >= lo)
+    return np.ldexp(whole.sum(axis=1).astype(float), lo - 53)  # (one rounding: to nearest)
 
 
 def _band_gap(d: Detector, t: Track, key: str) -> tuple[float, float]:

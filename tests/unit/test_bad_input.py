@@ -141,6 +141,16 @@ def test_samples_a_histogram_cannot_sum_are_counted_not_observed(latencies: list
         assert n == 2
 
 
+def test_token_counts_leave_out_a_nan_token_count() -> None:
+    """A response whose token count is NaN adds nothing to rl_completion_tokens_total (the
+    others still do); nor to the length histogram, where it is counted non-finite."""
+    with _exp() as exp:
+        exp.observe_rollouts(response_tokens=[10.0, float("nan"), 32.0])
+        text = scrape(exp.url)
+        assert value(text, "rl_completion_tokens_total") == 42.0
+        assert value(text, "rl_response_length_tokens_count") == 2
+
+
 def test_negative_counter_increment_is_dropped() -> None:
     with _exp() as exp:
         exp.count("rl_env_steps_total", 10)

@@ -64,9 +64,15 @@ def rollout_counts(arrays: Mapping[str, np.ndarray], n: int) -> Iterator[tuple[s
     """The counter increments of one rollout batch of ``n`` samples."""
     yield "rl_samples_total", float(n)
     if "response_tokens" in arrays:
-        yield "rl_completion_tokens_total", float(np.nansum(arrays["response_tokens"]))
+        yield "rl_completion_tokens_total", _nansum(arrays["response_tokens"])
     if "prompt_tokens" in arrays:
-        yield "rl_prompt_tokens_total", float(np.nansum(arrays["prompt_tokens"]))
+        yield "rl_prompt_tokens_total", _nansum(arrays["prompt_tokens"])
+
+
+def _nansum(arr: np.ndarray) -> float:
+    """``np.nansum``: the plain sum (the same additions) unless it is NaN."""
+    total = arr.sum()
+    return float(total if total == total else np.nansum(arr))
 
 
 class Episodes:

@@ -529,8 +529,8 @@ class Ingest:
             return
         # a value past HUGE is counted as non-finite too: a histogram's float sum cannot hold it
         # with others (two values of -1e308 sum to -inf, and _sum would stay -inf for the run)
-        finite = np.abs(arr) <= HUGE
-        if not finite.all():
+        if arr.size and not (arr.min() >= -HUGE and arr.max() <= HUGE):  # (NaN fails them too)
+            finite = np.abs(arr) <= HUGE
             bad = int(arr.size - finite.sum())
             arr = arr[finite]
             if ids is not None:

@@ -117,6 +117,10 @@ class Store:
         than ``MAX_LABEL_CHARS`` is cut (counted too). Two threads binding the same new series
         get one series.
         """
+        if not labels and not metric.labels:  # (most writes: a series without labels, seen)
+            found = self.by_key.get((metric.name, ()))
+            if found is not None:
+                return found
         if set(labels) != set(metric.labels):
             raise ValueError(
                 f"{metric.name} takes labels {list(metric.labels)}, got {sorted(labels)}"

@@ -18,6 +18,7 @@ generate`` (``rlpulse.stack.docs.qualitydoc``), and that document.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import random
@@ -273,32 +274,53 @@ CASES: tuple[Case, ...] = (
 
 
 def judge(case: Case, run: Run) -> dict[str, Any]:
-    result = am.replay(run)
+    """The run's row: its log replayed with every logged step one scrape after the one before
+    (the lead in logged steps, whatever the run's pace), and at its own pace (``paced_*``: the
+    lead in rows and seconds of its log's times, and its critical alerts)."""
+    row = _judged(case, run, am.replay(run, rows=True))
+    paced = _judged(case, run, am.replay(run))
+    row.update(
+        paced_lead=paced["relevant_lead"],
+        paced_seconds=paced["lead_seconds"],
+        paced_critical=paced["critical"],
+    )
+    return row
+
+
+def _judged(case: Case, run: Run, result: am.ReplayResult) -> dict[str, Any]:
     verdict = am.judge(run, result)
     row = am.row(run, verdict)
     start = run.inject_step if run.inject_step is not None else math.inf
     fired = [(a.alert, a.severity, a.onset_step) for a in result.alerts]
     relevant = sorted(
         # the step the page names: its since step, or the step it fired at ("at step N")
-        (a.onset_step, a.alert, a.onset_step if a.since_step is None else a.since_step)
+        (
+            a.onset_step,
+            a.onset_seconds,
+            a.alert,
+            a.onset_step if a.since_step is None else a.since_step,
+        )
         for a in result.alerts
         if a.alert in case.expected and a.onset_step is not None and a.onset_step >= start
     )
     steps = am.logged_steps(result)
     first = relevant[0] if relevant else None
-    lead = since_rows = None
+    lead = since_rows = seconds = None
     if first is not None and verdict.visible_step is not None:
         visible = am._index(steps, verdict.visible_step)
         lead = am._index(steps, first[0]) - visible
-        since_rows = am._index(steps, first[2]) - visible
+        since_rows = am._index(steps, first[3]) - visible
+        tl = result.timeline
+        seconds = first[1] - tl.record_times[tl.record_steps.index(verdict.visible_step)]
     row.update(
         expected=list(case.expected),
         why=case.why,
         rows=len(steps),
-        relevant=relevant[0][1] if relevant else None,
+        relevant=first[2] if first else None,
         relevant_step=first[0] if first else None,
         relevant_lead=lead,
-        relevant_since=first[2] if first else None,
+        lead_seconds=seconds,
+        relevant_since=first[3] if first else None,
         since_rows=since_rows,
         fired_names=sorted({n for n, _s, o in fired if o is not None and o >= start}
                            if case.expected else {n for n, _s, _o in fired}),
@@ -306,24 +328,40 @@ def judge(case: Case, run: Run) -> dict[str, Any]:
     return row
 
 
+def _trained(case: Case, seed: int, work: Path) -> Run:
+    """The case's run with ``seed``: trained into ``work``, or the one trained there before."""
+    saved = work / f"{case.framework}-{case.scenario}-s{seed}.run.json"
+    if saved.exists():
+        fields = json.loads(saved.read_text())
+        return Run(**{**fields, "log": Path(fields["log"])})
+    run = case.train(case.scenario, seed, work)
+    saved.write_text(json.dumps({**dataclasses.asdict(run), "log": str(run.log)}))
+    return run
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-sb3", action="store_true", help="skip the SB3 trainings")
     ap.add_argument("--only", help="only cases of this framework (the others' rows are kept)")
     ap.add_argument("--first-seed", action="store_true", help="one seed per case")
+    ap.add_argument(
+        "--keep", type=Path, help="keep the trained runs in this folder and reuse those there"
+    )
     args = ap.parse_args(argv)
     rows = []
     if args.only and qualitydoc.HELDOUT.exists():
         kept = qualitydoc.load(qualitydoc.HELDOUT)["runs"]
         rows = [r for r in kept if r["framework"] != args.only]
     with tempfile.TemporaryDirectory(prefix="rlpulse-heldout-") as tmp:
+        work = args.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         for case in CASES:
             if args.no_sb3 and case.framework.startswith("sb3"):
                 continue
             if args.only and case.framework != args.only:
                 continue
             for seed in case.seeds[:1] if args.first_seed else case.seeds:
-                run = case.train(case.scenario, seed, Path(tmp))
+                run = _trained(case, seed, work)
                 row = judge(case, run)
                 rows.append(row)
                 said = f"relevant {row['relevant']} lead {row['relevant_lead']}"

@@ -150,6 +150,56 @@ def _q_learning(scenario: str, seed: int, work: Path) -> Run:
     return run
 
 
+# ---- CartPole faults --------------------------------------------------------------------------
+
+
+def _switch(env: Any, fault: str, start: int, noise: Any) -> Any:
+    """``env`` until it took ``start`` steps, then the same env behind ``fault``: ``obs-noise``
+    (a sensor fault adds N(0, 1) noise to every observation, drawn from ``noise``) or
+    ``action-stuck`` (the actuator ignores the agent and pushes left every step)."""
+    import gymnasium as gym
+
+    if fault == "obs-noise":
+        broken = gym.wrappers.TransformObservation(
+            env, lambda o: (o + noise.normal(0, 1, o.shape)).astype(o.dtype), None
+        )
+    else:
+        broken = gym.wrappers.TransformAction(env, lambda a: 0, None)
+
+    class Switch(gym.Wrapper[Any, Any, Any, Any]):
+        def __init__(self) -> None:
+            super().__init__(env)
+            self.steps = 0
+
+        def step(self, action: Any) -> Any:
+            self.steps += 1
+            return (broken if self.steps >= start else self.env).step(action)
+
+    return Switch()
+
+
+# ---- CleanRL-style PPO (one file, TensorBoard charts): new seeds, new causes --------------------
+
+
+def _cleanrl(scenario: str, seed: int, work: Path) -> Run:
+    """``harness.trainings.train_cleanrl_ppo`` (CleanRL's ppo.py core on CartPole, every chart
+    ppo.py writes), with a fault from iteration 40 of 60 in each of its 4 envs: ``reward-zero``
+    a reward wrapper inside the episode statistics answers 0 (a broken grader: the agent and
+    the charts see it); ``obs-noise`` and ``action-stuck`` as for SB3."""
+    import numpy as np
+
+    from harness.trainings import AfterStep, train_cleanrl_ppo
+
+    noise = np.random.default_rng(seed)
+
+    def wrap(env: Any, start: int) -> Any:
+        if scenario == "reward-zero":
+            return AfterStep(env, start, lambda r: 0.0)
+        return _switch(env, scenario, start, noise)
+
+    return train_cleanrl_ppo(scenario, seed, work, all_charts=True, wrap=wrap)
+
+
 # ---- Stable-Baselines3 on CartPole: new seeds, new causes --------------------------------------
 
 SB3_STEPS, SB3_INJECT = 24_000, 16_000
@@ -174,18 +224,6 @@ def _sb3(algo: str) -> Callable[[str, int, Path], Run]:
 
         from harness.trainings import SB3_ALGOS, SB3_LOG_INTERVAL, AfterStep, _first_step_at
 
-        class Switch(gym.Wrapper[Any, Any, Any, Any]):
-            """Steps ``env`` until SB3_INJECT env steps were taken, then ``broken`` (the same
-            env behind a fault)."""
-
-            def __init__(self, env: Any, broken: Any) -> None:
-                super().__init__(env)
-                self.broken, self.steps = broken, 0
-
-            def step(self, action: Any) -> Any:
-                self.steps += 1
-                return (self.broken if self.steps >= SB3_INJECT else self.env).step(action)
-
         torch.set_num_threads(1)
         out = work / f"sb3-{algo}-{scenario}-s{seed}"
         out.mkdir()  # the run folder: progress.csv and the Monitor's monitor.csv
@@ -195,18 +233,10 @@ def _sb3(algo: str) -> Callable[[str, int, Path], Run]:
 
         noise = np.random.default_rng(seed)
 
-        def fault(env: Any) -> Any:
-            """The env with ``obs-noise`` / ``action-stuck``."""
-            if scenario == "obs-noise":
-                return gym.wrappers.TransformObservation(
-                    env, lambda o: (o + noise.normal(0, 1, o.shape)).astype(o.dtype), None
-                )
-            return gym.wrappers.TransformAction(env, lambda a: 0, None)
-
         def make() -> Any:
             env = gym.make("CartPole-v1")
             if scenario in ("obs-noise", "action-stuck"):
-                return Monitor(Switch(env, fault(env)), str(out))
+                return Monitor(_switch(env, scenario, SB3_INJECT, noise), str(out))
             if scenario == "reward-zero":
                 return Monitor(AfterStep(env, SB3_INJECT, lambda r: 0.0), str(out))
             if scenario == "reward-scale":
@@ -253,6 +283,14 @@ CASES: tuple[Case, ...] = (
     Case("q-learning-episodes", "action-remap", SEEDS[:2], (COLLAPSE,), "from episode 2000 "
          "an action wrapper shifts every action by one (the learned policy walks the wrong "
          "way)", _q_learning),
+    Case("cleanrl-ppo", "healthy", SEEDS, (), "CartPole, ppo.py's defaults (4 envs x 512 "
+         "steps an iteration)", _cleanrl),
+    Case("cleanrl-ppo", "reward-zero", SEEDS[:1], (LOST, COLLAPSE), "from iteration 40 of 60 "
+         "each env's reward is 0 (the agent and the charts see it)", _cleanrl),
+    Case("cleanrl-ppo", "obs-noise", SEEDS[:1], (COLLAPSE,), "from iteration 40 of 60 a sensor "
+         "fault adds N(0, 1) noise to every observation", _cleanrl),
+    Case("cleanrl-ppo", "action-stuck", SEEDS[:1], (COLLAPSE,), "from iteration 40 of 60 the "
+         "actuator ignores the agent and pushes left every step", _cleanrl),
     Case("sb3-ppo", "healthy", SEEDS, (), "CartPole, rl-zoo-like settings", _sb3("ppo")),
     Case("sb3-dqn", "healthy", SEEDS, (), "CartPole, rl-zoo-like settings", _sb3("dqn")),
     Case("sb3-a2c", "healthy", SEEDS, (), "CartPole, rl-zoo-like settings", _sb3("a2c")),

@@ -573,13 +573,40 @@ def test_the_noise_of_all_lags_in_one_sort_is_each_lags_own_median_to_the_bit() 
         assert _lag_mads(h, lags).tolist() == want, seed
 
 
+def test_a_policy_s_brief_fall_into_short_episodes_is_no_broken_reward() -> None:
+    """An off-policy walker that learned (+330 over 600 steps) falls at once (-100 in 80
+    steps) for 55 episodes and recovers, as real published healthy runs do: ``Falls`` reads
+    nothing (the 100-episode mean judges that dip). The same returns over episodes as long as
+    the learned ones (the reward broke while the walker walked on) read critical."""
+    for seed in range(3):
+        for broken in (False, True):
+            rng = random.Random(seed)
+            exp = _exporter()
+            worst, caught = 0.0, None
+            for ep in range(800):
+                learning = ep < 60
+                r, n = (-100.0, 80) if learning else (330.0, 600)
+                if 600 <= ep < 655:
+                    r, n = -100.0, 600 if broken else 80
+                exp.observe_episodes([r + rng.gauss(0, 8)], [n + rng.randrange(-5, 5)])
+                exp.log({"episode": ep}, step=ep)
+                lost = _signals(exp).get(("reward_gain_lost_ratio", "episodes"), 0.0)
+                worst = max(worst, lost)
+                caught = ep - 600 if caught is None and lost >= 0.75 else caught
+            if broken:
+                assert caught is not None and caught <= 20, (seed, caught)
+            else:
+                assert worst == 0, (seed, worst)
+
+
 def test_single_episodes_show_a_lost_reward_before_their_100_episode_mean_moves() -> None:
     """Issue 24.7 live: a reward wrapper that answers 0 (SB3 on CartPole) takes the
     100-episode mean down one episode in a hundred, which a short run never shows; the
     episodes' own returns (``observe_episodes``, series ``episodes``) read the stretch of zeros
-    critical within 30 episodes, and their fall back to the run's start level (``Falls``)
-    critical within 20 (issue 24.8: whatever the window length). A 0/1 success whose policy
-    broke reads its drop there too. Healthy seeds read neither."""
+    critical within 30 episodes, and their fall back to the run's start level while they
+    last as long as before (``Falls``) critical within 20 (issue 24.8: whatever the window
+    length). A 0/1 success whose policy broke reads its drop there too. Healthy seeds read
+    neither."""
     for seed in range(3):
         for broken in (False, True):
             rng = random.Random(seed)
@@ -587,9 +614,10 @@ def test_single_episodes_show_a_lost_reward_before_their_100_episode_mean_moves(
             caught = fell = None
             for ep in range(600):
                 r = max(8.0, min(500.0, 20 + ep + rng.gauss(0, 30)))
+                n = int(r)  # the episode lasts as long as the policy balances
                 if broken and ep >= 400:
-                    r = 0.0
-                exp.observe_episodes([r], [int(max(r, 8))])
+                    r = 0.0  # (the reward wrapper answers 0; the policy still balances)
+                exp.observe_episodes([r], [n])
                 exp.log({"episode": ep}, step=ep)
                 got = _signals(exp)
                 frozen = got.get(("reward_frozen_ratio", "episodes"), 0.0)

@@ -510,6 +510,8 @@ DISCRETE_SPAN = 200  # readings the typical level is the mean of
 DISCRETE_FAIL = 0.98  # the share of readings below the typical level once the reward collapsed
 DISCRETE_CHANCE = 6.0  # log10 odds past which the readings since a drop are no luck
 FALLS_SPAN = 50  # single episodes whose share at or below the start level is ``Falls``'s q
+FALLS_LENGTH = 0.5  # an episode this much shorter than the learned policy's is not a fall there
+FALLS_BACK = 0.25  # an episode that kept at most this share of the gain fell back to the start
 
 
 class _Cusum:
@@ -681,73 +683,84 @@ class Drops:
 
 
 class Falls:
-    """Single episodes' continuous returns falling back to where the run started (a broken
-    reward, a sensor or actuator fault: the policy's episodes end no better than its first
-    ones), which a 100-episode mean shows only after dozens of episodes. *Start level*: the
-    mean of the first ``DISCRETE_START`` episodes. Each episode at or below it is one with the
-    current policy's own frequency ``q`` (of the last ``FALLS_SPAN`` episodes, one added to
-    each count so that a policy that never fell there still has a finite chance), or, once
-    the policy lost what it learned, with ``DISCRETE_FAIL``: one CUSUM from the
-    ``DISCRETE_MIN``-th episode, as ``Drops``. *Learned level*: the best mean of
-    ``DISCRETE_START`` episodes in a row. ``q`` and that level are measured while the CUSUM
-    stands at 0 and kept through a fall; a gain smaller than the first episodes' spread is none
-    (an early lull is no fall). The drop: ``Drops.lost``'s, of the learned level: the mean of
-    the last ``DISCRETE_START`` episodes (or of the CUSUM's, once as many) below it, as a share
-    of the gain; a few bad episodes after a long good stretch read as a small drop."""
+    """Single episodes whose continuous return fell back to where the run started while they
+    last as long as the learned policy's (a reward wrapper that answers 0, a broken grader, a
+    critic whose targets blew up: the behaviour went on, the return did not), which a
+    100-episode mean shows only after dozens of episodes. A policy that collapsed into short
+    failing episodes (it falls, crashes, loses at once) is left to that mean, which many short
+    episodes move within a few logged rows, and to which such a collapse that the run recovers
+    from (an off-policy agent's brief fall) is one dip. *Start level*: the mean of the first
+    ``DISCRETE_START`` episodes; *learned level*: the best mean of ``DISCRETE_START`` episodes
+    in a row, and their mean length. An episode that kept at most ``FALLS_BACK`` of the gain
+    (start to learned level) and lasted at least ``FALLS_LENGTH`` of that length is one with the current policy's own frequency ``q`` (of
+    the last ``FALLS_SPAN`` episodes, one added to each count so that a policy that never fell
+    there still has a finite chance), or, once the reward broke, with ``DISCRETE_FAIL``: one
+    CUSUM from the ``DISCRETE_MIN``-th episode, as ``Drops``. ``q`` and the learned level are
+    measured while the CUSUM stands at 0 and kept through a fall; a gain smaller than the first
+    episodes' spread is none (an early lull is no fall). The drop: ``Drops.lost``'s, of the
+    learned level: the mean of the last ``DISCRETE_START`` episodes (or of the CUSUM's, once as
+    many) below it, as a share of the gain."""
 
     def __init__(self) -> None:
         self.first: list[float] = []
         self.recent: deque[float] = deque(maxlen=DISCRETE_START)
-        self.span: deque[float] = deque(maxlen=FALLS_SPAN)
-        self.low = 0  # readings of ``span`` at or below the start level
+        self.recent_lengths: deque[float] = deque(maxlen=DISCRETE_START)
+        self.span: deque[bool] = deque(maxlen=FALLS_SPAN)  # whether each episode fell
+        self.lengths: deque[float] = deque()  # of the episodes waiting to be read, in order
+        self.falls = 0  # in ``span``
         self.n = 0
-        self.start = self.spread = self.typical = math.nan
+        self.start = self.spread = self.typical = self.length = math.nan
         self.cusum = _Cusum()
         self._steps = (-math.inf, -math.inf)
 
-    def add(self, value: float) -> None:
-        span, start = self.span, self.start
-        if len(span) == FALLS_SPAN:
-            self.low -= span[0] <= start
-        span.append(value)
-        self.low += value <= start
-        self.recent.append(value)
+    def add(self, value: float, length: float) -> None:
         self.n += 1
+        self.recent.append(value)
+        self.recent_lengths.append(length)
         if len(self.first) < DISCRETE_START:
             self.first.append(value)
             if len(self.first) == DISCRETE_START:
-                self.start = start = math.fsum(self.first) / DISCRETE_START
+                self.start = math.fsum(self.first) / DISCRETE_START
                 self.spread = statistics.pstdev(self.first)
-                self.low = sum(v <= start for v in span)
-                self.typical = start
+                self.typical = self.start
+                self.length = math.fsum(self.recent_lengths) / DISCRETE_START
             return
+        floor = self.start + FALLS_BACK * (self.typical - self.start)
+        fell = value <= floor and not length < FALLS_LENGTH * self.length
+        if len(self.span) == FALLS_SPAN:
+            self.falls -= self.span[0]
+        self.span.append(fell)
+        self.falls += fell
         if not self.cusum.odds:
-            self.typical = max(self.typical, math.fsum(self.recent) / DISCRETE_START)
-            self._steps = _cusum_steps((self.low + 1) / (len(span) + 2), DISCRETE_FAIL)
+            mean = math.fsum(self.recent) / DISCRETE_START
+            if mean > self.typical:
+                self.typical = mean
+                self.length = math.fsum(self.recent_lengths) / DISCRETE_START
+            self._steps = _cusum_steps((self.falls + 1) / (len(self.span) + 2), DISCRETE_FAIL)
         if self.n > DISCRETE_MIN:
             down, up = self._steps
-            self.cusum.add(value, down if value <= start else up)
+            self.cusum.add(value, down if fell else up)
 
     def read(self, values: np.ndarray, at: np.ndarray, n: int) -> Lost:
-        """Each of ``values`` in turn (those at ``at`` of ``n`` rows; a non-finite one adds
-        nothing): the rows' drops and typical levels (NaN at the others) and the last row's lag
-        (``Track.lost``)."""
+        """Each of ``values`` in turn with its length (``lengths``; those at ``at`` of ``n``
+        rows; a non-finite one adds nothing): the rows' drops and typical levels (NaN at the
+        others) and the last row's lag (``Track.lost``)."""
         drop, typical = np.full(n, math.nan), np.full(n, math.nan)
         lag = None
-        c = self.cusum
+        c, lengths = self.cusum, self.lengths
         for i, value in zip(at.tolist(), values.tolist(), strict=True):
+            length = lengths.popleft() if lengths else math.nan
             if value - value == 0:
-                self.add(value)
+                self.add(value, length)
             g = self.typical - self.start
             lost = 0.0
             if c.odds >= DISCRETE_CHANCE and g > self.spread:
                 # a short stretch is picked for its falls: its own mean would overstate the drop
                 recent = self.recent
-                mean = (
-                    c.total / c.since
-                    if c.since >= DISCRETE_START
-                    else math.fsum(recent) / len(recent)
-                )
+                if c.since >= DISCRETE_START:
+                    mean = c.total / c.since
+                else:
+                    mean = math.fsum(recent) / len(recent)
                 lost = max((self.typical - mean) / g, 0.0)
             drop[i], typical[i] = lost, self.typical
             lag = c.since - 1 if lost > 0 else None
@@ -1550,11 +1563,16 @@ class Detector:
         if len(self._values) >= SETTLE_AT:
             self.settle()
 
-    def episodes(self, returns: list[float]) -> None:
-        """Finished episodes' own returns (``observe_episodes``), series ``episodes``: a reward
-        signal lost and a discrete reward's drop show in them before the 100-episode mean
-        (``rl_episode_return``) has moved."""
-        for value in returns:
+    def episodes(self, returns: list[float], lengths: list[float]) -> None:
+        """Finished episodes' own returns and lengths (``observe_episodes``), series
+        ``episodes``: a reward signal lost, a discrete reward's drop and a return's fall to the
+        start level show in them before the 100-episode mean (``rl_episode_return``) has
+        moved."""
+        key = (REWARDS[1], (EPISODES,))
+        for value, length in zip(returns, lengths, strict=True):
+            track = self._tracks.get(key) or self._track(key, EPISODE_SIGNALS, EPISODES)
+            assert track.falls is not None
+            track.falls.lengths.append(length)  # before its value: a read that sees it finds it
             self._add(REWARDS[1], (EPISODES,), value, EPISODE_SIGNALS, EPISODES)
 
     def _add(

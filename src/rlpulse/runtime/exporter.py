@@ -681,7 +681,7 @@ class Exporter:
             self.writes.add(self.store.get("rl_episodes_total"), float(r.size), "rl_episodes_total")
             for name, labels, value in self._episodes.add(r, n_steps):
                 self.writes.put(name, value, labels)
-            self.detector.episodes(r.tolist())
+            self.detector.episodes(r.tolist(), n_steps.tolist())
             if success is not None:
                 s = self.ingest.array("success", success)
                 if s is not None and s.size:

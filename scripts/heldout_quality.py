@@ -264,6 +264,26 @@ def _sb3(algo: str) -> Callable[[str, int, Path], Run]:
     return train
 
 
+# ---- public logs: the RL-Zoo's published agents' training runs (healthy) ---------------------
+
+PUBLIC = REPO / "harness" / "data" / "public-monitors"
+
+
+def _public(scenario: str, seed: int, work: Path) -> Run:
+    """A published agent's training run, worker 0's ``Monitor`` file (``PUBLIC/README.md``)."""
+    return Run("rl-zoo", scenario, seed, PUBLIC / f"{scenario}.monitor.csv", "sb3-csv", "r", None)
+
+
+def _public_cases() -> tuple[Case, ...]:
+    sources = json.loads((PUBLIC / "sources.json").read_text())
+    return tuple(
+        Case("rl-zoo", src["file"].removesuffix(".monitor.csv"), (0,), (),
+             f"public: {src['algo']} on {src['env']}, a published agent's training (healthy)",
+             _public)
+        for src in sources
+    )  # fmt: skip
+
+
 COLLAPSE, LOST, HACK = "RLRewardCollapse", "RLRewardSignalLost", "RLRewardHacking"
 CASES: tuple[Case, ...] = (
     Case("trl-synthetic", "healthy", SEEDS, (), "reward 0.2 -> 0.7 (noise 0.02), objective "
@@ -308,6 +328,7 @@ CASES: tuple[Case, ...] = (
     *(Case(f"sb3-{algo}", "action-stuck", SEEDS[:1], (COLLAPSE,), "from env step 16k the "
            "actuator ignores the agent and pushes left every step", _sb3(algo))
       for algo in ("ppo", "a2c", "dqn")),
+    *_public_cases(),
 )  # fmt: skip
 
 

@@ -519,11 +519,14 @@ def heldout_doc(res: dict[str, Any]) -> str:
     lines = [
         *_opening("heldout.json", res["command"], "Alert quality on a held-out set"),
         "Causes and runs detection was not tuned on (issue 24). The set "
-        "(`scripts/heldout_quality.py`, `CASES`) holds real trainings (SB3 on CartPole, the "
-        "Q-learning tutorial loop on FrozenLake) with seeds none of the tuning used "
-        f"({', '.join(map(str, res['seeds']))}) and causes the alert matrix "
-        "([alert-quality-trainings.md](alert-quality-trainings.md)) does not induce, and "
-        "TRL-keyed logs generated with TRL's GRPO keys and replayed with `--framework trl`. "
+        "(`scripts/heldout_quality.py`, `CASES`) holds real trainings (SB3 and a CleanRL-style "
+        "PPO on CartPole, the Q-learning tutorial loop on FrozenLake) with seeds none of the "
+        f"tuning used ({', '.join(map(str, res['seeds']))}) and causes the alert matrix "
+        "([alert-quality-trainings.md](alert-quality-trainings.md)) does not induce, "
+        "TRL-keyed logs generated with TRL's GRPO keys and replayed with `--framework trl`, and "
+        "real public logs: the training runs of 24 of the RL-Zoo's published agents (`rl-zoo`, "
+        "10 algorithms on 17 environments, `harness/data/public-monitors`), healthy by "
+        "publication. "
         "**This measurement covers: "
         + ", ".join(sorted({r["framework"] for r in runs}))
         + "** (the other cases of the set were not run in it). "

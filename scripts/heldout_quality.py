@@ -285,6 +285,10 @@ def _public_cases() -> tuple[Case, ...]:
 
 
 COLLAPSE, LOST, HACK = "RLRewardCollapse", "RLRewardSignalLost", "RLRewardHacking"
+FAULTS = (  # CartPole faults (``_switch``): (cause, the alerts that name it, what it does)
+    ("obs-noise", (COLLAPSE,), "a sensor fault adds N(0, 1) noise to every observation"),
+    ("action-stuck", (COLLAPSE,), "the actuator ignores the agent and pushes left every step"),
+)
 CASES: tuple[Case, ...] = (
     Case("trl-synthetic", "healthy", SEEDS, (), "reward 0.2 -> 0.7 (noise 0.02), objective "
          "0.1 -> 0.4, KL and entropy drift gently", _trl_log),
@@ -305,12 +309,9 @@ CASES: tuple[Case, ...] = (
          "way)", _q_learning),
     Case("cleanrl-ppo", "healthy", SEEDS, (), "CartPole, ppo.py's defaults (4 envs x 512 "
          "steps an iteration)", _cleanrl),
-    Case("cleanrl-ppo", "reward-zero", SEEDS[:1], (LOST, COLLAPSE), "from iteration 40 of 60 "
-         "each env's reward is 0 (the agent and the charts see it)", _cleanrl),
-    Case("cleanrl-ppo", "obs-noise", SEEDS[:1], (COLLAPSE,), "from iteration 40 of 60 a sensor "
-         "fault adds N(0, 1) noise to every observation", _cleanrl),
-    Case("cleanrl-ppo", "action-stuck", SEEDS[:1], (COLLAPSE,), "from iteration 40 of 60 the "
-         "actuator ignores the agent and pushes left every step", _cleanrl),
+    *(Case("cleanrl-ppo", cause, SEEDS[:1], names, f"from iteration 40 of 60 {why}", _cleanrl)
+      for cause, names, why in (("reward-zero", (LOST, COLLAPSE), "each env's reward is 0 (the "
+                                 "agent and the charts see it)"), *FAULTS)),
     Case("sb3-ppo", "healthy", SEEDS, (), "CartPole, rl-zoo-like settings", _sb3("ppo")),
     Case("sb3-dqn", "healthy", SEEDS, (), "CartPole, rl-zoo-like settings", _sb3("dqn")),
     Case("sb3-a2c", "healthy", SEEDS, (), "CartPole, rl-zoo-like settings", _sb3("a2c")),
@@ -322,12 +323,8 @@ CASES: tuple[Case, ...] = (
          "(agent and log)", _sb3("ppo")),
     Case("sb3-ppo", "reward-scale", SEEDS[:1], ("RLValueLossExplosion", COLLAPSE), "the agent "
          "learns from r x 1000 from env step 16k", _sb3("ppo")),
-    *(Case(f"sb3-{algo}", "obs-noise", SEEDS[:1], (COLLAPSE,), "from env step 16k a sensor "
-           "fault adds N(0, 1) noise to every observation", _sb3(algo))
-      for algo in ("ppo", "a2c", "dqn")),
-    *(Case(f"sb3-{algo}", "action-stuck", SEEDS[:1], (COLLAPSE,), "from env step 16k the "
-           "actuator ignores the agent and pushes left every step", _sb3(algo))
-      for algo in ("ppo", "a2c", "dqn")),
+    *(Case(f"sb3-{algo}", cause, SEEDS[:1], names, f"from env step 16k {why}", _sb3(algo))
+      for cause, names, why in FAULTS for algo in ("ppo", "a2c", "dqn")),
     *_public_cases(),
 )  # fmt: skip
 

@@ -132,9 +132,9 @@ def replay_runs(
             step_seconds=step_seconds,
             key_map=user_keys,
             time_scale=scale,
+            episode_env_steps=name != "sb3-run",
             reference_band=reference_band,
             rows=rows,
-            episode_env_steps=name != "sb3-run",
         )
         alerts = onsets(evaluate(tl, cfg), tl, interval)
         results.append(ReplayResult(p, name, fw, tl, alerts, interval, scale))

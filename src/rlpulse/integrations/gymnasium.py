@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any, SupportsFloat
+from typing import Any, SupportsFloat, TypedDict, Unpack
 
 import numpy as np
 
@@ -54,8 +54,34 @@ FLUSH_INTERVAL = 1.0  # seconds between hand-overs to the exporter
 MAX_BUFFERED = 65536  # steps buffered before a hand-over regardless of time
 
 
+class Options(TypedDict, total=False):
+    """Both wrappers' keyword options: seconds between hand-overs to the exporter
+    (``flush_interval``, default 1), whether finished episodes are stored as rollouts
+    (``rollouts``, default True), and every how many steps an observation and action are a
+    drift sample (``drift_every``, default 4; 0: none)."""
+
+    flush_interval: float
+    rollouts: bool
+    drift_every: int
+
+
 class StepBuffer:
     """Steps and episodes recorded since the last flush, and the hand-over to an exporter."""
+
+    @classmethod
+    def for_env(
+        cls,
+        exporter: Exporter | None,
+        action_space: Any,
+        batched: bool,
+        flush_interval: float = FLUSH_INTERVAL,
+        rollouts: bool = True,
+        drift_every: int = DRIFT_EVERY,
+    ) -> StepBuffer:
+        """A wrapper's buffer (``batched``: of a vector env, whose single env takes
+        ``action_space``), with its ``Options``."""
+        discrete = isinstance(action_space, gym.spaces.Discrete)
+        return cls(exporter, flush_interval, rollouts, DriftSampler(drift_every, discrete, batched))
 
     def __init__(
         self,
@@ -146,22 +172,24 @@ def _success(info: Mapping[str, Any]) -> Any:
     return None
 
 
-class RlpulseEpisodeStats(gym.Wrapper[Any, Any, Any, Any]):
-    """Exports one environment's episodes and steps; see the module docstring."""
+class _HandsOver:
+    """What both wrappers hand to the exporter: their ``StepBuffer``."""
+
+    buffer: StepBuffer
+
+    def flush(self) -> None:
+        """Hand the buffered steps and episodes to the exporter now."""
+        self.buffer.flush()
+
+
+class RlpulseEpisodeStats(_HandsOver, gym.Wrapper[Any, Any, Any, Any]):
+    """Exports one environment's episodes and steps; see the module docstring and ``Options``."""
 
     def __init__(
-        self,
-        env: gym.Env[Any, Any],
-        exporter: Exporter | None = None,
-        *,
-        flush_interval: float = FLUSH_INTERVAL,
-        rollouts: bool = True,
-        drift_every: int = DRIFT_EVERY,
+        self, env: gym.Env[Any, Any], exporter: Exporter | None = None, **options: Unpack[Options]
     ) -> None:
         super().__init__(env)
-        discrete = isinstance(env.action_space, gym.spaces.Discrete)
-        sampler = DriftSampler(drift_every, discrete, batched=False)
-        self.buffer = StepBuffer(exporter, flush_interval, rollouts, sampler)
+        self.buffer = StepBuffer.for_env(exporter, env.action_space, False, **options)
         self._seed: int | None = None
         self._obs: Any = None  # the observation the next action is taken on
         self._return = 0.0
@@ -193,16 +221,12 @@ class RlpulseEpisodeStats(gym.Wrapper[Any, Any, Any, Any]):
         self.buffer.step(now - t0, 1, now)
         return obs, reward, terminated, truncated, info
 
-    def flush(self) -> None:
-        """Hand the buffered steps and episodes to the exporter now."""
-        self.buffer.flush()
-
     def close(self) -> None:
         self.buffer.flush()
         super().close()
 
 
-class RlpulseVectorEpisodeStats(VectorWrapper):
+class RlpulseVectorEpisodeStats(_HandsOver, VectorWrapper):
     """Exports a vector environment's episodes and steps, in any autoreset mode.
 
     With ``NEXT_STEP`` autoreset (Gymnasium's default) the step after an episode ends only
@@ -213,15 +237,10 @@ class RlpulseVectorEpisodeStats(VectorWrapper):
         self,
         env: VectorEnv[Any, Any, Any],
         exporter: Exporter | None = None,
-        *,
-        flush_interval: float = FLUSH_INTERVAL,
-        rollouts: bool = True,
-        drift_every: int = DRIFT_EVERY,
+        **options: Unpack[Options],
     ) -> None:
         super().__init__(env)
-        discrete = isinstance(env.single_action_space, gym.spaces.Discrete)
-        sampler = DriftSampler(drift_every, discrete, batched=True)
-        self.buffer = StepBuffer(exporter, flush_interval, rollouts, sampler)
+        self.buffer = StepBuffer.for_env(exporter, env.single_action_space, True, **options)
         self._seeds: list[int | None] = [None] * self.num_envs  # of each env's current episode
         self.autoreset_mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         n = self.num_envs
@@ -284,10 +303,6 @@ class RlpulseVectorEpisodeStats(VectorWrapper):
         self._returns[idx] = 0.0
         self._lengths[idx] = 0
         self._t0[idx] = now
-
-    def flush(self) -> None:
-        """Hand the buffered steps and episodes to the exporter now."""
-        self.buffer.flush()
 
     def close(self, **kwargs: Any) -> None:
         self.buffer.flush()

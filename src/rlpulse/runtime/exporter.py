@@ -24,7 +24,6 @@ import os
 import threading
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Unpack
 
@@ -481,28 +480,8 @@ class Exporter:
         """Record one batch of rollouts (``rlpulse.runtime.recording.RolloutBatch``): per-sample
         arrays (or lists) of equal length."""
         check_keywords("Exporter.observe_rollouts", batch, RolloutBatch)
-        kept = self.ingest.kept_ids
-        self._queue("observe_rollouts", self._apply_rollouts, lambda: (*_rollout_args(batch), kept))
-
-    def _queue(
-        self, name: str, apply: Callable[..., None], copy: Callable[[], tuple[Any, ...]]
-    ) -> None:
-        """Queue a batch call: ``copy()`` takes its arguments as the call's own copies, here in
-        the caller's thread; arguments it cannot read are a ``bad_call`` drop (raised with
-        ``strict=True``) and nothing is queued."""
-        with self._bad_call(name):
-            self._calls.put(apply, copy(), name)
-
-    @contextmanager
-    def _bad_call(self, name: str) -> Iterator[None]:
-        """Count an error in what the user passed to ``name`` as a ``bad_call`` drop (raise it
-        with ``strict=True``); the rest of the block is skipped."""
-        try:
-            yield
-        except Exception as exc:
-            if self.strict:
-                raise
-            self.drops("bad_call", name, exc)
+        queue = self.ingest.queue
+        queue("observe_rollouts", self._apply_rollouts, _rollout_args, batch, self.ingest.kept_ids)
 
     def _apply_rollouts(
         self,
@@ -513,7 +492,7 @@ class Exporter:
         kept: KeptIds,
     ) -> None:
         # overflow/NaN in user data is counted, not warned
-        with self._bad_call("observe_rollouts"), np.errstate(all="ignore"):
+        with self.drops.refusing("observe_rollouts"), np.errstate(all="ignore"):
             arrays, n = self.ingest.batch("observe_rollouts", columns, ids)
             if n == 0:
                 return
@@ -554,11 +533,8 @@ class Exporter:
         or behaviour): per feature numbers (a 2-D array: one feature per column, ``obs[i]``)
         or texts; the features named in ``categorical`` (discrete actions, difficulty
         buckets) are categories whatever their type. Copied at the call; scored off it."""
-        self._queue(
-            "observe_features",
-            self._apply_features,
-            lambda: _feature_args(kind, frozenset(categorical), features),
-        )
+        queue = self.ingest.queue
+        queue("observe_features", self._apply_features, _feature_args, kind, categorical, features)
 
     def _step_now(self) -> float:
         """The trainer's latest logged step (as the calls are applied, in call order)."""
@@ -579,11 +555,8 @@ class Exporter:
         taken on it (an action index when ``discrete``) and the next observation (of the same
         episode). Their model's error ratio is the drift feature ``observation/dynamics``
         (``rlpulse.detect.dynamics``). Copied at the call; scored off it."""
-        self._queue(
-            "observe_transitions",
-            self._apply_transitions,
-            lambda: (*_transition_rows(before, actions, after), discrete),
-        )
+        args = (before, actions, after, discrete)
+        self.ingest.queue("observe_transitions", self._apply_transitions, _transition_args, *args)
 
     def _apply_transitions(
         self, before: np.ndarray, actions: np.ndarray, after: np.ndarray, discrete: bool
@@ -612,11 +585,7 @@ class Exporter:
         """The versions of the run's parts now (``environment="v2"``, ``grader="2024-06"``): a
         part whose version is not its first (the run's metadata, ``grader_version`` or
         ``<part>_version``, or its first call) is an input drift from the current step on."""
-        self._queue(
-            "observe_versions",
-            self._apply_versions,
-            lambda: ({drift.feature_name(k): label_text(v) for k, v in versions.items()},),
-        )
+        self.ingest.queue("observe_versions", self._apply_versions, _version_args, versions)
 
     def _apply_versions(self, versions: dict[str, str]) -> None:
         step = self._step_now()
@@ -626,15 +595,8 @@ class Exporter:
 
     def observe_episodes(self, returns: Any, lengths: Any, success: Any = None) -> None:
         """Record finished episodes (classic RL); gauges show the mean of the last 100."""
-        self._queue(
-            "observe_episodes",
-            self._apply_episodes,
-            lambda: (
-                snapshot_array(returns),
-                snapshot_array(lengths),
-                None if success is None else snapshot_array(success),
-            ),
-        )
+        args = (returns, lengths, success)
+        self.ingest.queue("observe_episodes", self._apply_episodes, _episode_args, *args)
 
     def _apply_episodes(
         self,
@@ -642,7 +604,7 @@ class Exporter:
         lengths: np.ndarray | Dropped,
         success: np.ndarray | Dropped | None,
     ) -> None:
-        with self._bad_call("observe_episodes"):
+        with self.drops.refusing("observe_episodes"):
             r = self.ingest.array("returns", returns)
             n_steps = self.ingest.array("lengths", lengths)
             if r is None or n_steps is None:
@@ -693,36 +655,35 @@ class Exporter:
         return scrape.samples(self)
 
 
-def _rollout_args(
-    batch: RolloutBatch,
-) -> tuple[dict[str, np.ndarray | Dropped | None], list[str], int | None, list[str | None] | None]:
+def _rollout_args(batch: RolloutBatch, kept: KeptIds) -> tuple[Any, ...]:
     """A rollout batch's own copies: its columns (a reward component's as
-    ``components[name]``), the component names, the group size and the rollout ids."""
+    ``components[name]``), the component names, the group size, the rollout ids and ``kept``."""
     given = {label_text(k): v for k, v in (batch.get("components") or {}).items()}
     raw: dict[str, Any] = {k: batch.get(k) for k in ROLLOUT_ARRAYS}
     raw |= {f"components[{k}]": v for k, v in given.items()}
     columns = {k: None if v is None else snapshot_array(v) for k, v in raw.items()}
     ids = snapshot_ids(batch.get("rollout_ids"), *columns.values())
     group_size = batch.get("group_size")
-    return columns, list(given), None if group_size is None else int(group_size), ids
+    return columns, list(given), None if group_size is None else int(group_size), ids, kept
 
 
 def _feature_args(
-    kind: str, categorical: frozenset[str], features: Mapping[str, Any]
+    kind: str, categorical: Iterable[str], features: Mapping[str, Any]
 ) -> tuple[str, dict[str, np.ndarray | list[str] | Dropped]]:
     """``observe_features``' own copies, by feature name (a feature given as None is left out)."""
     if kind not in drift.KINDS:
         raise ValueError(f"kind {kind!r} is not one of {', '.join(drift.KINDS)}")
+    cats = frozenset(categorical)
     return kind, {
-        drift.feature_name(k): _feature_snapshot(v, k in categorical)
+        drift.feature_name(k): _feature_snapshot(v, k in cats)
         for k, v in features.items()
         if v is not None
     }
 
 
-def _transition_rows(
-    before: Any, actions: Any, after: Any
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+def _transition_args(
+    before: Any, actions: Any, after: Any, discrete: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
     """Transitions as three float matrices of one row per transition (their own copies)."""
     rows = [snapshot_array(v) for v in (before, actions, after)]
     arrays = [r for r in rows if isinstance(r, np.ndarray)]
@@ -732,7 +693,18 @@ def _transition_rows(
     b, a, nxt = (r.reshape(n, -1) for r in arrays)
     if b.shape != nxt.shape:
         raise ValueError(f"observations of shapes {b.shape} and {nxt.shape}")
-    return b, a, nxt
+    return b, a, nxt, discrete
+
+
+def _version_args(versions: Mapping[str, Any]) -> tuple[dict[str, str]]:
+    """``observe_versions``' own copy: each part's version as a label text."""
+    return ({drift.feature_name(k): label_text(v) for k, v in versions.items()},)
+
+
+def _episode_args(returns: Any, lengths: Any, success: Any) -> tuple[Any, ...]:
+    """``observe_episodes``' own copies."""
+    s = None if success is None else snapshot_array(success)
+    return snapshot_array(returns), snapshot_array(lengths), s
 
 
 def _feature_snapshot(values: Any, categorical: bool) -> np.ndarray | list[str] | Dropped:

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any, SupportsFloat, TypedDict, Unpack
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
@@ -173,9 +173,22 @@ def _success(info: Mapping[str, Any]) -> Any:
 
 
 class _HandsOver:
-    """What both wrappers hand to the exporter: their ``StepBuffer``."""
+    """What both wrappers share: each ``step()`` timed into their ``StepBuffer``, which they
+    hand to the exporter. ``_record`` says what a step recorded: how many env steps it made."""
 
     buffer: StepBuffer
+    env: Any
+
+    def step(self, action: Any) -> Any:
+        t0 = time.perf_counter()
+        out = self.env.step(action)
+        now = time.perf_counter()
+        self.buffer.step(now - t0, self._record(action, out, now), now)
+        return out
+
+    def _record(self, action: Any, out: tuple[Any, ...], now: float) -> int:
+        """Record ``env.step(action)``'s ``out``, returned at ``now``; the env steps it made."""
+        raise NotImplementedError
 
     def flush(self) -> None:
         """Hand the buffered steps and episodes to the exporter now."""
@@ -205,10 +218,8 @@ class RlpulseEpisodeStats(_HandsOver, gym.Wrapper[Any, Any, Any, Any]):
         self._obs = obs
         return obs, info
 
-    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        t0 = time.perf_counter()
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        now = time.perf_counter()
+    def _record(self, action: Any, out: tuple[Any, ...], now: float) -> int:
+        obs, reward, terminated, truncated, info = out
         self.buffer.drift.step(obs, action, self._obs)
         self._obs = obs
         self._return += float(reward)
@@ -218,8 +229,7 @@ class RlpulseEpisodeStats(_HandsOver, gym.Wrapper[Any, Any, Any, Any]):
                 self._return, self._length, now - self._t0, _success(info), info, self._seed
             )
             self._return, self._length, self._t0 = 0.0, 0, now
-        self.buffer.step(now - t0, 1, now)
-        return obs, reward, terminated, truncated, info
+        return 1
 
     def close(self) -> None:
         self.buffer.flush()
@@ -265,10 +275,8 @@ class RlpulseVectorEpisodeStats(_HandsOver, VectorWrapper):
         self._obs = obs
         return obs, info
 
-    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-        t0 = time.perf_counter()
-        obs, rewards, terminations, truncations, infos = self.env.step(actions)
-        now = time.perf_counter()
+    def _record(self, actions: Any, out: tuple[Any, ...], now: float) -> int:
+        obs, rewards, terminations, truncations, infos = out
         same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         # a transition's next observation is of its episode: not a reset's (NEXT_STEP: the step
         # after an end; SAME_STEP: the ending step returns the next episode's first)
@@ -284,8 +292,7 @@ class RlpulseVectorEpisodeStats(_HandsOver, VectorWrapper):
             self._episodes(np.flatnonzero(done), infos, now)
         if self.autoreset_mode == AutoresetMode.NEXT_STEP:
             self._resetting = done
-        self.buffer.step(now - t0, int(active.sum()), now)
-        return obs, rewards, terminations, truncations, infos
+        return int(active.sum())
 
     def _episodes(self, idx: np.ndarray, infos: Mapping[str, Any], now: float) -> None:
         success = next((infos[k] for k in SUCCESS_KEYS if k in infos), None)

@@ -34,16 +34,14 @@ from rlpulse.integrations.common import (
     DRIFT_EVERY,
     DriftSampler,
     final_info,
-    missing,
     record_episodes,
+    requires,
 )
 from rlpulse.runtime.exporter import Exporter
 
-try:
+with requires("gymnasium", "gymnasium"):
     import gymnasium as gym
     from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
-except ImportError as exc:
-    raise missing("gymnasium", "gymnasium", exc) from exc
 
 ENV_STEP = "env_step"
 PHASE = catalog.get("rl_phase_duration_seconds").name

@@ -575,13 +575,14 @@ def test_single_episodes_show_a_lost_reward_before_their_100_episode_mean_moves(
     """Issue 24.7 live: a reward wrapper that answers 0 (SB3 on CartPole) takes the
     100-episode mean down one episode in a hundred, which a short run never shows; the
     episodes' own returns (``observe_episodes``, series ``episodes``) read the stretch of zeros
-    critical within 30 episodes. A 0/1 success whose policy broke reads its drop there too.
-    Healthy seeds read neither, and a continuous return exports no discrete drop."""
+    critical within 30 episodes, and their fall back to the run's start level (``Falls``)
+    critical within 20 (issue 24.8: whatever the window length). A 0/1 success whose policy
+    broke reads its drop there too. Healthy seeds read neither."""
     for seed in range(3):
         for broken in (False, True):
             rng = random.Random(seed)
             exp = _exporter()
-            caught = None
+            caught = fell = None
             for ep in range(600):
                 r = max(8.0, min(500.0, 20 + ep + rng.gauss(0, 30)))
                 if broken and ep >= 400:
@@ -590,12 +591,14 @@ def test_single_episodes_show_a_lost_reward_before_their_100_episode_mean_moves(
                 exp.log({"episode": ep}, step=ep)
                 got = _signals(exp)
                 frozen = got.get(("reward_frozen_ratio", "episodes"), 0.0)
+                lost = got.get(("reward_gain_lost_ratio", "episodes"), 0.0)
                 if broken and ep >= 400:
                     caught = ep - 400 if caught is None and frozen >= 3 else caught
+                    fell = ep - 400 if fell is None and lost >= 0.75 else fell
                 else:
-                    assert frozen == 0, (seed, ep, frozen)
-            assert ("reward_gain_lost_ratio", "episodes") not in got
+                    assert frozen == 0 and lost == 0, (seed, ep, frozen, lost)
             assert (caught is not None and caught <= 30) if broken else caught is None
+            assert (fell is not None and fell <= 20) if broken else fell is None
     for seed in range(3):
         rng = random.Random(seed)
         exp = _exporter()

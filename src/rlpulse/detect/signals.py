@@ -137,6 +137,7 @@ class Track:
         self.settled = False  # the reward held its best before entropy halved (``_entropy...``)
         self.stretches: Stretches | None = None  # a reward's runs of one value (``_frozen``)
         self.drops: Drops | None = None  # a discrete reward's drop (``_gain_lost``)
+        self.falls: Falls | None = None  # single continuous episodes' fall (``_episode_lost``)
         self.discrete = np.zeros(1, bool)  # per row of the read: a discrete reward (``Drops``)
         self.back: int | None = None  # the lag of the value a signal just computed, if not
         # its own (``lag``): set by the signal, taken by the detector
@@ -508,6 +509,7 @@ DISCRETE_START = 20  # readings the start level is the mean of
 DISCRETE_SPAN = 200  # readings the typical level is the mean of
 DISCRETE_FAIL = 0.98  # the share of readings below the typical level once the reward collapsed
 DISCRETE_CHANCE = 6.0  # log10 odds past which the readings since a drop are no luck
+FALLS_SPAN = 50  # single episodes whose share at or below the start level is ``Falls``'s q
 
 
 class _Cusum:
@@ -676,6 +678,80 @@ class Drops:
             if (self.typical - mean) / g > lost:
                 lost, since = (self.typical - mean) / g, c.since
         return lost, since
+
+
+class Falls:
+    """Single episodes' continuous returns falling back to where the run started (a broken
+    reward, a sensor or actuator fault: the policy's episodes end no better than its first
+    ones), which a 100-episode mean shows only after dozens of episodes. *Start level*: the
+    mean of the first ``DISCRETE_START`` episodes. Each episode at or below it is one with the
+    current policy's own frequency ``q`` (of the last ``FALLS_SPAN`` episodes, one added to
+    each count so that a policy that never fell there still has a finite chance), or, once
+    the policy lost what it learned, with ``DISCRETE_FAIL``: one CUSUM from the
+    ``DISCRETE_MIN``-th episode, as ``Drops``. *Learned level*: the best mean of
+    ``DISCRETE_START`` episodes in a row. ``q`` and that level are measured while the CUSUM
+    stands at 0 and kept through a fall; a gain smaller than the first episodes' spread is none
+    (an early lull is no fall). The drop: ``Drops.lost``'s, of the learned level: the mean of
+    the last ``DISCRETE_START`` episodes (or of the CUSUM's, once as many) below it, as a share
+    of the gain; a few bad episodes after a long good stretch read as a small drop."""
+
+    def __init__(self) -> None:
+        self.first: list[float] = []
+        self.recent: deque[float] = deque(maxlen=DISCRETE_START)
+        self.span: deque[float] = deque(maxlen=FALLS_SPAN)
+        self.low = 0  # readings of ``span`` at or below the start level
+        self.n = 0
+        self.start = self.spread = self.typical = math.nan
+        self.cusum = _Cusum()
+        self._steps = (-math.inf, -math.inf)
+
+    def add(self, value: float) -> None:
+        span, start = self.span, self.start
+        if len(span) == FALLS_SPAN:
+            self.low -= span[0] <= start
+        span.append(value)
+        self.low += value <= start
+        self.recent.append(value)
+        self.n += 1
+        if len(self.first) < DISCRETE_START:
+            self.first.append(value)
+            if len(self.first) == DISCRETE_START:
+                self.start = start = math.fsum(self.first) / DISCRETE_START
+                self.spread = statistics.pstdev(self.first)
+                self.low = sum(v <= start for v in span)
+                self.typical = start
+            return
+        if not self.cusum.odds:
+            self.typical = max(self.typical, math.fsum(self.recent) / DISCRETE_START)
+            self._steps = _cusum_steps((self.low + 1) / (len(span) + 2), DISCRETE_FAIL)
+        if self.n > DISCRETE_MIN:
+            down, up = self._steps
+            self.cusum.add(value, down if value <= start else up)
+
+    def read(self, values: np.ndarray, at: np.ndarray, n: int) -> Lost:
+        """Each of ``values`` in turn (those at ``at`` of ``n`` rows; a non-finite one adds
+        nothing): the rows' drops and typical levels (NaN at the others) and the last row's lag
+        (``Track.lost``)."""
+        drop, typical = np.full(n, math.nan), np.full(n, math.nan)
+        lag = None
+        c = self.cusum
+        for i, value in zip(at.tolist(), values.tolist(), strict=True):
+            if value - value == 0:
+                self.add(value)
+            g = self.typical - self.start
+            lost = 0.0
+            if c.odds >= DISCRETE_CHANCE and g > self.spread:
+                # a short stretch is picked for its falls: its own mean would overstate the drop
+                recent = self.recent
+                mean = (
+                    c.total / c.since
+                    if c.since >= DISCRETE_START
+                    else math.fsum(recent) / len(recent)
+                )
+                lost = max((self.typical - mean) / g, 0.0)
+            drop[i], typical[i] = lost, self.typical
+            lag = c.since - 1 if lost > 0 else None
+        return drop, typical, lag if len(at) and at[-1] == n - 1 else None
 
 
 def _gain_lost(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
@@ -1170,13 +1246,20 @@ SIGNALS: tuple[Signal, ...] = (
 SIGNAL_NAMES = frozenset(s.name for s in SIGNALS)
 
 
-def _discrete_lost(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
-    """Single episodes' returns: only a discrete reward's drop (``Drops``); undefined for a
-    continuous return, whose single episodes are too noisy for a level (its 100-episode mean
-    is judged as ``rl_episode_return``)."""
-    asked = (t.rows["n"][rows] >= DISCRETE_MIN) & t.discrete[rows]
+def _episode_lost(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
+    """Single episodes' returns: a discrete reward's drop (``Drops``), a continuous return's
+    fall back to the run's start (``Falls``); no smoothed level (single episodes are too noisy
+    for one: the 100-episode mean is judged as ``rl_episode_return``)."""
+    asked = t.rows["n"][rows] >= DISCRETE_MIN
     t.back = t.lost[2] if asked[-1] else None
     return np.where(asked, t.lost[0], math.nan), np.where(asked, t.lost[1], math.nan)
+
+
+def _either(a: Lost, b: Lost, first: np.ndarray) -> Lost:
+    """Two readers' drops of one read: ``a``'s at the rows ``first`` picks, ``b``'s at the
+    others."""
+    last = b[2] if not len(first) or not first[-1] else a[2]
+    return np.where(first, a[0], b[0]), np.where(first, a[1], b[1]), last
 
 
 EPISODES = "episodes"  # the series of single episodes' returns (``Detector.episodes``)
@@ -1195,9 +1278,11 @@ EPISODE_SIGNALS = (
         _LOST.name,
         _LOST.metric,
         "above",
-        _discrete_lost,
-        "The same, of single episodes' returns (series episodes), where they are discrete "
-        "(a 0/1 success): their drop since a CUSUM found them likely collapsed.",
+        _episode_lost,
+        "The same, of single episodes' returns (series episodes): where they are discrete "
+        "(a 0/1 success), their drop since a CUSUM found them likely collapsed; where they are "
+        "continuous, once a CUSUM found them likely fallen back to the run's first episodes' "
+        "level.",
         _LOST.unit,
     ),
 )
@@ -1496,6 +1581,8 @@ class Detector:
         track = Track(self.w)
         if metric in REWARDS:
             track.stretches, track.drops = Stretches(), Drops()
+        if series == EPISODES:
+            track.falls = Falls()
         sigs = _BY_METRIC[metric] if signals is None else signals
         # the two reward metrics feed the same signals: the series label tells them apart
         if series is None:
@@ -1618,6 +1705,9 @@ class Detector:
             elif drops is not None:  # a reward's discrete values: in their own order
                 take = np.flatnonzero(dropped)
                 t.lost = drops.read(values[where[take]], take, len(where))
+                if t.falls is not None:  # single episodes' returns: every one read
+                    falls = t.falls.read(values[where], np.arange(len(where)), len(where))
+                    t.lost = _either(t.lost, falls, dropped)
         where = np.concatenate([w for w, _, _, _ in parts] or [np.empty(0, np.int64)])
         several = sum(len(w) > 0 for w, _, _, _ in parts) > 1
         order = np.argsort(where, kind="stable") if several else np.arange(len(where))

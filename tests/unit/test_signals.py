@@ -5,8 +5,6 @@ from __future__ import annotations
 import itertools
 import math
 import random
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,7 +14,7 @@ import pytest
 from rlpulse.detect import windows
 from rlpulse.detect.signals import FROZEN_VALUES, SIGNALS, Detector, Drops, Stretches
 from rlpulse.runtime.exporter import Exporter
-from tests.conftest import replay_jsonl
+from tests.conftest import fork_child_exits_0, replay_jsonl
 
 
 def _exporter(**options: Any) -> Exporter:
@@ -665,26 +663,19 @@ def test_a_discrete_reward_is_judged_by_its_drops_alone() -> None:
 
 def test_a_child_forked_while_the_detector_was_read_can_read_it() -> None:
     """A read holds the detector's lock; a child forked meanwhile gets a fresh one."""
-    code = """
-import os
+    before = """
 from rlpulse.runtime.exporter import Exporter
-from tests.conftest import replay_jsonl
 exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False)
 exp.log({"rl_entropy": 1.0}, step=1)
 exp.flush()
 exp.detector._lock.acquire()  # as a scrape thread reading at the fork
-pid = os.fork()
-if pid == 0:
-    exp.log({"rl_entropy": 2.0}, step=2)
-    exp.flush()
-    os._exit(0 if list(exp.detector.samples()) is not None else 1)
-_, status = os.waitpid(pid, 0)
-print("child", os.waitstatus_to_exitcode(status))
 """
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
-    )
-    assert "child 0" in out.stdout, out.stderr
+    child = """
+exp.log({"rl_entropy": 2.0}, step=2)
+exp.flush()
+os._exit(0 if list(exp.detector.samples()) is not None else 1)
+"""
+    fork_child_exits_0(before, child)
 
 
 def test_a_drops_quiet_stretch_read_at_once_is_each_reading_in_turn() -> None:

@@ -559,7 +559,7 @@ def heldout_doc(res: dict[str, Any]) -> str:
         f"| median lead (logged rows, by rows) | {_dash(tot['median_lead'])} (all: "
         f"{tot['leads']}) | <= 3 |",
         f"| median lead at the run's own pace: rows, seconds | {_dash(tot['median_paced_lead'])}"
-        f" (all: {tot['paced_leads']}), {_dash(tot['median_paced_seconds'])} s | — |",
+        f" (all: {tot['paced_leads']}), {tot['median_paced_seconds']:.0f} s | — |",
         "| median rows from the damage to the onset the page names (its *since step*) | "
         f"{_dash(tot['median_since_rows'])} (all: {tot['since_rows_all']}) | 0 |",
         f"| critical alerts on {tot['healthy']} healthy runs (by rows; at their own pace) | "

@@ -164,6 +164,7 @@ def histograms(repeat: int = 9) -> tuple[float, float]:
     (the call and its apply)."""
     import numpy as np
     import prometheus_client as pc
+    from bench_suite import median_us  # this folder is the script's first import path
 
     from rlpulse import Exporter, catalog
 
@@ -174,15 +175,6 @@ def histograms(repeat: int = 9) -> tuple[float, float]:
     exp = Exporter(port=0, run_id="bench", gpu=False, host=False, process=False)
     values = lat.tolist()
 
-    def median_us(fn: Callable[[], None], inner: int) -> float:
-        rounds = []
-        for _ in range(repeat):
-            t0 = time.perf_counter()
-            for _ in range(inner):
-                fn()
-            rounds.append((time.perf_counter() - t0) / inner * 1e6)
-        return statistics.median(rounds)
-
     def per_sample() -> None:
         for x in values:
             hist.observe(x)
@@ -191,7 +183,7 @@ def histograms(repeat: int = 9) -> tuple[float, float]:
         exp.observe_rollouts(latency_seconds=lat, response_tokens=tokens)
         exp.flush()
 
-    return median_us(per_sample, 20), median_us(batch, 200)
+    return median_us(per_sample, 20, repeat), median_us(batch, 200, repeat)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -227,15 +227,22 @@ def judge_fast(run: Run, verdict: Verdict) -> ReplayResult:
     return result
 
 
-def replay(run: Run, *, fast: bool = False) -> ReplayResult:
+def replay(run: Run, *, fast: bool = False, rows: bool = False) -> ReplayResult:
     """``rlpulse replay`` of the run's own log: shipped rules, or the fast preset the live stack
     runs (``fast``; a log without times then takes a second per record, not a minute, or the
-    ``pace`` it was trained at live)."""
+    ``pace`` it was trained at live); ``rows``: each logged step one scrape after the one before
+    (``--clock rows``)."""
     cfg, step = (None, DEFAULT_STEP_SECONDS)
     if fast:
         cfg, step = config.fast(), run.pace or FAST_STEP_SECONDS
     (result,) = replay_runs(
-        run.log, fmt=run.format, cfg=cfg, step_seconds=step, run_id=run.run_id, key_map=run.key_map
+        run.log,
+        fmt=run.format,
+        cfg=cfg,
+        step_seconds=step,
+        run_id=run.run_id,
+        key_map=run.key_map,
+        rows=rows,
     )
     return result
 

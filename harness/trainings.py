@@ -311,19 +311,27 @@ def train_cleanrl_ppo(
     inject_at: int = 40,
     num_steps: int = 512,
     all_charts: bool = False,
+    wrap: Callable[[gym.Env[Any, Any], int], gym.Env[Any, Any]] | None = None,
 ) -> Run:
     """CleanRL's ppo.py reduced to its core (4 envs, GAE, clipped objective), writing
     ``charts/*`` and ``losses/*`` with ``SummaryWriter``; ``lr-spike`` sets Adam's lr to 0.5
     from iteration ``inject_at`` (a bad resume). Steps are global env steps, as in CleanRL.
     ``all_charts`` also writes ppo.py's ``charts/episodic_length``, ``charts/SPS`` and
-    ``losses/explained_variance`` (the alert matrix runs without them)."""
+    ``losses/explained_variance`` (the alert matrix runs without them). ``wrap(env, start)``
+    wraps each env for another cause, ``start`` its own env steps at ``inject_at``."""
     from torch.utils.tensorboard import SummaryWriter
 
     torch.manual_seed(seed)
     torch.set_num_threads(1)
     n_envs, gamma, lam, clip = 4, 0.99, 0.95, 0.2
+    start = inject_at * num_steps  # each env's own steps at iteration inject_at
+
+    def make() -> gym.Env[Any, Any]:
+        env = gym.make("CartPole-v1")
+        return env if wrap is None or scenario == "healthy" else wrap(env, start)
+
     envs = gym.wrappers.vector.RecordEpisodeStatistics(
-        gym.vector.SyncVectorEnv([lambda: gym.make("CartPole-v1") for _ in range(n_envs)])
+        gym.vector.SyncVectorEnv([make for _ in range(n_envs)])
     )
     agent = _agent(4, 2)
     opt = torch.optim.Adam(agent.parameters(), lr=2.5e-4, eps=1e-5)
@@ -339,7 +347,7 @@ def train_cleanrl_ppo(
     global_step = 0
     started = time.monotonic()
     for _ in range(iterations):
-        if run.inject_at is not None and global_step >= run.inject_at:
+        if scenario == "lr-spike" and global_step >= (run.inject_at or 0):
             opt.param_groups[0]["lr"] = 0.5
         batch, returns = _cleanrl_rollout(envs, agent, obs, num_steps, gamma, lam)
         obs = batch.pop("next_obs")

@@ -18,6 +18,7 @@ generate`` (``rlpulse.stack.docs.qualitydoc``), and that document.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import math
 import random
@@ -149,6 +150,56 @@ def _q_learning(scenario: str, seed: int, work: Path) -> Run:
     return run
 
 
+# ---- CartPole faults --------------------------------------------------------------------------
+
+
+def _switch(env: Any, fault: str, start: int, noise: Any) -> Any:
+    """``env`` until it took ``start`` steps, then the same env behind ``fault``: ``obs-noise``
+    (a sensor fault adds N(0, 1) noise to every observation, drawn from ``noise``) or
+    ``action-stuck`` (the actuator ignores the agent and pushes left every step)."""
+    import gymnasium as gym
+
+    if fault == "obs-noise":
+        broken = gym.wrappers.TransformObservation(
+            env, lambda o: (o + noise.normal(0, 1, o.shape)).astype(o.dtype), None
+        )
+    else:
+        broken = gym.wrappers.TransformAction(env, lambda a: 0, None)
+
+    class Switch(gym.Wrapper[Any, Any, Any, Any]):
+        def __init__(self) -> None:
+            super().__init__(env)
+            self.steps = 0
+
+        def step(self, action: Any) -> Any:
+            self.steps += 1
+            return (broken if self.steps >= start else self.env).step(action)
+
+    return Switch()
+
+
+# ---- CleanRL-style PPO (one file, TensorBoard charts): new seeds, new causes --------------------
+
+
+def _cleanrl(scenario: str, seed: int, work: Path) -> Run:
+    """``harness.trainings.train_cleanrl_ppo`` (CleanRL's ppo.py core on CartPole, every chart
+    ppo.py writes), with a fault from iteration 40 of 60 in each of its 4 envs: ``reward-zero``
+    a reward wrapper inside the episode statistics answers 0 (a broken grader: the agent and
+    the charts see it); ``obs-noise`` and ``action-stuck`` as for SB3."""
+    import numpy as np
+
+    from harness.trainings import AfterStep, train_cleanrl_ppo
+
+    noise = np.random.default_rng(seed)
+
+    def wrap(env: Any, start: int) -> Any:
+        if scenario == "reward-zero":
+            return AfterStep(env, start, lambda r: 0.0)
+        return _switch(env, scenario, start, noise)
+
+    return train_cleanrl_ppo(scenario, seed, work, all_charts=True, wrap=wrap)
+
+
 # ---- Stable-Baselines3 on CartPole: new seeds, new causes --------------------------------------
 
 SB3_STEPS, SB3_INJECT = 24_000, 16_000
@@ -173,18 +224,6 @@ def _sb3(algo: str) -> Callable[[str, int, Path], Run]:
 
         from harness.trainings import SB3_ALGOS, SB3_LOG_INTERVAL, AfterStep, _first_step_at
 
-        class Switch(gym.Wrapper[Any, Any, Any, Any]):
-            """Steps ``env`` until SB3_INJECT env steps were taken, then ``broken`` (the same
-            env behind a fault)."""
-
-            def __init__(self, env: Any, broken: Any) -> None:
-                super().__init__(env)
-                self.broken, self.steps = broken, 0
-
-            def step(self, action: Any) -> Any:
-                self.steps += 1
-                return (self.broken if self.steps >= SB3_INJECT else self.env).step(action)
-
         torch.set_num_threads(1)
         out = work / f"sb3-{algo}-{scenario}-s{seed}"
         out.mkdir()  # the run folder: progress.csv and the Monitor's monitor.csv
@@ -194,18 +233,10 @@ def _sb3(algo: str) -> Callable[[str, int, Path], Run]:
 
         noise = np.random.default_rng(seed)
 
-        def fault(env: Any) -> Any:
-            """The env with ``obs-noise`` / ``action-stuck``."""
-            if scenario == "obs-noise":
-                return gym.wrappers.TransformObservation(
-                    env, lambda o: (o + noise.normal(0, 1, o.shape)).astype(o.dtype), None
-                )
-            return gym.wrappers.TransformAction(env, lambda a: 0, None)
-
         def make() -> Any:
             env = gym.make("CartPole-v1")
             if scenario in ("obs-noise", "action-stuck"):
-                return Monitor(Switch(env, fault(env)), str(out))
+                return Monitor(_switch(env, scenario, SB3_INJECT, noise), str(out))
             if scenario == "reward-zero":
                 return Monitor(AfterStep(env, SB3_INJECT, lambda r: 0.0), str(out))
             if scenario == "reward-scale":
@@ -233,7 +264,31 @@ def _sb3(algo: str) -> Callable[[str, int, Path], Run]:
     return train
 
 
+# ---- public logs: the RL-Zoo's published agents' training runs (healthy) ---------------------
+
+PUBLIC = REPO / "harness" / "data" / "public-monitors"
+
+
+def _public(scenario: str, seed: int, work: Path) -> Run:
+    """A published agent's training run, worker 0's ``Monitor`` file (``PUBLIC/README.md``)."""
+    return Run("rl-zoo", scenario, seed, PUBLIC / f"{scenario}.monitor.csv", "sb3-csv", "r", None)
+
+
+def _public_cases() -> tuple[Case, ...]:
+    sources = json.loads((PUBLIC / "sources.json").read_text())
+    return tuple(
+        Case("rl-zoo", src["file"].removesuffix(".monitor.csv"), (0,), (),
+             f"public: {src['algo']} on {src['env']}, a published agent's training (healthy)",
+             _public)
+        for src in sources
+    )  # fmt: skip
+
+
 COLLAPSE, LOST, HACK = "RLRewardCollapse", "RLRewardSignalLost", "RLRewardHacking"
+FAULTS = (  # CartPole faults (``_switch``): (cause, the alerts that name it, what it does)
+    ("obs-noise", (COLLAPSE,), "a sensor fault adds N(0, 1) noise to every observation"),
+    ("action-stuck", (COLLAPSE,), "the actuator ignores the agent and pushes left every step"),
+)
 CASES: tuple[Case, ...] = (
     Case("trl-synthetic", "healthy", SEEDS, (), "reward 0.2 -> 0.7 (noise 0.02), objective "
          "0.1 -> 0.4, KL and entropy drift gently", _trl_log),
@@ -252,6 +307,11 @@ CASES: tuple[Case, ...] = (
     Case("q-learning-episodes", "action-remap", SEEDS[:2], (COLLAPSE,), "from episode 2000 "
          "an action wrapper shifts every action by one (the learned policy walks the wrong "
          "way)", _q_learning),
+    Case("cleanrl-ppo", "healthy", SEEDS, (), "CartPole, ppo.py's defaults (4 envs x 512 "
+         "steps an iteration)", _cleanrl),
+    *(Case("cleanrl-ppo", cause, SEEDS[:1], names, f"from iteration 40 of 60 {why}", _cleanrl)
+      for cause, names, why in (("reward-zero", (LOST, COLLAPSE), "each env's reward is 0 (the "
+                                 "agent and the charts see it)"), *FAULTS)),
     Case("sb3-ppo", "healthy", SEEDS, (), "CartPole, rl-zoo-like settings", _sb3("ppo")),
     Case("sb3-dqn", "healthy", SEEDS, (), "CartPole, rl-zoo-like settings", _sb3("dqn")),
     Case("sb3-a2c", "healthy", SEEDS, (), "CartPole, rl-zoo-like settings", _sb3("a2c")),
@@ -263,42 +323,60 @@ CASES: tuple[Case, ...] = (
          "(agent and log)", _sb3("ppo")),
     Case("sb3-ppo", "reward-scale", SEEDS[:1], ("RLValueLossExplosion", COLLAPSE), "the agent "
          "learns from r x 1000 from env step 16k", _sb3("ppo")),
-    *(Case(f"sb3-{algo}", "obs-noise", SEEDS[:1], (COLLAPSE,), "from env step 16k a sensor "
-           "fault adds N(0, 1) noise to every observation", _sb3(algo))
-      for algo in ("ppo", "a2c", "dqn")),
-    *(Case(f"sb3-{algo}", "action-stuck", SEEDS[:1], (COLLAPSE,), "from env step 16k the "
-           "actuator ignores the agent and pushes left every step", _sb3(algo))
-      for algo in ("ppo", "a2c", "dqn")),
+    *(Case(f"sb3-{algo}", cause, SEEDS[:1], names, f"from env step 16k {why}", _sb3(algo))
+      for cause, names, why in FAULTS for algo in ("ppo", "a2c", "dqn")),
+    *_public_cases(),
 )  # fmt: skip
 
 
 def judge(case: Case, run: Run) -> dict[str, Any]:
-    result = am.replay(run)
+    """The run's row: its log replayed with every logged step one scrape after the one before
+    (the lead in logged steps, whatever the run's pace), and at its own pace (``paced_*``: the
+    lead in rows and seconds of its log's times, and its critical alerts)."""
+    row = _judged(case, run, am.replay(run, rows=True))
+    paced = _judged(case, run, am.replay(run))
+    row.update(
+        paced_lead=paced["relevant_lead"],
+        paced_seconds=paced["lead_seconds"],
+        paced_critical=paced["critical"],
+    )
+    return row
+
+
+def _judged(case: Case, run: Run, result: am.ReplayResult) -> dict[str, Any]:
     verdict = am.judge(run, result)
     row = am.row(run, verdict)
     start = run.inject_step if run.inject_step is not None else math.inf
     fired = [(a.alert, a.severity, a.onset_step) for a in result.alerts]
     relevant = sorted(
         # the step the page names: its since step, or the step it fired at ("at step N")
-        (a.onset_step, a.alert, a.onset_step if a.since_step is None else a.since_step)
+        (
+            a.onset_step,
+            a.onset_seconds,
+            a.alert,
+            a.onset_step if a.since_step is None else a.since_step,
+        )
         for a in result.alerts
         if a.alert in case.expected and a.onset_step is not None and a.onset_step >= start
     )
     steps = am.logged_steps(result)
     first = relevant[0] if relevant else None
-    lead = since_rows = None
+    lead = since_rows = seconds = None
     if first is not None and verdict.visible_step is not None:
         visible = am._index(steps, verdict.visible_step)
         lead = am._index(steps, first[0]) - visible
-        since_rows = am._index(steps, first[2]) - visible
+        since_rows = am._index(steps, first[3]) - visible
+        tl = result.timeline
+        seconds = first[1] - tl.record_times[tl.record_steps.index(verdict.visible_step)]
     row.update(
         expected=list(case.expected),
         why=case.why,
         rows=len(steps),
-        relevant=relevant[0][1] if relevant else None,
+        relevant=first[2] if first else None,
         relevant_step=first[0] if first else None,
         relevant_lead=lead,
-        relevant_since=first[2] if first else None,
+        lead_seconds=seconds,
+        relevant_since=first[3] if first else None,
         since_rows=since_rows,
         fired_names=sorted({n for n, _s, o in fired if o is not None and o >= start}
                            if case.expected else {n for n, _s, _o in fired}),
@@ -306,24 +384,40 @@ def judge(case: Case, run: Run) -> dict[str, Any]:
     return row
 
 
+def _trained(case: Case, seed: int, work: Path) -> Run:
+    """The case's run with ``seed``: trained into ``work``, or the one trained there before."""
+    saved = work / f"{case.framework}-{case.scenario}-s{seed}.run.json"
+    if saved.exists():
+        fields = json.loads(saved.read_text())
+        return Run(**{**fields, "log": Path(fields["log"])})
+    run = case.train(case.scenario, seed, work)
+    saved.write_text(json.dumps({**dataclasses.asdict(run), "log": str(run.log)}))
+    return run
+
+
 def main(argv: list[str]) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-sb3", action="store_true", help="skip the SB3 trainings")
     ap.add_argument("--only", help="only cases of this framework (the others' rows are kept)")
     ap.add_argument("--first-seed", action="store_true", help="one seed per case")
+    ap.add_argument(
+        "--keep", type=Path, help="keep the trained runs in this folder and reuse those there"
+    )
     args = ap.parse_args(argv)
     rows = []
     if args.only and qualitydoc.HELDOUT.exists():
         kept = qualitydoc.load(qualitydoc.HELDOUT)["runs"]
         rows = [r for r in kept if r["framework"] != args.only]
     with tempfile.TemporaryDirectory(prefix="rlpulse-heldout-") as tmp:
+        work = args.keep or Path(tmp)
+        work.mkdir(parents=True, exist_ok=True)
         for case in CASES:
             if args.no_sb3 and case.framework.startswith("sb3"):
                 continue
             if args.only and case.framework != args.only:
                 continue
             for seed in case.seeds[:1] if args.first_seed else case.seeds:
-                run = case.train(case.scenario, seed, Path(tmp))
+                run = _trained(case, seed, work)
                 row = judge(case, run)
                 rows.append(row)
                 said = f"relevant {row['relevant']} lead {row['relevant_lead']}"

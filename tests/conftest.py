@@ -6,7 +6,9 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 import tempfile
+import textwrap
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -160,6 +162,26 @@ def bcrypt_hash(password: str, cost: int = 10) -> str:
     import bcrypt
 
     return str(bcrypt.hashpw(password.encode(), bcrypt.gensalt(cost)).decode())
+
+
+def fork_child_exits_0(before: str, child: str, timeout: float = 60) -> None:
+    """Run ``before`` in a fresh interpreter, fork, run ``child`` in the child (it ends with
+    ``os._exit(code)``) and assert the child exited 0."""
+    code = "\n".join(
+        [
+            "import os",
+            textwrap.dedent(before),
+            "pid = os.fork()",
+            "if pid == 0:",
+            textwrap.indent(textwrap.dedent(child), "    "),
+            "_, status = os.waitpid(pid, 0)",
+            'print("child", os.waitstatus_to_exitcode(status))',
+        ]
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout, check=True
+    )
+    assert "child 0" in out.stdout, out.stderr
 
 
 def quiet_exporter(run_id: str, **options: Any) -> Exporter:

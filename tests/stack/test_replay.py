@@ -179,6 +179,33 @@ def test_an_sb3_run_folder_pages_a_dead_reward_its_running_mean_hides(tmp_path: 
     (lost,) = fired(result, "RLRewardSignalLost", "critical")
     assert lost.labels["series"] == "episodes" and lost.onset_step is not None
     assert lost.onset_step >= 200 * 8
+    # the episodes fell back below the run's first ones: a collapse too (issue 24.8)
+    (fell,) = [
+        a for a in fired(result, "RLRewardCollapse", "critical") if a.labels["series"] == "episodes"
+    ]
+    assert fell.onset_step is not None and 200 * 8 <= fell.onset_step <= lost.onset_step
+    # the rows count the env steps (time/total_timesteps), the episodes do not add theirs
+    assert not fired(result, "RLExporterDroppedValues")
+    (steps,) = [k for k in result.timeline.series if k.startswith("rl_env_steps_total{")]
+    assert result.timeline.values(steps)[-1] == done
+
+
+def test_the_rows_clock_reads_every_logged_step_whatever_the_run_s_pace(tmp_path: Path) -> None:
+    """A fast run logs many rows between two scrapes: on its own clock an alert fires at the
+    next scrape, rows after the damage; ``--clock rows`` gives each logged step its own scrape
+    (the lead in logged steps), and the page names the same onset step on either clock."""
+    rows = [
+        {"entropy": 1.0 if s < 100 else 0.001, "reward": 0.5, "timestamp": 1e9 + s / 10}
+        for s in range(200)
+    ]
+    log = _jsonl(tmp_path / "fast.jsonl", rows)
+    paced, by_rows = replay(log, framework="trl"), replay(log, framework="trl", rows=True)
+    (slow,) = fired(paced, "RLEntropyCollapse", "critical")
+    (fast,) = fired(by_rows, "RLEntropyCollapse", "critical")
+    assert slow.onset_step is not None and slow.onset_step > 110
+    assert fast.onset_step is not None and 100 <= fast.onset_step <= 103
+    assert slow.since_step == fast.since_step == 100
+    assert by_rows.timeline.scrapes >= 200
 
 
 def test_nan_loss_fires_at_once(tmp_path: Path) -> None:

@@ -16,6 +16,7 @@ import pytest
 
 from rlpulse.runtime import calls
 from rlpulse.runtime.exporter import Exporter
+from tests.conftest import fork_child_exits_0
 
 
 def _exporter(**kwargs: object) -> Exporter:
@@ -120,33 +121,30 @@ def test_end_applies_every_call_before_the_last_scrape() -> None:
 
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="fork is POSIX")
 def test_the_apply_thread_is_started_again_in_a_forked_child() -> None:
-    code = """
-import os, time
+    before = """
+import time
 from rlpulse.runtime.exporter import Exporter
+from tests.conftest import fork_child_exits_0
 exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False)
 exp.log({"rl_entropy": 1.0}, step=1)  # the parent's apply thread runs
 time.sleep(0.2)
-pid = os.fork()
-if pid == 0:
-    exp.log({"rl_entropy": 2.0}, step=2)
-    slot = exp.store.get("rl_entropy").slot
-    deadline = time.monotonic() + 30
-    while exp.store.values[slot] != 2.0 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    os._exit(0 if exp.store.values[slot] == 2.0 else 1)
-_, status = os.waitpid(pid, 0)
-print("child", os.waitstatus_to_exitcode(status))
 """
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=True
-    )
-    assert "child 0" in out.stdout, out.stderr
+    child = """
+exp.log({"rl_entropy": 2.0}, step=2)
+slot = exp.store.get("rl_entropy").slot
+deadline = time.monotonic() + 30
+while exp.store.values[slot] != 2.0 and time.monotonic() < deadline:
+    time.sleep(0.01)
+os._exit(0 if exp.store.values[slot] == 2.0 else 1)
+"""
+    fork_child_exits_0(before, child, timeout=120)
 
 
 def test_the_first_dropped_call_is_said_on_stderr_once() -> None:
     code = """
 from rlpulse.runtime import calls
 from rlpulse.runtime.exporter import Exporter
+from tests.conftest import fork_child_exits_0
 exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False)
 exp.log({"rl_loss": "text"})  # another drop was said before: the queue's is said all the same
 exp.flush()

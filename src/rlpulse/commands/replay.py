@@ -28,6 +28,14 @@ def register(sub: Any) -> None:
         default=DEFAULT_STEP_SECONDS,
         help="run time per step when the log has no timestamps (default %(default)g)",
     )
+    p.add_argument(
+        "--clock",
+        choices=("log", "rows"),
+        default="log",
+        help="log: the run's own times (its timestamps, else --step-seconds per step); rows: "
+        "every logged step one scrape after the one before (how many steps the rules need, "
+        "apart from how fast the run logged them)",
+    )
     p.add_argument("--config", type=Path, help="rlpulse.yaml with threshold overrides")
     p.add_argument(
         "--run",
@@ -88,6 +96,7 @@ def run(args: argparse.Namespace) -> int:
             max_evaluations=args.max_evaluations,
             runs=args.runs,
             reference_band=args.reference_band,
+            rows=args.clock == "rows",
         )
     ]
     print(report.as_json(results) if args.json else report.text(results))

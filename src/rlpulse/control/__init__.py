@@ -33,7 +33,7 @@ from typing import Any, Literal, TextIO
 from rlpulse import alertindex, catalog, notices
 from rlpulse.control.alertpoll import Alertmanager, AlertmanagerError, Firing, Poller
 from rlpulse.detect import lastgood
-from rlpulse.runtime import scrape
+from rlpulse.runtime import forks, scrape
 from rlpulse.runtime.exporter import Exporter
 
 log = logging.getLogger("rlpulse")
@@ -429,9 +429,8 @@ def _addresses(host: str) -> set[str]:
 # ---- one Control per exporter ---------------------------------------------------------------
 
 _controls: weakref.WeakKeyDictionary[Exporter, Control] = weakref.WeakKeyDictionary()
-_all: weakref.WeakSet[Control] = weakref.WeakSet()  # every Control (fresh locks after a fork)
+_all = forks.Live(Control.after_fork_in_child)  # every Control; its lock: _controls, _process
 _process: Control | None = None  # the process-wide run's (rlpulse.start)
-_controls_lock = threading.Lock()
 
 
 def attach(
@@ -474,7 +473,7 @@ def attach(
         rules_config=rules_config or os.environ.get(RULES_CONFIG_ENV) or None,
     )
     global _process
-    with _controls_lock:
+    with _all.lock:
         previous = _controls.get(exporter)
         if previous is not None:
             previous.poller.close()
@@ -498,7 +497,7 @@ def _naming(variable: str, from_env: bool) -> Iterator[None]:
 
 def _let_go(control: Control) -> None:
     global _process
-    with _controls_lock:
+    with _all.lock:
         if _process is control:
             _process = None
 
@@ -545,13 +544,3 @@ def stopped(step: float | None = None) -> str:
     """The loop stopped as asked: print where to resume, end the run ``stopped``."""
     c = _process
     return c.stopped(step) if c is not None else ""
-
-
-def _after_fork_in_child() -> None:
-    global _controls_lock
-    _controls_lock = threading.Lock()
-    for c in list(_all):
-        c.after_fork_in_child()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)

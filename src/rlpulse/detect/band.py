@@ -31,8 +31,9 @@ import os
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
+
+from rlpulse.detect import files
 
 FORMAT = 1  # the band file's version
 GRID = 256  # grid points a band keeps per series at most
@@ -130,16 +131,11 @@ class Band:
 
 def load(path: str | os.PathLike[str]) -> Band:
     """The band in a file ``rlpulse band build`` wrote; ``ValueError`` naming what is wrong."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"reference band {path}: {exc}") from None
-    if not isinstance(data, dict) or data.get("rlpulse_band") != FORMAT:
-        raise ValueError(f"reference band {path}: not an rlpulse band file (rlpulse_band: 1)")
+    data = files.read(path, "reference band", "rlpulse_band", FORMAT)
     curves: dict[str, Curve] = {}
-    for name, c in _mapping(data.get("series"), f"{path}: series").items():
+    for name, c in files.mapping(data.get("series"), f"{path}: series").items():
         where = f"reference band {path}: series {name!r}"
-        c = _mapping(c, where)
+        c = files.mapping(c, where)
         metric, worse = c.get("metric"), c.get("worse")
         if metric not in BANDED or worse != BANDED[metric]:
             raise ValueError(f"{where}: metric {metric!r} with worse {worse!r} is not banded")
@@ -151,12 +147,6 @@ def load(path: str | os.PathLike[str]) -> Band:
         curves[str(name)] = Curve(metric, worse, steps, low, high)
     runs = tuple(str(r) for r in data.get("runs", ()))
     return Band(runs, float(data.get("tolerance", TOLERANCE)), curves)
-
-
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if not isinstance(value, dict):
-        raise ValueError(f"{where}: expected a mapping")
-    return value
 
 
 def _numbers(value: Any, where: str) -> tuple[float, ...]:

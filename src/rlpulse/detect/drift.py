@@ -46,7 +46,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rlpulse import catalog
-from rlpulse.detect import dynamics, windows
+from rlpulse.detect import dynamics, files, windows
 
 SCORE = catalog.get("rl_drift_score")
 ONSET = catalog.get("rl_drift_onset_step")
@@ -413,15 +413,8 @@ def save(references: Mapping[str, Reference], path: str | os.PathLike[str], run:
 
 def load(path: str | os.PathLike[str]) -> dict[str, Reference]:
     """The references in a pinned reference file; ``ValueError`` naming what is wrong."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except (OSError, ValueError) as exc:
-        raise ValueError(f"drift reference {path}: {exc}") from None
-    if not isinstance(data, dict) or data.get("rlpulse_drift") != FORMAT:
-        raise ValueError(f"drift reference {path}: not an rlpulse drift file (rlpulse_drift: 1)")
-    features = data.get("features")
-    if not isinstance(features, dict):
-        raise ValueError(f"drift reference {path}: features: expected a mapping")
+    data = files.read(path, "drift reference", "rlpulse_drift", FORMAT)
+    features = files.mapping(data.get("features"), f"drift reference {path}: features")
     out = {}
     for name, ref in features.items():
         kind = str(name).split("/", 1)[0]

@@ -137,6 +137,7 @@ class Track:
         self.settled = False  # the reward held its best before entropy halved (``_entropy...``)
         self.stretches: Stretches | None = None  # a reward's runs of one value (``_frozen``)
         self.drops: Drops | None = None  # a discrete reward's drop (``_gain_lost``)
+        self.falls: Falls | None = None  # single continuous episodes' fall (``_episode_lost``)
         self.discrete = np.zeros(1, bool)  # per row of the read: a discrete reward (``Drops``)
         self.back: int | None = None  # the lag of the value a signal just computed, if not
         # its own (``lag``): set by the signal, taken by the detector
@@ -559,6 +560,9 @@ DISCRETE_START = 20  # readings the start level is the mean of
 DISCRETE_SPAN = 200  # readings the typical level is the mean of
 DISCRETE_FAIL = 0.98  # the share of readings below the typical level once the reward collapsed
 DISCRETE_CHANCE = 6.0  # log10 odds past which the readings since a drop are no luck
+FALLS_SPAN = 50  # single episodes whose share at or below the start level is ``Falls``'s q
+FALLS_LENGTH = 0.5  # an episode this much shorter than the learned policy's is not a fall there
+FALLS_BACK = 0.25  # an episode that kept at most this share of the gain fell back to the start
 
 
 class _Cusum:
@@ -727,6 +731,91 @@ class Drops:
             if (self.typical - mean) / g > lost:
                 lost, since = (self.typical - mean) / g, c.since
         return lost, since
+
+
+class Falls:
+    """Single episodes whose continuous return fell back to where the run started while they last as
+    long as the learned policy's (a reward wrapper that answers 0, a broken grader, a critic
+    whose targets blew up: the behaviour went on, the return did not), which a 100-episode mean
+    shows only after dozens of episodes. A policy that collapsed into short failing episodes (it
+    falls, crashes, loses at once) is left to that mean, which many short episodes move within a
+    few logged rows, and to which such a collapse that the run recovers from (an off-policy
+    agent's brief fall) is one dip. *Start level*: the mean of the first ``DISCRETE_START``
+    episodes; *learned level*: the best mean of ``DISCRETE_START`` episodes in a row, and their
+    mean length. An episode that kept at most ``FALLS_BACK`` of the gain (start to learned
+    level) and lasted at least ``FALLS_LENGTH`` of that length is one with the current policy's
+    own frequency ``q`` (of the last ``FALLS_SPAN`` episodes, one added to each count so that a
+    policy that never fell there still has a finite chance), or, once the reward broke, with
+    ``DISCRETE_FAIL``: one CUSUM from the ``DISCRETE_MIN``-th episode, as ``Drops``. ``q`` and
+    the learned level are measured while the CUSUM stands at 0 and kept through a fall; a gain
+    smaller than the first episodes' spread is none (an early lull is no fall). The drop:
+    ``Drops.lost``'s, of the learned level: the mean of the last ``DISCRETE_START`` episodes (or
+    of the CUSUM's, once as many) below it, as a share of the gain."""
+
+    def __init__(self) -> None:
+        self.first: list[float] = []
+        self.recent: deque[float] = deque(maxlen=DISCRETE_START)
+        self.recent_lengths: deque[float] = deque(maxlen=DISCRETE_START)
+        self.span: deque[bool] = deque(maxlen=FALLS_SPAN)  # whether each episode fell
+        self.lengths: deque[float] = deque()  # of the episodes waiting to be read, in order
+        self.falls = 0  # in ``span``
+        self.n = 0
+        self.start = self.spread = self.typical = self.length = math.nan
+        self.cusum = _Cusum()
+        self._steps = (-math.inf, -math.inf)
+
+    def add(self, value: float, length: float) -> None:
+        self.n += 1
+        self.recent.append(value)
+        self.recent_lengths.append(length)
+        if len(self.first) < DISCRETE_START:
+            self.first.append(value)
+            if len(self.first) == DISCRETE_START:
+                self.start = math.fsum(self.first) / DISCRETE_START
+                self.spread = statistics.pstdev(self.first)
+                self.typical = self.start
+                self.length = math.fsum(self.recent_lengths) / DISCRETE_START
+            return
+        floor = self.start + FALLS_BACK * (self.typical - self.start)
+        fell = value <= floor and not length < FALLS_LENGTH * self.length
+        if len(self.span) == FALLS_SPAN:
+            self.falls -= self.span[0]
+        self.span.append(fell)
+        self.falls += fell
+        if not self.cusum.odds:
+            mean = math.fsum(self.recent) / DISCRETE_START
+            if mean > self.typical:
+                self.typical = mean
+                self.length = math.fsum(self.recent_lengths) / DISCRETE_START
+            self._steps = _cusum_steps((self.falls + 1) / (len(self.span) + 2), DISCRETE_FAIL)
+        if self.n > DISCRETE_MIN:
+            down, up = self._steps
+            self.cusum.add(value, down if fell else up)
+
+    def read(self, values: np.ndarray, at: np.ndarray, n: int) -> Lost:
+        """Each of ``values`` in turn with its length (``lengths``; those at ``at`` of ``n``
+        rows; a non-finite one adds nothing): the rows' drops and typical levels (NaN at the
+        others) and the last row's lag (``Track.lost``)."""
+        drop, typical = np.full(n, math.nan), np.full(n, math.nan)
+        lag = None
+        c, lengths = self.cusum, self.lengths
+        for i, value in zip(at.tolist(), values.tolist(), strict=True):
+            length = lengths.popleft() if lengths else math.nan
+            if value - value == 0:
+                self.add(value, length)
+            g = self.typical - self.start
+            lost = 0.0
+            if c.odds >= DISCRETE_CHANCE and g > self.spread:
+                # a short stretch is picked for its falls: its own mean would overstate the drop
+                recent = self.recent
+                if c.since >= DISCRETE_START:
+                    mean = c.total / c.since
+                else:
+                    mean = math.fsum(recent) / len(recent)
+                lost = max((self.typical - mean) / g, 0.0)
+            drop[i], typical[i] = lost, self.typical
+            lag = c.since - 1 if lost > 0 else None
+        return drop, typical, lag if len(at) and at[-1] == n - 1 else None
 
 
 def _gain_lost(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
@@ -1240,13 +1329,20 @@ SIGNALS: tuple[Signal, ...] = (
 SIGNAL_NAMES = frozenset(s.name for s in SIGNALS)
 
 
-def _discrete_lost(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
-    """Single episodes' returns: only a discrete reward's drop (``Drops``); undefined for a
-    continuous return, whose single episodes are too noisy for a level (its 100-episode mean
-    is judged as ``rl_episode_return``)."""
-    asked = (t.rows["n"][rows] >= DISCRETE_MIN) & t.discrete[rows]
+def _episode_lost(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
+    """Single episodes' returns: a discrete reward's drop (``Drops``), a continuous return's
+    fall back to the run's start (``Falls``); no smoothed level (single episodes are too noisy
+    for one: the 100-episode mean is judged as ``rl_episode_return``)."""
+    asked = t.rows["n"][rows] >= DISCRETE_MIN
     t.back = t.lost[2] if asked[-1] else None
     return np.where(asked, t.lost[0], math.nan), np.where(asked, t.lost[1], math.nan)
+
+
+def _either(a: Lost, b: Lost, first: np.ndarray) -> Lost:
+    """Two readers' drops of one read: ``a``'s at the rows ``first`` picks, ``b``'s at the
+    others."""
+    last = b[2] if not len(first) or not first[-1] else a[2]
+    return np.where(first, a[0], b[0]), np.where(first, a[1], b[1]), last
 
 
 EPISODES = "episodes"  # the series of single episodes' returns (``Detector.episodes``)
@@ -1265,9 +1361,11 @@ EPISODE_SIGNALS = (
         _LOST.name,
         _LOST.metric,
         "above",
-        _discrete_lost,
-        "The same, of single episodes' returns (series episodes), where they are discrete "
-        "(a 0/1 success): their drop since a CUSUM found them likely collapsed.",
+        _episode_lost,
+        "The same, of single episodes' returns (series episodes): where they are discrete "
+        "(a 0/1 success), their drop since a CUSUM found them likely collapsed; where they are "
+        "continuous, once a CUSUM found them likely fallen back to the run's first episodes' "
+        "level.",
         _LOST.unit,
     ),
 )
@@ -1546,11 +1644,16 @@ class Detector:
         if len(self._values) + self._chunked >= SETTLE_AT:
             self.settle()
 
-    def episodes(self, returns: list[float]) -> None:
-        """Finished episodes' own returns (``observe_episodes``), series ``episodes``: a reward
-        signal lost and a discrete reward's drop show in them before the 100-episode mean
-        (``rl_episode_return``) has moved."""
-        for value in returns:
+    def episodes(self, returns: list[float], lengths: list[float]) -> None:
+        """Finished episodes' own returns and lengths (``observe_episodes``), series
+        ``episodes``: a reward signal lost, a discrete reward's drop and a return's fall to the
+        start level show in them before the 100-episode mean (``rl_episode_return``) has
+        moved."""
+        key = (REWARDS[1], (EPISODES,))
+        for value, length in zip(returns, lengths, strict=True):
+            track = self._tracks.get(key) or self._track(key, EPISODE_SIGNALS, EPISODES)
+            assert track.falls is not None
+            track.falls.lengths.append(length)  # before its value: a read that sees it finds it
             self._add(REWARDS[1], (EPISODES,), value, EPISODE_SIGNALS, EPISODES)
 
     def _add(
@@ -1578,6 +1681,8 @@ class Detector:
         track.scratch = self.scratch
         if metric in REWARDS:
             track.stretches, track.drops = Stretches(), Drops()
+        if series == EPISODES:
+            track.falls = Falls()
         sigs = _BY_METRIC[metric] if signals is None else signals
         # the two reward metrics feed the same signals: the series label tells them apart
         if series is None:
@@ -1705,6 +1810,9 @@ class Detector:
             elif drops is not None:  # a reward's discrete values: in their own order
                 take = np.flatnonzero(dropped)
                 t.lost = drops.read(values[where[take]], take, len(where))
+                if t.falls is not None:  # single episodes' returns: every one read
+                    falls = t.falls.read(values[where], np.arange(len(where)), len(where))
+                    t.lost = _either(t.lost, falls, dropped)
         where = np.concatenate([w for w, _, _, _ in parts] or [np.empty(0, np.int64)])
         several = sum(len(w) > 0 for w, _, _, _ in parts) > 1
         order = np.argsort(where, kind="stable") if several else np.arange(len(where))

@@ -4,7 +4,8 @@ into plain numbers."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import numpy as np
@@ -17,11 +18,15 @@ from rlpulse.runtime.exporter import Exporter
 HYPERPARAMETER = catalog.get("rl_hyperparameter").name
 
 
-def missing(package: str, extra: str, exc: ImportError) -> ImportError:
-    """The error an integration raises when its library is not installed."""
-    return ImportError(
-        f"rlpulse.integrations.{extra} needs {package}: pip install 'rlpulse[{extra}]' ({exc})"
-    )
+@contextmanager
+def requires(package: str, extra: str) -> Iterator[None]:
+    """Around an integration's imports of its library: an ``ImportError`` says which
+    ``package`` it needs and the extra that installs it."""
+    try:
+        yield
+    except ImportError as exc:
+        needs = f"rlpulse.integrations.{extra} needs {package}"
+        raise ImportError(f"{needs}: pip install 'rlpulse[{extra}]' ({exc})") from exc
 
 
 def exporter_for(

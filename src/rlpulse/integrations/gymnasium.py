@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping
-from typing import Any, SupportsFloat
+from typing import Any, TypedDict, Unpack
 
 import numpy as np
 
@@ -34,16 +34,14 @@ from rlpulse.integrations.common import (
     DRIFT_EVERY,
     DriftSampler,
     final_info,
-    missing,
     record_episodes,
+    requires,
 )
 from rlpulse.runtime.exporter import Exporter
 
-try:
+with requires("gymnasium", "gymnasium"):
     import gymnasium as gym
     from gymnasium.vector import AutoresetMode, VectorEnv, VectorWrapper
-except ImportError as exc:
-    raise missing("gymnasium", "gymnasium", exc) from exc
 
 ENV_STEP = "env_step"
 PHASE = catalog.get("rl_phase_duration_seconds").name
@@ -54,8 +52,34 @@ FLUSH_INTERVAL = 1.0  # seconds between hand-overs to the exporter
 MAX_BUFFERED = 65536  # steps buffered before a hand-over regardless of time
 
 
+class Options(TypedDict, total=False):
+    """Both wrappers' keyword options: seconds between hand-overs to the exporter
+    (``flush_interval``, default 1), whether finished episodes are stored as rollouts
+    (``rollouts``, default True), and every how many steps an observation and action are a
+    drift sample (``drift_every``, default 4; 0: none)."""
+
+    flush_interval: float
+    rollouts: bool
+    drift_every: int
+
+
 class StepBuffer:
     """Steps and episodes recorded since the last flush, and the hand-over to an exporter."""
+
+    @classmethod
+    def for_env(
+        cls,
+        exporter: Exporter | None,
+        action_space: Any,
+        batched: bool,
+        flush_interval: float = FLUSH_INTERVAL,
+        rollouts: bool = True,
+        drift_every: int = DRIFT_EVERY,
+    ) -> StepBuffer:
+        """A wrapper's buffer (``batched``: of a vector env, whose single env takes
+        ``action_space``), with its ``Options``."""
+        discrete = isinstance(action_space, gym.spaces.Discrete)
+        return cls(exporter, flush_interval, rollouts, DriftSampler(drift_every, discrete, batched))
 
     def __init__(
         self,
@@ -146,22 +170,37 @@ def _success(info: Mapping[str, Any]) -> Any:
     return None
 
 
-class RlpulseEpisodeStats(gym.Wrapper[Any, Any, Any, Any]):
-    """Exports one environment's episodes and steps; see the module docstring."""
+class _HandsOver:
+    """What both wrappers share: each ``step()`` timed into their ``StepBuffer``, which they
+    hand to the exporter. ``_record`` says what a step recorded: how many env steps it made."""
+
+    buffer: StepBuffer
+    env: Any
+
+    def step(self, action: Any) -> Any:
+        t0 = time.perf_counter()
+        out = self.env.step(action)
+        now = time.perf_counter()
+        self.buffer.step(now - t0, self._record(action, out, now), now)
+        return out
+
+    def _record(self, action: Any, out: tuple[Any, ...], now: float) -> int:
+        """Record ``env.step(action)``'s ``out``, returned at ``now``; the env steps it made."""
+        raise NotImplementedError
+
+    def flush(self) -> None:
+        """Hand the buffered steps and episodes to the exporter now."""
+        self.buffer.flush()
+
+
+class RlpulseEpisodeStats(_HandsOver, gym.Wrapper[Any, Any, Any, Any]):
+    """Exports one environment's episodes and steps; see the module docstring and ``Options``."""
 
     def __init__(
-        self,
-        env: gym.Env[Any, Any],
-        exporter: Exporter | None = None,
-        *,
-        flush_interval: float = FLUSH_INTERVAL,
-        rollouts: bool = True,
-        drift_every: int = DRIFT_EVERY,
+        self, env: gym.Env[Any, Any], exporter: Exporter | None = None, **options: Unpack[Options]
     ) -> None:
         super().__init__(env)
-        discrete = isinstance(env.action_space, gym.spaces.Discrete)
-        sampler = DriftSampler(drift_every, discrete, batched=False)
-        self.buffer = StepBuffer(exporter, flush_interval, rollouts, sampler)
+        self.buffer = StepBuffer.for_env(exporter, env.action_space, False, **options)
         self._seed: int | None = None
         self._obs: Any = None  # the observation the next action is taken on
         self._return = 0.0
@@ -177,10 +216,8 @@ class RlpulseEpisodeStats(gym.Wrapper[Any, Any, Any, Any]):
         self._obs = obs
         return obs, info
 
-    def step(self, action: Any) -> tuple[Any, SupportsFloat, bool, bool, dict[str, Any]]:
-        t0 = time.perf_counter()
-        obs, reward, terminated, truncated, info = self.env.step(action)
-        now = time.perf_counter()
+    def _record(self, action: Any, out: tuple[Any, ...], now: float) -> int:
+        obs, reward, terminated, truncated, info = out
         self.buffer.drift.step(obs, action, self._obs)
         self._obs = obs
         self._return += float(reward)
@@ -190,19 +227,14 @@ class RlpulseEpisodeStats(gym.Wrapper[Any, Any, Any, Any]):
                 self._return, self._length, now - self._t0, _success(info), info, self._seed
             )
             self._return, self._length, self._t0 = 0.0, 0, now
-        self.buffer.step(now - t0, 1, now)
-        return obs, reward, terminated, truncated, info
-
-    def flush(self) -> None:
-        """Hand the buffered steps and episodes to the exporter now."""
-        self.buffer.flush()
+        return 1
 
     def close(self) -> None:
         self.buffer.flush()
         super().close()
 
 
-class RlpulseVectorEpisodeStats(VectorWrapper):
+class RlpulseVectorEpisodeStats(_HandsOver, VectorWrapper):
     """Exports a vector environment's episodes and steps, in any autoreset mode.
 
     With ``NEXT_STEP`` autoreset (Gymnasium's default) the step after an episode ends only
@@ -213,15 +245,10 @@ class RlpulseVectorEpisodeStats(VectorWrapper):
         self,
         env: VectorEnv[Any, Any, Any],
         exporter: Exporter | None = None,
-        *,
-        flush_interval: float = FLUSH_INTERVAL,
-        rollouts: bool = True,
-        drift_every: int = DRIFT_EVERY,
+        **options: Unpack[Options],
     ) -> None:
         super().__init__(env)
-        discrete = isinstance(env.single_action_space, gym.spaces.Discrete)
-        sampler = DriftSampler(drift_every, discrete, batched=True)
-        self.buffer = StepBuffer(exporter, flush_interval, rollouts, sampler)
+        self.buffer = StepBuffer.for_env(exporter, env.single_action_space, True, **options)
         self._seeds: list[int | None] = [None] * self.num_envs  # of each env's current episode
         self.autoreset_mode = env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP)
         n = self.num_envs
@@ -246,10 +273,8 @@ class RlpulseVectorEpisodeStats(VectorWrapper):
         self._obs = obs
         return obs, info
 
-    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-        t0 = time.perf_counter()
-        obs, rewards, terminations, truncations, infos = self.env.step(actions)
-        now = time.perf_counter()
+    def _record(self, actions: Any, out: tuple[Any, ...], now: float) -> int:
+        obs, rewards, terminations, truncations, infos = out
         same_step = self.autoreset_mode == AutoresetMode.SAME_STEP
         # a transition's next observation is of its episode: not a reset's (NEXT_STEP: the step
         # after an end; SAME_STEP: the ending step returns the next episode's first)
@@ -265,8 +290,7 @@ class RlpulseVectorEpisodeStats(VectorWrapper):
             self._episodes(np.flatnonzero(done), infos, now)
         if self.autoreset_mode == AutoresetMode.NEXT_STEP:
             self._resetting = done
-        self.buffer.step(now - t0, int(active.sum()), now)
-        return obs, rewards, terminations, truncations, infos
+        return int(active.sum())
 
     def _episodes(self, idx: np.ndarray, infos: Mapping[str, Any], now: float) -> None:
         success = next((infos[k] for k in SUCCESS_KEYS if k in infos), None)
@@ -284,10 +308,6 @@ class RlpulseVectorEpisodeStats(VectorWrapper):
         self._returns[idx] = 0.0
         self._lengths[idx] = 0
         self._t0[idx] = now
-
-    def flush(self) -> None:
-        """Hand the buffered steps and episodes to the exporter now."""
-        self.buffer.flush()
 
     def close(self, **kwargs: Any) -> None:
         self.buffer.flush()

@@ -40,20 +40,18 @@ from rlpulse.integrations.common import (
     DriftSampler,
     exporter_for,
     final_info,
-    missing,
     numbers,
     record_episodes,
+    requires,
     set_hyperparameters,
 )
 from rlpulse.runtime.exporter import Exporter
 
-try:
+with requires("stable-baselines3", "sb3"):
     import stable_baselines3
     from gymnasium import spaces
     from stable_baselines3.common.callbacks import BaseCallback, CallbackList, EvalCallback
     from stable_baselines3.common.logger import KVWriter
-except ImportError as exc:
-    raise missing("stable-baselines3", "sb3", exc) from exc
 
 FRAMEWORK = "sb3"
 WRITER_NAME = "rlpulse"  # ``logger.record(key, v, exclude="rlpulse")`` keeps a key out

@@ -46,19 +46,17 @@ from rlpulse import control as rlpulse_control
 from rlpulse.integrations.common import (
     end_run,
     exporter_for,
-    missing,
     numbers,
+    requires,
     set_hyperparameters,
     starts_exporter,
 )
 from rlpulse.offline.logs.base import Nulls, nan_if_none
 from rlpulse.runtime.exporter import Exporter
 
-try:
+with requires("transformers", "trl"):
     from transformers import TrainerCallback, TrainerControl, TrainerState, TrainingArguments
     from transformers.trainer_utils import PREFIX_CHECKPOINT_DIR
-except ImportError as exc:
-    raise missing("transformers", "trl", exc) from exc
 
 PHASE = catalog.get("rl_phase_duration_seconds").name
 STEP_PHASE = "step"

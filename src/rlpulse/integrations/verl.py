@@ -54,8 +54,8 @@ from rlpulse import catalog, control, notices
 from rlpulse.integrations.common import (
     end_run,
     exporter_for,
-    missing,
     numbers,
+    requires,
     scalar,
     starts_exporter,
 )
@@ -306,10 +306,8 @@ def register(**kwargs: Any) -> None:
 
     ``kwargs`` go to every ``VerlBackend`` built this way. Calling it again changes nothing.
     """
-    try:
+    with requires("verl", "verl"):
         from verl.utils.tracking import Tracking
-    except ImportError as exc:
-        raise missing("verl", "verl", exc) from exc
     global _registered
     if _registered:
         return

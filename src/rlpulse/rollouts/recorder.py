@@ -7,7 +7,6 @@ import logging
 import os
 import secrets
 import threading
-import weakref
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Unpack
@@ -17,6 +16,7 @@ from rlpulse.rollouts.paths import run_file
 from rlpulse.rollouts.records import ColumnError, Columns, RolloutTraces
 from rlpulse.rollouts.sampler import Sampler, SamplingConfig
 from rlpulse.rollouts.store import Batch, Counters, Writer
+from rlpulse.runtime import forks
 from rlpulse.runtime.recording import check_keywords
 
 log = logging.getLogger("rlpulse.rollouts")
@@ -217,15 +217,7 @@ class Recorder:
         return out
 
 
-_recorders: weakref.WeakSet[Recorder] = weakref.WeakSet()
-
-
-def _after_fork_in_child() -> None:
-    for recorder in list(_recorders):
-        recorder._after_fork_in_child()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
+_recorders = forks.Live(Recorder._after_fork_in_child)
 
 
 def record_rollouts(recorder: Recorder, **columns: Unpack[RolloutTraces]) -> list[int]:

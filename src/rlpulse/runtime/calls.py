@@ -18,12 +18,12 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import weakref
 from collections import deque
 from collections.abc import Callable
 from typing import Any
 
 from rlpulse import notices
+from rlpulse.runtime import forks
 from rlpulse.runtime.drops import Drops
 from rlpulse.runtime.exposition import Pacer
 
@@ -119,22 +119,21 @@ class Calls:
 
 # ---- the process's apply thread ------------------------------------------------------------
 
-_live: weakref.WeakSet[Calls] = weakref.WeakSet()  # every exporter's queue
-_live_lock = threading.Lock()
+_live = forks.Live(Calls.after_fork_in_child)  # every exporter's queue
 _event = threading.Event()
 _thread: threading.Thread | None = None
 
 
 def register(calls: Calls) -> None:
     """Serve ``calls`` from the apply thread (while its exporter lives)."""
-    with _live_lock:
+    with _live.lock:
         _live.add(calls)
 
 
 def _wake() -> None:
     global _thread
     if _thread is None:
-        with _live_lock:
+        with _live.lock:
             if _thread is None:
                 _thread = threading.Thread(target=_run, name="rlpulse-apply", daemon=True)
                 _thread.start()
@@ -148,7 +147,7 @@ def _run() -> None:
         event.clear()
         event.wait(BATCH_SECONDS)  # a batch gathers, unless a queue fills up first
         event.clear()
-        with _live_lock:
+        with _live.lock:
             queues = list(_live)
         pause = Pacer()
         for calls in queues:
@@ -163,10 +162,8 @@ def _run() -> None:
 
 def _after_fork_in_child() -> None:
     """The parent's apply thread did not survive the fork: the next call starts one."""
-    global _event, _thread, _live_lock
-    _event, _thread, _live_lock = threading.Event(), None, threading.Lock()
-    for calls in list(_live):
-        calls.after_fork_in_child()
+    global _event, _thread
+    _event, _thread = threading.Event(), None
 
 
 os.register_at_fork(after_in_child=_after_fork_in_child)

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from rlpulse import notices
@@ -56,6 +58,14 @@ class Drops:
         if self.strict:
             raise exc
         self("bad_call", name, exc)
+
+    @contextmanager
+    def refusing(self, name: Any) -> Iterator[None]:
+        """``refuse`` what the block raises (the rest of the block is skipped)."""
+        try:
+            yield
+        except Exception as exc:
+            self.refuse(name, exc)
 
     def number(self, key: str, value: Any) -> float | None:
         """A number from a user value, or None after counting why it was dropped."""

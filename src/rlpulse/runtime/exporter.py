@@ -480,22 +480,8 @@ class Exporter:
         """Record one batch of rollouts (``rlpulse.runtime.recording.RolloutBatch``): per-sample
         arrays (or lists) of equal length."""
         check_keywords("Exporter.observe_rollouts", batch, RolloutBatch)
-        try:
-            given = {label_text(k): v for k, v in (batch.get("components") or {}).items()}
-            comps = list(given)
-            raw = {k: batch.get(k) for k in ROLLOUT_ARRAYS}
-            raw |= {f"components[{k}]": v for k, v in given.items()}
-            columns = {k: None if v is None else snapshot_array(v) for k, v in raw.items()}
-            ids = snapshot_ids(batch.get("rollout_ids"), *columns.values())
-            group_size = batch.get("group_size")
-            size = None if group_size is None else int(group_size)
-            args = (columns, comps, size, ids, self.ingest.kept_ids)
-        except Exception as exc:
-            if self.strict:
-                raise
-            self.drops("bad_call", "observe_rollouts", exc)
-            return
-        self._calls.put(self._apply_rollouts, args, "observe_rollouts")
+        queue = self.ingest.queue
+        queue("observe_rollouts", self._apply_rollouts, _rollout_args, batch, self.ingest.kept_ids)
 
     def _apply_rollouts(
         self,
@@ -505,36 +491,24 @@ class Exporter:
         ids: list[str | None] | None,
         kept: KeptIds,
     ) -> None:
-        try:
-            with np.errstate(all="ignore"):  # overflow/NaN in user data is counted, not warned
-                self._rollouts(columns, comps, group_size, ids, kept)
-        except Exception as exc:
-            if self.strict:
-                raise
-            self.drops("bad_call", "observe_rollouts", exc)
-
-    def _rollouts(
-        self,
-        columns: dict[str, np.ndarray | Dropped | None],
-        comps: list[str],
-        group_size: int | None,
-        ids: list[str | None] | None,
-        kept: KeptIds,
-    ) -> None:
-        arrays, n = self.ingest.batch("observe_rollouts", columns, ids)
-        if n == 0:
-            return
-        get, writes, observe = self.store.get, self.writes, self.ingest.observe_series
-        for name, amount in batches.rollout_counts(arrays, n):
-            writes.add(get(name), amount, name)
-        if "latency_seconds" in arrays:
-            observe(get("rl_rollout_duration_seconds"), arrays["latency_seconds"], ids, kept)
-        if "response_tokens" in arrays:
-            observe(get("rl_response_length_tokens"), arrays["response_tokens"], ids, kept)
-        comp_arrays = {k: arrays[f"components[{k}]"] for k in comps if f"components[{k}]" in arrays}
-        for name, labels, value in batches.rollout_gauges(arrays, comp_arrays, group_size):
-            writes.put(name, value, labels)
-        self._rollout_drift(arrays, comp_arrays)
+        # overflow/NaN in user data is counted, not warned
+        with self.drops.refusing("observe_rollouts"), np.errstate(all="ignore"):
+            arrays, n = self.ingest.batch("observe_rollouts", columns, ids)
+            if n == 0:
+                return
+            get, writes, observe = self.store.get, self.writes, self.ingest.observe_series
+            for name, amount in batches.rollout_counts(arrays, n):
+                writes.add(get(name), amount, name)
+            if "latency_seconds" in arrays:
+                observe(get("rl_rollout_duration_seconds"), arrays["latency_seconds"], ids, kept)
+            if "response_tokens" in arrays:
+                observe(get("rl_response_length_tokens"), arrays["response_tokens"], ids, kept)
+            comp_arrays = {
+                k: arrays[f"components[{k}]"] for k in comps if f"components[{k}]" in arrays
+            }
+            for name, labels, value in batches.rollout_gauges(arrays, comp_arrays, group_size):
+                writes.put(name, value, labels)
+            self._rollout_drift(arrays, comp_arrays)
 
     def _rollout_drift(self, arrays: dict[str, np.ndarray], comps: dict[str, np.ndarray]) -> None:
         """A rollout batch's drift features: prompt lengths (input), response lengths and
@@ -559,21 +533,8 @@ class Exporter:
         or behaviour): per feature numbers (a 2-D array: one feature per column, ``obs[i]``)
         or texts; the features named in ``categorical`` (discrete actions, difficulty
         buckets) are categories whatever their type. Copied at the call; scored off it."""
-        try:
-            if kind not in drift.KINDS:
-                raise ValueError(f"kind {kind!r} is not one of {', '.join(drift.KINDS)}")
-            cats = frozenset(categorical)
-            snap = {
-                drift.feature_name(k): _feature_snapshot(v, k in cats)
-                for k, v in features.items()
-                if v is not None
-            }
-        except Exception as exc:
-            if self.strict:
-                raise
-            self.drops("bad_call", "observe_features", exc)
-            return
-        self._calls.put(self._apply_features, (kind, snap), "observe_features")
+        queue = self.ingest.queue
+        queue("observe_features", self._apply_features, _feature_args, kind, categorical, features)
 
     def _step_now(self) -> float:
         """The trainer's latest logged step (as the calls are applied, in call order)."""
@@ -594,21 +555,8 @@ class Exporter:
         taken on it (an action index when ``discrete``) and the next observation (of the same
         episode). Their model's error ratio is the drift feature ``observation/dynamics``
         (``rlpulse.detect.dynamics``). Copied at the call; scored off it."""
-        try:
-            rows = [snapshot_array(v) for v in (before, actions, after)]
-            arrays = [r for r in rows if isinstance(r, np.ndarray)]
-            if len(arrays) < len(rows):
-                raise ValueError("transitions must be numbers")
-            n = np.shape(before)[0]
-            b, a, nxt = (r.reshape(n, -1) for r in arrays)
-            if b.shape != nxt.shape:
-                raise ValueError(f"observations of shapes {b.shape} and {nxt.shape}")
-        except Exception as exc:
-            if self.strict:
-                raise
-            self.drops("bad_call", "observe_transitions", exc)
-            return
-        self._calls.put(self._apply_transitions, (b, a, nxt, discrete), "observe_transitions")
+        args = (before, actions, after, discrete)
+        self.ingest.queue("observe_transitions", self._apply_transitions, _transition_args, *args)
 
     def _apply_transitions(
         self, before: np.ndarray, actions: np.ndarray, after: np.ndarray, discrete: bool
@@ -637,14 +585,7 @@ class Exporter:
         """The versions of the run's parts now (``environment="v2"``, ``grader="2024-06"``): a
         part whose version is not its first (the run's metadata, ``grader_version`` or
         ``<part>_version``, or its first call) is an input drift from the current step on."""
-        try:
-            given = {drift.feature_name(k): label_text(v) for k, v in versions.items()}
-        except Exception as exc:
-            if self.strict:
-                raise
-            self.drops("bad_call", "observe_versions", exc)
-            return
-        self._calls.put(self._apply_versions, (given,), "observe_versions")
+        self.ingest.queue("observe_versions", self._apply_versions, _version_args, versions)
 
     def _apply_versions(self, versions: dict[str, str]) -> None:
         step = self._step_now()
@@ -654,15 +595,8 @@ class Exporter:
 
     def observe_episodes(self, returns: Any, lengths: Any, success: Any = None) -> None:
         """Record finished episodes (classic RL); gauges show the mean of the last 100."""
-        try:
-            s = None if success is None else snapshot_array(success)
-            args = (snapshot_array(returns), snapshot_array(lengths), s)
-        except Exception as exc:
-            if self.strict:
-                raise
-            self.drops("bad_call", "observe_episodes", exc)
-            return
-        self._calls.put(self._apply_episodes, args, "observe_episodes")
+        args = (returns, lengths, success)
+        self.ingest.queue("observe_episodes", self._apply_episodes, _episode_args, *args)
 
     def _apply_episodes(
         self,
@@ -670,7 +604,7 @@ class Exporter:
         lengths: np.ndarray | Dropped,
         success: np.ndarray | Dropped | None,
     ) -> None:
-        try:
+        with self.drops.refusing("observe_episodes"):
             r = self.ingest.array("returns", returns)
             n_steps = self.ingest.array("lengths", lengths)
             if r is None or n_steps is None:
@@ -681,15 +615,11 @@ class Exporter:
             self.writes.add(self.store.get("rl_episodes_total"), float(r.size), "rl_episodes_total")
             for name, labels, value in self._episodes.add(r, n_steps):
                 self.writes.put(name, value, labels)
-            self.detector.episodes(r.tolist())
+            self.detector.episodes(r.tolist(), n_steps.tolist())
             if success is not None:
                 s = self.ingest.array("success", success)
                 if s is not None and s.size:
                     self.writes.put("rl_success_ratio", float(s.mean()))
-        except Exception as exc:
-            if self.strict:
-                raise
-            self.drops("bad_call", "observe_episodes", exc)
 
     # ---- scrape side ----------------------------------------------------------------------------
     def readings(self) -> Iterator[CachedReader]:
@@ -723,6 +653,58 @@ class Exporter:
     def scrape_samples(self) -> Iterator[tuple[Metric, tuple[str, ...], float]]:
         """What a scrape adds to the store (``rlpulse.runtime.scrape.samples``)."""
         return scrape.samples(self)
+
+
+def _rollout_args(batch: RolloutBatch, kept: KeptIds) -> tuple[Any, ...]:
+    """A rollout batch's own copies: its columns (a reward component's as
+    ``components[name]``), the component names, the group size, the rollout ids and ``kept``."""
+    given = {label_text(k): v for k, v in (batch.get("components") or {}).items()}
+    raw: dict[str, Any] = {k: batch.get(k) for k in ROLLOUT_ARRAYS}
+    raw |= {f"components[{k}]": v for k, v in given.items()}
+    columns = {k: None if v is None else snapshot_array(v) for k, v in raw.items()}
+    ids = snapshot_ids(batch.get("rollout_ids"), *columns.values())
+    group_size = batch.get("group_size")
+    return columns, list(given), None if group_size is None else int(group_size), ids, kept
+
+
+def _feature_args(
+    kind: str, categorical: Iterable[str], features: Mapping[str, Any]
+) -> tuple[str, dict[str, np.ndarray | list[str] | Dropped]]:
+    """``observe_features``' own copies, by feature name (a feature given as None is left out)."""
+    if kind not in drift.KINDS:
+        raise ValueError(f"kind {kind!r} is not one of {', '.join(drift.KINDS)}")
+    cats = frozenset(categorical)
+    return kind, {
+        drift.feature_name(k): _feature_snapshot(v, k in cats)
+        for k, v in features.items()
+        if v is not None
+    }
+
+
+def _transition_args(
+    before: Any, actions: Any, after: Any, discrete: bool
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, bool]:
+    """Transitions as three float matrices of one row per transition (their own copies)."""
+    rows = [snapshot_array(v) for v in (before, actions, after)]
+    arrays = [r for r in rows if isinstance(r, np.ndarray)]
+    if len(arrays) < len(rows):
+        raise ValueError("transitions must be numbers")
+    n = np.shape(before)[0]
+    b, a, nxt = (r.reshape(n, -1) for r in arrays)
+    if b.shape != nxt.shape:
+        raise ValueError(f"observations of shapes {b.shape} and {nxt.shape}")
+    return b, a, nxt, discrete
+
+
+def _version_args(versions: Mapping[str, Any]) -> tuple[dict[str, str]]:
+    """``observe_versions``' own copy: each part's version as a label text."""
+    return ({drift.feature_name(k): label_text(v) for k, v in versions.items()},)
+
+
+def _episode_args(returns: Any, lengths: Any, success: Any) -> tuple[Any, ...]:
+    """``observe_episodes``' own copies."""
+    s = None if success is None else snapshot_array(success)
+    return snapshot_array(returns), snapshot_array(lengths), s
 
 
 def _feature_snapshot(values: Any, categorical: bool) -> np.ndarray | list[str] | Dropped:

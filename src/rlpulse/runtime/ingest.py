@@ -407,52 +407,48 @@ class Ingest:
             self.drops("bad_metric", name, exc)
             return None
 
-    def count(self, name: str, amount: float = 1.0, /, **labels: Any) -> None:
-        """Add ``amount`` (≥ 0) to a catalog counter."""
+    def queue(
+        self,
+        name: str,
+        apply: Callable[..., None],
+        copy: Callable[..., tuple[Any, ...]],
+        *given: Any,
+    ) -> None:
+        """Queue a recording call: ``copy(*given)`` takes the call's arguments as its own
+        copies, here in the caller's thread; a call it cannot copy is refused
+        (``Drops.refuse``) and nothing is queued."""
         try:
-            args = (name, plain(amount), _texts(labels))
+            args = copy(*given)
         except Exception as exc:
             self.drops.refuse(name, exc)
             return
-        self.calls.put(self._count, args, name)
+        self.calls.put(apply, args, name)
 
-    def _count(self, name: str, amount: float | Dropped, labels: dict[str, str]) -> None:
-        try:
-            series = self.series(name, "counter", labels)
-            if series is None:
-                return
-            v = self.drops.number(name, amount)
-            if v is None:
-                return
-            if not (v >= 0 and math.isfinite(v)):
-                self.drops("negative_increment", name, amount)
-                return
-            with self.store.lock:
-                self.store.values[series.slot] += v
-        except Exception as exc:
-            self.drops.refuse(name, exc)
+    def count(self, name: str, amount: float = 1.0, /, **labels: Any) -> None:
+        """Add ``amount`` (≥ 0) to a catalog counter."""
+        self.queue(name, self._scalar, _scalar_args, "counter", name, amount, labels)
 
     def set(self, name: str, value: Any, /, **labels: Any) -> None:
         """Set a catalog gauge."""
-        try:
-            args = (name, plain(value), _texts(labels))
-        except Exception as exc:
-            self.drops.refuse(name, exc)
-            return
-        self.calls.put(self._set, args, name)
+        self.queue(name, self._scalar, _scalar_args, "gauge", name, value, labels)
 
-    def _set(self, name: str, value: float | Dropped, labels: dict[str, str]) -> None:
+    def _scalar(self, kind: str, name: str, value: float | Dropped, labels: dict[str, str]) -> None:
+        """A ``count()`` (``kind`` counter) or ``set()`` (gauge) call, applied."""
         try:
-            series = self.series(name, "gauge", labels)
-            if series is None:
+            series = self.series(name, kind, labels)
+            v = None if series is None else self.drops.number(name, value)
+            if series is None or v is None:
                 return
-            v = self.drops.number(name, value)
-            if v is None:
-                return
-            self.store.values[series.slot] = v
-            if not math.isfinite(v):
-                self.writes.nonfinite(series)
-            self.writes.signal(series.slot, v)
+            if kind == "gauge":
+                self.store.values[series.slot] = v
+                if not math.isfinite(v):
+                    self.writes.nonfinite(series)
+                self.writes.signal(series.slot, v)
+            elif v >= 0 and math.isfinite(v):
+                with self.store.lock:
+                    self.store.values[series.slot] += v
+            else:
+                self.drops("negative_increment", name, value)
         except Exception as exc:
             self.drops.refuse(name, exc)
 
@@ -460,14 +456,8 @@ class Ingest:
         self, name: str, values: Any, /, *, exemplars: Sequence[Any] | None = None, **labels: Any
     ) -> None:
         """Add a batch of values (or one value) to a catalog histogram."""
-        try:
-            arr = snapshot_array(values)
-            ids = snapshot_ids(exemplars, arr)
-            args = (name, arr, ids, self.kept_ids, _texts(labels))
-        except Exception as exc:
-            self.drops.refuse(name, exc)
-            return
-        self.calls.put(self._observe, args, name)
+        args = (name, values, exemplars, self.kept_ids, labels)
+        self.queue(name, self._observe, _histogram_args, *args)
 
     def _observe(
         self,
@@ -562,6 +552,19 @@ class Phase:
     def __exit__(self, *exc: object) -> None:
         elapsed = time.perf_counter() - self._t0
         self._ingest.observe("rl_phase_duration_seconds", elapsed, phase=self._name)
+
+
+def _scalar_args(kind: str, name: str, value: Any, labels: Mapping[str, Any]) -> tuple[Any, ...]:
+    """A ``count()`` or ``set()`` call's own copies."""
+    return kind, name, plain(value), _texts(labels)
+
+
+def _histogram_args(
+    name: str, values: Any, exemplars: Sequence[Any] | None, kept: KeptIds, labels: Any
+) -> tuple[Any, ...]:
+    """An ``observe()`` call's own copies."""
+    arr = snapshot_array(values)
+    return name, arr, snapshot_ids(exemplars, arr), kept, _texts(labels)
 
 
 def _texts(labels: Mapping[str, Any]) -> dict[str, str]:

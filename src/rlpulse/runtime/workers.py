@@ -52,7 +52,6 @@ import socket
 import struct
 import threading
 import time
-import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import (
@@ -66,7 +65,7 @@ from typing import TYPE_CHECKING, Any, Unpack
 
 import rlpulse
 from rlpulse import catalog
-from rlpulse.runtime import recording, tempdirs
+from rlpulse.runtime import forks, recording, tempdirs
 from rlpulse.runtime.coerce import plain_snapshot
 from rlpulse.runtime.exporter import Exporter
 from rlpulse.runtime.recording import RolloutBatch
@@ -643,21 +642,10 @@ def _default_name() -> str:
 
 
 _client: WorkerClient | None = None
-_client_lock = threading.Lock()
-_clients: weakref.WeakSet[WorkerClient] = weakref.WeakSet()
+_clients = forks.Live(WorkerClient._after_fork_in_child)  # its lock guards _client
 RECONNECT_MIN = 0.5  # seconds before a worker tries its hub again, doubling up to RECONNECT_MAX
 RECONNECT_MAX = 30.0
 CLOSE_TIMEOUT = 5.0  # seconds a closing worker waits for the hub to take what is buffered
-
-
-def _after_fork_in_child() -> None:
-    global _client_lock
-    _client_lock = threading.Lock()
-    for client in list(_clients):
-        client._after_fork_in_child()
-
-
-os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def worker_client(
@@ -672,7 +660,7 @@ def worker_client(
     if address is not None:
         given = Address.parse(address) if isinstance(address, str) else address
         return WorkerClient(given, name, flush_interval)
-    with _client_lock:
+    with _clients.lock:
         raw = os.environ.get(ENV)
         found = Address.parse(raw) if raw else None
         if _client is None or _client.address != found:

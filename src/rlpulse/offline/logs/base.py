@@ -6,6 +6,8 @@ import math
 from collections.abc import Iterator
 from typing import Literal, NamedTuple, TextIO
 
+from rlpulse.runtime.coerce import int_float
+
 Kind = Literal["metrics", "episode"]
 
 
@@ -74,7 +76,7 @@ def number(value: object) -> float | None:
     if isinstance(value, bool) or value is None:
         return None
     if isinstance(value, int):
-        return _big(value)
+        return int_float(value)  # a 401-digit literal is ±inf, not an error
     if isinstance(value, float):
         return value
     if isinstance(value, str):
@@ -83,14 +85,6 @@ def number(value: object) -> float | None:
         except ValueError:
             return None
     return None
-
-
-def _big(value: int) -> float:
-    """An int as a float; one beyond float range (a 401-digit literal) is ±inf, not an error."""
-    try:
-        return float(value)
-    except OverflowError:
-        return math.inf if value > 0 else -math.inf
 
 
 def as_step(value: object) -> int | None:

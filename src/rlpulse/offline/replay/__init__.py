@@ -83,6 +83,7 @@ def replay_runs(
     max_evaluations: int = MAX_EVALUATIONS,
     runs: Collection[str] | None = None,
     reference_band: str | Path | None = None,
+    rows: bool = False,
 ) -> list[ReplayResult]:
     """Replay every run of one log through the generated rules of ``cfg`` (default: the
     shipped defaults). ``key_map`` (a mapping or a YAML/JSON file, ``rlpulse.keys.user_map``)
@@ -90,7 +91,9 @@ def replay_runs(
     (its segment, or ``#2`` … for a restarted step counter); ``runs`` picks runs by that name
     (``{"DQN #2"}``), the others are not evaluated. A run longer than ``max_evaluations``
     evaluation intervals is compressed to fit (0: never). ``reference_band`` (a file ``rlpulse
-    band build`` wrote) compares each run with earlier healthy runs, as live."""
+    band build`` wrote) compares each run with earlier healthy runs, as live. ``rows`` replays
+    each logged step one scrape after the one before, whatever the log's times (``Clock``): how
+    many logged steps the rules need, apart from how fast the run logged them."""
     if not step_seconds > 0:
         raise ValueError(f"--step-seconds must be positive, got {step_seconds!r}")
     if max_evaluations < 0:
@@ -108,7 +111,8 @@ def replay_runs(
     interval, scrape = seconds(cfg.scrape.evaluation_interval), seconds(cfg.scrape.interval)
     budget = max_evaluations * interval or math.inf
     lengths = [
-        (seg, run_seconds(recs, scrape, step_seconds)) for seg, recs in segments(read_log(p, name))
+        (seg, run_seconds(recs, scrape, step_seconds, rows))
+        for seg, recs in segments(read_log(p, name))
     ]
     unknown = set(runs or ()) - {seg for seg, _ in lengths}
     if unknown:
@@ -128,7 +132,9 @@ def replay_runs(
             step_seconds=step_seconds,
             key_map=user_keys,
             time_scale=scale,
+            episode_env_steps=name != "sb3-run",
             reference_band=reference_band,
+            rows=rows,
         )
         alerts = onsets(evaluate(tl, cfg), tl, interval)
         results.append(ReplayResult(p, name, fw, tl, alerts, interval, scale))

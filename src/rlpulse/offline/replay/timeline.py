@@ -133,7 +133,9 @@ class Replayer:
         job: str,
         key_map: UserKeys | None,
         reference_band: str | Path | None = None,
+        episode_env_steps: bool = True,
     ) -> None:
+        self.episode_env_steps = episode_env_steps
         self.exporter = Exporter(
             port=0,
             run_id=run_id,
@@ -154,7 +156,8 @@ class Replayer:
         exp.clock = lambda: now  # step times on the simulated clock (the run's own cadence)
         if rec.kind == "episode":
             exp.observe_episodes([rec.values["r"]], [rec.values["l"]], rec.values.get("is_success"))
-            exp.count(ENV_STEPS, rec.values["l"])
+            if self.episode_env_steps:
+                exp.count(ENV_STEPS, rec.values["l"])
             exp.log({}, step=rec.step)
         else:
             exp.log(rec.values, step=rec.step)
@@ -172,12 +175,18 @@ class Replayer:
 class Clock:
     """The simulated run time of each record, in order (see the module docstring): the first
     record one scrape in, then the log's own timestamps or ``step * step_seconds``, bounded,
-    never backwards. ``scale`` < 1 compresses the whole run (``replay``'s evaluation budget)."""
+    never backwards; with ``rows`` each new step one scrape after the step before, whatever the
+    log's times (every logged step seen by a scrape: the detector's lead in logged steps, what a
+    run slower than the scrape interval meets). ``scale`` < 1 compresses the whole run
+    (``replay``'s evaluation budget)."""
 
-    def __init__(self, scrape_interval: float, step_seconds: float, scale: float = 1.0) -> None:
+    def __init__(
+        self, scrape_interval: float, step_seconds: float, scale: float = 1.0, rows: bool = False
+    ) -> None:
         self.scrape_interval = scrape_interval
         self.step_seconds = step_seconds
         self.scale = scale
+        self.rows = rows
         self.now = 0.0
         self._origin: float | None = None  # the first record's timestamp (0 without one)
         self._real = False  # run time from the log's timestamps
@@ -187,7 +196,8 @@ class Clock:
     def __call__(self, rec: Record) -> float:
         """The run time of ``rec``, the next record."""
         if self._origin is None:  # the exporter starts one scrape before the first record
-            self._origin, self._real = rec.timestamp or 0.0, rec.timestamp is not None
+            self._origin = rec.timestamp or 0.0
+            self._real = rec.timestamp is not None and not self.rows
             self._last_step = rec.step
             self.now = self.scrape_interval
         if self._real and rec.timestamp is not None:
@@ -196,6 +206,8 @@ class Clock:
             if t - self.now > MAX_GAP_SECONDS * self.scale:  # replay MAX_GAP_SECONDS of a pause
                 self._skipped += (t - self.now) / self.scale - MAX_GAP_SECONDS
                 t = self.now + MAX_GAP_SECONDS * self.scale
+        elif self.rows:
+            t = self.now + (rec.step != self._last_step) * self.scrape_interval * self.scale
         else:
             steps = min(max(rec.step - self._last_step, 0), MAX_GAP_STEPS)
             t = self.now + steps * self.step_seconds * self.scale
@@ -203,9 +215,11 @@ class Clock:
         return self.now
 
 
-def run_seconds(records: Iterable[Record], scrape_interval: float, step_seconds: float) -> float:
+def run_seconds(
+    records: Iterable[Record], scrape_interval: float, step_seconds: float, rows: bool = False
+) -> float:
     """How long a run's replay lasts (its last record's time on an unscaled ``Clock``)."""
-    clock = Clock(scrape_interval, step_seconds)
+    clock = Clock(scrape_interval, step_seconds, rows=rows)
     for rec in records:
         clock(rec)
     return clock.now
@@ -222,13 +236,17 @@ def build(
     key_map: UserKeys | None = None,
     time_scale: float = 1.0,
     reference_band: str | Path | None = None,
+    rows: bool = False,
+    episode_env_steps: bool = True,
 ) -> Timeline:
-    """The scraped series of one run's records, on a ``Clock`` (``time_scale`` compresses it);
-    ``key_map`` (``rlpulse.keys.user_map``) comes before the framework tables, as live; a
-    ``reference_band`` file compares the run with earlier healthy runs, as live."""
-    replayer = Replayer(run_id, framework, job, key_map, reference_band)
+    """The scraped series of one run's records, on a ``Clock`` (``time_scale`` compresses it,
+    ``rows`` paces it by logged steps); ``key_map`` (``rlpulse.keys.user_map``) comes before the
+    framework tables, as live; a ``reference_band`` file compares the run with earlier healthy
+    runs, as live. ``episode_env_steps``: an episode's length counts environment steps (a
+    Monitor file alone; off where the rows log the env-step total, as SB3's callback does)."""
+    replayer = Replayer(run_id, framework, job, key_map, reference_band, episode_env_steps)
     tl = Timeline(run_id, scrape_interval)
-    clock = Clock(scrape_interval, step_seconds, time_scale)
+    clock = Clock(scrape_interval, step_seconds, time_scale, rows)
     dirty = True  # the exporter changed since the last scrape was read
     for rec in records:
         if not tl.record_times:

@@ -47,12 +47,12 @@ def healthy_inputs(n: int) -> tuple[tuple[str, str], ...]:
 
 
 DEFS: tuple[kit.AlertDef, ...] = (
-    kit.ThresholdAlert(
+    kit.recent_mean(
         name=IDLE,
         doc="GPUs idle while the run's exporter is alive.",
-        settings={"threshold": kit.Knob(0.05, "Fire below this mean GPU utilization.")},
-        severity="warning",
-        expr=lambda q, k: f"{q.recent(GPU_UTIL)} < {k.threshold:g}",
+        metric=GPU_UTIL,
+        threshold=(0.05, "GPU utilization"),
+        below=True,
         summary="GPUs are idle while the run's exporter is alive.",
         description=lambda q, k: (
             f"{ID} averaged {PERCENT} utilization over {q.w.recent} (threshold {pct(k.threshold)})."
@@ -67,15 +67,11 @@ DEFS: tuple[kit.AlertDef, ...] = (
                 "Check the device assignment (CUDA_VISIBLE_DEVICES) of each rank.",
             ),
         ),
-        tests=(
-            kit.level_shift(
-                IDLE,
-                "GPU idle: utilization 0.9, then 0 from 20m; the 10m mean is under 0.05 from 30m.",
-                series(GPU_UTIL, GPU),
-                (0.9, 0),
-                GPU,
-            ),
+        shift=(
+            "GPU idle: utilization 0.9, then 0 from 20m; the 10m mean is under 0.05 from 30m.",
+            (0.9, 0),
         ),
+        labels=GPU,
     ),
     kit.ThresholdAlert(
         name=MEMORY_FULL,

@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlpulse.stack.alerts.inputs import const
+from rlpulse import catalog
+from rlpulse.stack.alerts.inputs import TARGET, const, series
 from rlpulse.stack.knobs import AlertConfig, Duration, doc, seconds, setting
 from rlpulse.stack.query import Query
 
@@ -311,3 +312,41 @@ class ThresholdAlert(AlertDef):
 
     def problems(self, k: Any) -> Iterator[str]:
         return self.check(k) if self.check else iter(())
+
+
+def recent_mean(
+    *,
+    name: str,
+    doc: str,
+    metric: catalog.Metric,
+    threshold: tuple[float, str],
+    below: bool = False,
+    summary: str,
+    description: Text,
+    runbook: Runbook,
+    shift: tuple[str, tuple[float, float]],
+    labels: dict[str, str] = TARGET,
+    for_: str | None = None,
+    quiet: tuple[str, ...] = (),
+) -> ThresholdAlert:
+    """A warning while ``metric``'s mean over the recent window is above its ``threshold``
+    knob (``below``: under it); ``threshold`` is the knob's default and what the mean is of.
+    Its scenario is a ``level_shift`` of the series with ``labels``: ``shift`` is its comment
+    and (healthy, failing) levels."""
+    default, what = threshold
+    relation = "below" if below else "above"
+    settings: dict[str, Knob | Any] = {} if for_ is None else {"for_": for_}
+    settings["threshold"] = Knob(default, f"Fire {relation} this mean {what}.")
+    comment, levels = shift
+    op = "<" if below else ">"
+    return ThresholdAlert(
+        name=name,
+        doc=doc,
+        settings=settings,
+        severity="warning",
+        expr=lambda q, k: f"{q.recent(metric)} {op} {k.threshold:g}",
+        summary=summary,
+        description=description,
+        runbook=runbook,
+        tests=(level_shift(name, comment, series(metric, labels), levels, labels, quiet=quiet),),
+    )

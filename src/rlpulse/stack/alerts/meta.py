@@ -33,6 +33,50 @@ _AM = {"job": ALERTMANAGER_JOB, "instance": "localhost:9093"}
 _PROM = {"job": PROMETHEUS_JOB, "instance": "localhost:9090"}
 _PD = {**_AM, "integration": "pagerduty"}
 
+
+def _increased(*counters: str, by: str = "job, instance") -> str:
+    """Any of the pipeline's failure ``counters`` went up in the last ``WINDOW``."""
+    total = " + ".join(f"increase({c}[{WINDOW}])" for c in counters)
+    return f"sum by ({by}) ({total}) > 0"
+
+
+def _inputs(
+    failed: str, errors: str, dropped: str, alertmanager_up: str, prometheus_up: str
+) -> tuple[tuple[str, str], ...]:
+    """The pipeline's input series (Alertmanager's failed PagerDuty notifications,
+    Prometheus' notification errors and drops, both self-scrapes) with these values."""
+    return (
+        (raw("alertmanager_notifications_failed_total", _PD), failed),
+        (raw("prometheus_notifications_errors_total", _PROM), errors),
+        (raw("prometheus_notifications_dropped_total", _PROM), dropped),
+        (raw("up", _AM), alertmanager_up),
+        (raw("up", _PROM), prometheus_up),
+    )
+
+
+def _watcher(
+    name: str,
+    severity: kit.Severity,
+    expr: str,
+    summary: str,
+    description: str,
+    means: str,
+    tries: tuple[str, ...],
+    tests: tuple[kit.Scenario, ...] = (),
+) -> kit.ThresholdAlert:
+    """A pipeline alert held for ``FOR``; its runbook points at the pipeline's own pages."""
+    return kit.ThresholdAlert(
+        name=name,
+        settings={"for_": FOR},
+        severity=severity,
+        expr=expr,
+        summary=summary,
+        description=description,
+        runbook=kit.Runbook(means, _PIPELINE, tries),
+        tests=tests,
+    )
+
+
 DEFS: tuple[kit.AlertDef, ...] = (
     kit.ThresholdAlert(
         name=WATCHDOG,
@@ -75,36 +119,31 @@ DEFS: tuple[kit.AlertDef, ...] = (
             ),
         ),
     ),
-    kit.ThresholdAlert(
-        name=NOTIFICATIONS_FAILING,
-        settings={"for_": FOR},
-        severity="critical",
-        expr=f"sum by (job, instance, integration) "
-        f"(increase(alertmanager_notifications_failed_total[{WINDOW}])) > 0",
+    _watcher(
+        NOTIFICATIONS_FAILING,
+        "critical",
+        _increased("alertmanager_notifications_failed_total", by="job, instance, integration"),
         summary="Alertmanager fails to deliver notifications.",
         description="Alertmanager {{ $labels.instance }} failed {{ $value | humanize }} "
         f"{{{{ $labels.integration }}}} notifications in {WINDOW}: pages and messages of that "
         "integration are lost.",
-        runbook=kit.Runbook(
-            "Alertmanager's notifications to an integration (PagerDuty, Slack, webhook) fail: "
-            "the alerts still fire but nobody hears of them there.",
-            _PIPELINE,
-            (
-                "Read Alertmanager's log for the integration's error (a wrong routing key or "
-                "webhook URL, a network policy, the receiver's rate limit).",
-                "Check the routing-key and webhook files mounted under secrets/.",
-            ),
+        means="Alertmanager's notifications to an integration (PagerDuty, Slack, webhook) fail: "
+        "the alerts still fire but nobody hears of them there.",
+        tries=(
+            "Read Alertmanager's log for the integration's error (a wrong routing key or "
+            "webhook URL, a network policy, the receiver's rate limit).",
+            "Check the routing-key and webhook files mounted under secrets/.",
         ),
         tests=(
             kit.Scenario(
                 "PagerDuty notifications fail once a minute from minute 10; Prometheus drops "
                 "alerts; Alertmanager is down from minute 10.",
-                (
-                    (raw("alertmanager_notifications_failed_total", _PD), "0x10 1+1x30"),
-                    (raw("prometheus_notifications_errors_total", _PROM), "0x10 1+1x30"),
-                    (raw("prometheus_notifications_dropped_total", _PROM), "0x40"),
-                    (raw("up", _AM), "1x10 0x30"),
-                    (raw("up", _PROM), "1x40"),
+                _inputs(
+                    failed="0x10 1+1x30",
+                    errors="0x10 1+1x30",
+                    dropped="0x40",
+                    alertmanager_up="1x10 0x30",
+                    prometheus_up="1x40",
                 ),
                 (
                     kit.Check(NOTIFICATIONS_FAILING, "5m"),
@@ -115,38 +154,31 @@ DEFS: tuple[kit.AlertDef, ...] = (
             ),
         ),
     ),
-    kit.ThresholdAlert(
-        name=ALERTS_UNDELIVERED,
-        settings={"for_": FOR},
-        severity="critical",
-        expr=f"sum by (job, instance) (increase(prometheus_notifications_errors_total[{WINDOW}]) "
-        f"+ increase(prometheus_notifications_dropped_total[{WINDOW}])) > 0",
+    _watcher(
+        ALERTS_UNDELIVERED,
+        "critical",
+        _increased(
+            "prometheus_notifications_errors_total", "prometheus_notifications_dropped_total"
+        ),
         summary="Prometheus cannot hand its alerts to Alertmanager.",
         description="Prometheus {{ $labels.instance }} failed or dropped {{ $value | humanize }} "
         f"alert notifications in {WINDOW}.",
-        runbook=kit.Runbook(
-            "Prometheus fails to send alerts to Alertmanager or drops them from its queue.",
-            _PIPELINE,
-            (
-                "Check that Alertmanager runs and that alerting.alertmanagers in prometheus.yml "
-                "points at it.",
-            ),
+        means="Prometheus fails to send alerts to Alertmanager or drops them from its queue.",
+        tries=(
+            "Check that Alertmanager runs and that alerting.alertmanagers in prometheus.yml "
+            "points at it.",
         ),
     ),
-    kit.ThresholdAlert(
-        name=SELF_SCRAPE_DOWN,
-        settings={"for_": FOR},
-        severity="warning",
-        expr=f'up{{job=~"{PROMETHEUS_JOB}|{ALERTMANAGER_JOB}"}} == 0',
+    _watcher(
+        SELF_SCRAPE_DOWN,
+        "warning",
+        f'up{{job=~"{PROMETHEUS_JOB}|{ALERTMANAGER_JOB}"}} == 0',
         summary="Prometheus cannot scrape itself or Alertmanager.",
         description="The {{ $labels.job }} target {{ $labels.instance }} is down "
         "(up = {{ $value | humanize }}).",
-        runbook=kit.Runbook(
-            "Prometheus cannot scrape its own or Alertmanager's metrics, so the two alerts above "
-            "go blind.",
-            _PIPELINE,
-            ("Check the process and the address in the prometheus/alertmanager scrape jobs.",),
-        ),
+        means="Prometheus cannot scrape its own or Alertmanager's metrics, so the two alerts "
+        "above go blind.",
+        tries=("Check the process and the address in the prometheus/alertmanager scrape jobs.",),
     ),
 )
 ALERTS: tuple[kit.Alert, ...] = tuple(a for d in DEFS for a in d.rules(Query(Config()), d.knobs()))
@@ -160,13 +192,7 @@ def scenarios() -> Iterator[kit.Scenario]:
         yield from d.scenarios(d.knobs())
     yield kit.Scenario(
         "Healthy pipeline, 3 hours: both self-scrapes up, no failed notification.",
-        (
-            (raw("alertmanager_notifications_failed_total", _PD), "0x180"),
-            (raw("prometheus_notifications_errors_total", _PROM), "0x180"),
-            (raw("prometheus_notifications_dropped_total", _PROM), "0x180"),
-            (raw("up", _AM), "1x180"),
-            (raw("up", _PROM), "1x180"),
-        ),
+        _inputs("0x180", "0x180", "0x180", alertmanager_up="1x180", prometheus_up="1x180"),
         tuple(
             kit.Check(name, at)
             for name in (NOTIFICATIONS_FAILING, ALERTS_UNDELIVERED, SELF_SCRAPE_DOWN)

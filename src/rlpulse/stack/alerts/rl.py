@@ -529,12 +529,11 @@ DEFS: tuple[kit.AlertDef, ...] = (
             ),
         ),
     ),
-    kit.ThresholdAlert(
+    kit.recent_mean(
         name=UPDATE_KL,
         doc="Update-step (approximate) KL too high: updates move the policy too far.",
-        settings={"threshold": kit.Knob(0.05, "Fire above this mean approximate KL.")},
-        severity="warning",
-        expr=lambda q, k: f"{q.recent(APPROX_KL)} > {k.threshold:g}",
+        metric=APPROX_KL,
+        threshold=(0.05, "approximate KL"),
         summary="Update-step KL is too high: each update moves the policy too far.",
         description=lambda q, k: (
             f"Mean approximate KL per update of {ID} is {G3} nats (threshold {k.threshold:g})."
@@ -549,22 +548,16 @@ DEFS: tuple[kit.AlertDef, ...] = (
                 "Use early stopping on a target KL per update.",
             ),
         ),
-        tests=(
-            kit.level_shift(
-                UPDATE_KL,
-                "Update-step KL: 0.01, then 0.2 from 20m; above 0.05 from 22m, fires from 32m.",
-                series(APPROX_KL),
-                (0.01, 0.2),
-                TARGET,
-            ),
+        shift=(
+            "Update-step KL: 0.01, then 0.2 from 20m; above 0.05 from 22m, fires from 32m.",
+            (0.01, 0.2),
         ),
     ),
-    kit.ThresholdAlert(
+    kit.recent_mean(
         name=CLIP_HIGH,
         doc="Too many ratios clipped.",
-        settings={"threshold": kit.Knob(0.3, "Fire above this mean clip fraction.")},
-        severity="warning",
-        expr=lambda q, k: f"{q.recent(CLIP)} > {k.threshold:g}",
+        metric=CLIP,
+        threshold=(0.3, "clip fraction"),
         summary="A large fraction of probability ratios is clipped.",
         description=lambda q, k: (
             f"Clip fraction (bound {{{{ $labels.bound }}}}) of {ID} is {PERCENT} "
@@ -582,15 +575,8 @@ DEFS: tuple[kit.AlertDef, ...] = (
                 "also shows here.",
             ),
         ),
-        tests=(
-            kit.level_shift(
-                CLIP_HIGH,
-                "Clip fraction: 0.1, then 0.5 from 20m; fires from about 32m.",
-                series(CLIP, _CLIP_ANY),
-                (0.1, 0.5),
-                _CLIP_ANY,
-            ),
-        ),
+        shift=("Clip fraction: 0.1, then 0.5 from 20m; fires from about 32m.", (0.1, 0.5)),
+        labels=_CLIP_ANY,
     ),
     kit.ThresholdAlert(
         name=NONFINITE_LOSS,
@@ -688,15 +674,13 @@ DEFS: tuple[kit.AlertDef, ...] = (
             ),
         ),
     ),
-    kit.ThresholdAlert(
+    kit.recent_mean(
         name=EXPLAINED_VARIANCE,
         doc="The value function predicts worse than a constant.",
-        settings={
-            "for_": "15m",
-            "threshold": kit.Knob(0.0, "Fire below this mean explained variance."),
-        },
-        severity="warning",
-        expr=lambda q, k: f"{q.recent(EXPLAINED_VAR)} < {k.threshold:g}",
+        metric=EXPLAINED_VAR,
+        threshold=(0.0, "explained variance"),
+        below=True,
+        for_="15m",
         summary="The value function explains less than a constant would.",
         description=lambda q, k: f"Explained variance of {ID} is {G3} (threshold {k.threshold:g}).",
         runbook=kit.Runbook(
@@ -708,17 +692,12 @@ DEFS: tuple[kit.AlertDef, ...] = (
                 "learning rate, warm up the critic, or normalise rewards/returns.",
             ),
         ),
-        tests=(
-            kit.level_shift(
-                EXPLAINED_VARIANCE,
-                "Explained variance: 0.5, then -0.3 from 20m; the 10m mean is negative from 26m "
-                "and fires 15m later.",
-                series(EXPLAINED_VAR),
-                (0.5, -0.3),
-                TARGET,
-                quiet=("35m",),
-            ),
+        shift=(
+            "Explained variance: 0.5, then -0.3 from 20m; the 10m mean is negative from 26m "
+            "and fires 15m later.",
+            (0.5, -0.3),
         ),
+        quiet=("35m",),
     ),
     kit.ThresholdAlert(
         name=IMPORTANCE_DRIFT,

@@ -110,10 +110,17 @@ Episodes recorded with `observe_episodes` (the SB3 callback, the
 Gymnasium wrapper) are also judged one by one, as series `episodes`: a reward wrapper that answers
 0 takes SB3's 100-episode mean down one episode in a hundred, which a short run never shows, while
 the episodes' own returns read the stretch of zeros critical within 30 episodes; a 0/1 success
-recorded that way gets the CUSUM above. Live (SB3 on CartPole with `RlpulseCallback`, reward 0
-from env step 16,000 of 24,000, seed 10): DQN read critical at env step 19,800 and A2C at 21,200
-(its 100-episode mean only at the run's end); PPO's episodes last 500 steps by then, so its run
-ended 10-16 episodes after the failure, too few to page; 5 healthy runs (PPO, DQN, A2C) read 0.
+recorded that way gets the CUSUM above. A **continuous return falling back to where the run
+started** (a broken reward, a sensor or actuator fault) is read there too, whatever the window
+length (`Falls`): each episode at or below the start level (the mean of the first 20) is one with
+the current policy's own frequency (of its last 50 episodes, one added to each count) or, once
+the policy lost what it learned, 98 % of the time; at a million to one the drop is measured as
+above, against the best mean of 20 episodes in a row, and a gain smaller than the first episodes'
+spread is none. Live (SB3 on CartPole with `RlpulseCallback`, reward 0 from env step 16,000 of
+24,000, seed 10): DQN read critical at env step 19,800 and A2C at 21,200 (its 100-episode mean
+only at the run's end); PPO's episodes last 500 steps by then, and its 15 zero-return episodes
+(the 100-episode mean moved 3) read a fall of 0.54 at the 10th and 0.80 at the 15th; 5 healthy
+runs (PPO, DQN, A2C) read 0.
 Declare which logged key is the objective with a key map (`docs/replay.md`,
 `rlpulse.start(key_map=...)`).
 """

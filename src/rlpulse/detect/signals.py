@@ -723,34 +723,40 @@ class Drops:
         for c in self.cusums:
             if c.odds < DISCRETE_CHANCE:
                 continue
-            # a short stretch is picked for its failures: its own mean would overstate the drop
-            if c.since >= DISCRETE_START:
-                mean = c.total / c.since
-            else:
-                mean = math.fsum(self.recent) / len(self.recent)
-            if (self.typical - mean) / g > lost:
-                lost, since = (self.typical - mean) / g, c.since
+            drop = (self.typical - _fallen_mean(c, self.recent)) / g
+            if drop > lost:
+                lost, since = drop, c.since
         return lost, since
+
+
+def _fallen_mean(c: _Cusum, recent: deque[float]) -> float:
+    """The mean of the readings a CUSUM counts, or of the ``recent`` ones while it counts fewer
+    than ``DISCRETE_START``: a short stretch is picked for its failures, and its own mean would
+    overstate the drop."""
+    if c.since >= DISCRETE_START:
+        return c.total / c.since
+    return math.fsum(recent) / len(recent)
 
 
 class Falls:
     """Single episodes whose continuous return fell back to where the run started while they last as
     long as the learned policy's (a reward wrapper that answers 0, a broken grader, a critic
-    whose targets blew up: the behaviour went on, the return did not), which a 100-episode mean
-    shows only after dozens of episodes. A policy that collapsed into short failing episodes (it
-    falls, crashes, loses at once) is left to that mean, which many short episodes move within a
-    few logged rows, and to which such a collapse that the run recovers from (an off-policy
-    agent's brief fall) is one dip. *Start level*: the mean of the first ``DISCRETE_START``
-    episodes; *learned level*: the best mean of ``DISCRETE_START`` episodes in a row, and their
-    mean length. An episode that kept at most ``FALLS_BACK`` of the gain (start to learned
-    level) and lasted at least ``FALLS_LENGTH`` of that length is one with the current policy's
-    own frequency ``q`` (of the last ``FALLS_SPAN`` episodes, one added to each count so that a
-    policy that never fell there still has a finite chance), or, once the reward broke, with
-    ``DISCRETE_FAIL``: one CUSUM from the ``DISCRETE_MIN``-th episode, as ``Drops``. ``q`` and
-    the learned level are measured while the CUSUM stands at 0 and kept through a fall; a gain
-    smaller than the first episodes' spread is none (an early lull is no fall). The drop:
-    ``Drops.lost``'s, of the learned level: the mean of the last ``DISCRETE_START`` episodes (or
-    of the CUSUM's, once as many) below it, as a share of the gain."""
+    whose targets blew up: the behaviour went on, the return did not), which a 100-episode
+    mean shows only after dozens of episodes. A policy that collapsed into short failing
+    episodes (it falls, crashes, loses at once) is left to that mean, which many short
+    episodes move within a few logged rows, and to which such a collapse that the run
+    recovers from (an off-policy agent's brief fall) is one dip. *Start level*: the mean of
+    the first ``DISCRETE_START`` episodes; *learned level*: the best mean of
+    ``DISCRETE_START`` episodes in a row, and their mean length. An episode that kept at most
+    ``FALLS_BACK`` of the gain (start to learned level) and lasted at least ``FALLS_LENGTH``
+    of that length is one with the current policy's own frequency ``q`` (of the last
+    ``FALLS_SPAN`` episodes, one added to each count so that a policy that never fell there
+    still has a finite chance), or, once the reward broke, with ``DISCRETE_FAIL``: one CUSUM
+    after the first ``DISCRETE_MIN`` episodes, as ``Drops``. ``q`` and the learned level are
+    measured while the CUSUM stands at 0 and kept through a fall; a gain smaller than the
+    first episodes' spread is none (an early lull is no fall). The drop: ``Drops.lost``'s, of
+    the learned level: the mean of the last ``DISCRETE_START`` episodes (or of the CUSUM's,
+    once as many) below it, as a share of the gain."""
 
     def __init__(self) -> None:
         self.first: list[float] = []
@@ -806,13 +812,7 @@ class Falls:
             g = self.typical - self.start
             lost = 0.0
             if c.odds >= DISCRETE_CHANCE and g > self.spread:
-                # a short stretch is picked for its falls: its own mean would overstate the drop
-                recent = self.recent
-                if c.since >= DISCRETE_START:
-                    mean = c.total / c.since
-                else:
-                    mean = math.fsum(recent) / len(recent)
-                lost = max((self.typical - mean) / g, 0.0)
+                lost = max((self.typical - _fallen_mean(c, self.recent)) / g, 0.0)
             drop[i], typical[i] = lost, self.typical
             lag = c.since - 1 if lost > 0 else None
         return drop, typical, lag if len(at) and at[-1] == n - 1 else None

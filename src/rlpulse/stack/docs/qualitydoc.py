@@ -389,6 +389,11 @@ one state per 15-50 logged steps: the lead in logged steps is bounded below by t
   the run `crashed` and RLRunCrashed pages (1 incident, its reason the `ValueError` of the NaN
   logits); a replay cannot. DQN does not crash: its NaN `train/loss` is logged and
   RLNonFiniteLoss pages.
+- **Not caught: negative entropy coefficient, SB3 PPO and A2C.** Within the 8k steps after it
+  the return keeps rising and the entropy ends where healthy runs' does: PPO's goes from 0.20 to
+  0.14-0.17 (a healthy seed: 0.12-0.23), A2C's from 0.47 to 0.18-0.30 (healthy 0.41-0.56), a
+  quarter of its start, which healthy PPO seeds reach too. An entropy rule that paged on it
+  would page on them. Measured again on 2026-12-05 (`train_sb3`, seed 0).
 - **Not caught: DQN sign flip.** No logged number shows it: over the 48k steps after the flip the
   return keeps rising (about 145 to 234) and the TD loss falls. DQN learns from a 50k-transition
   buffer, and with a reward of -1 every step the Q-values of both actions fall together, so the

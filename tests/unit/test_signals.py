@@ -863,3 +863,32 @@ def test_window_sums_are_math_fsum_to_the_bit() -> None:
         ][kind]
         want = [repr(math.fsum(row)) for row in rows.tolist()]
         assert [repr(v) for v in _sums(rows).tolist()] == want, kind
+
+
+def test_a_read_that_fails_leaves_each_episode_s_length_beside_its_return(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``Falls`` pairs each episode's return with its length, which wait apart: a read that
+    fails (a bug; the scrape still answers) takes the lengths of the episodes it took, so the
+    next read pairs its own."""
+    d = Detector()
+    for ep in range(30):
+        d.episodes([float(ep)], [float(ep + 1000)])
+    d.settle()
+    calls = 0
+    extend = Track.extend
+
+    def fails_once(self: Track, values: np.ndarray) -> None:
+        nonlocal calls
+        calls += 1
+        if calls == 1:
+            raise RuntimeError("a bug in a read")
+        extend(self, values)
+
+    monkeypatch.setattr(Track, "extend", fails_once)
+    d.episodes([1.0, 2.0, 3.0], [7.0, 8.0, 9.0])
+    d.settle()  # fails: those three episodes are lost, with their lengths
+    d.episodes([4.0, 5.0], [10.0, 11.0])
+    d.settle()
+    ((_, falls),) = d._falls
+    assert falls.batch == [10.0, 11.0] and not falls.lengths

@@ -764,6 +764,7 @@ class Falls:
         self.recent_lengths: deque[float] = deque(maxlen=DISCRETE_START)
         self.span: deque[bool] = deque(maxlen=FALLS_SPAN)  # whether each episode fell
         self.lengths: deque[float] = deque()  # of the episodes waiting to be read, in order
+        self.batch: list[float] = []  # of the episodes being read (``take``)
         self.falls = 0  # in ``span``
         self.n = 0
         self.start = self.spread = self.typical = self.length = math.nan
@@ -798,15 +799,21 @@ class Falls:
             down, up = self._steps
             self.cusum.add(value, down if fell else up)
 
+    def take(self, n: int) -> None:
+        """The lengths of the ``n`` episodes a read is about to read, taken before it works on
+        any of them: a read that fails half-way leaves the next one's lengths beside their own
+        values."""
+        lengths = self.lengths
+        self.batch = [lengths.popleft() if lengths else math.nan for _ in range(n)]
+
     def read(self, values: np.ndarray, at: np.ndarray, n: int) -> Lost:
-        """Each of ``values`` in turn with its length (``lengths``; those at ``at`` of ``n``
-        rows; a non-finite one adds nothing): the rows' drops and typical levels (NaN at the
-        others) and the last row's lag (``Track.lost``)."""
+        """Each of ``values`` in turn with its length (``take``; those at ``at`` of ``n`` rows;
+        a non-finite one adds nothing): the rows' drops and typical levels (NaN at the others)
+        and the last row's lag (``Track.lost``)."""
         drop, typical = np.full(n, math.nan), np.full(n, math.nan)
         lag = None
-        c, lengths = self.cusum, self.lengths
-        for i, value in zip(at.tolist(), values.tolist(), strict=True):
-            length = lengths.popleft() if lengths else math.nan
+        c = self.cusum
+        for i, value, length in zip(at.tolist(), values.tolist(), self.batch, strict=True):
             if value - value == 0:
                 self.add(value, length)
             g = self.typical - self.start
@@ -1456,6 +1463,7 @@ class Detector:
     def __init__(self, windows: StepWindows | None = None) -> None:
         self.w = windows or StepWindows()
         self._tracks: dict[SeriesKey, Track] = {}
+        self._falls: list[tuple[int, Falls]] = []  # the episodes' tracks' ids and ``Falls``
         self._plain: dict[SeriesKey, Track] = {}  # watched series ``observe`` hands on as they are
         self._series: list[tuple[Track, SeriesKey, tuple[Signal, ...], str]] = []  # by id
         self._held: dict[tuple[str, str], Held] = {}
@@ -1683,6 +1691,7 @@ class Detector:
             track.stretches, track.drops = Stretches(), Drops()
         if series == EPISODES:
             track.falls = Falls()
+            self._falls.append((len(self._series), track.falls))
         sigs = _BY_METRIC[metric] if signals is None else signals
         # the two reward metrics feed the same signals: the series label tells them apart
         if series is None:
@@ -1714,6 +1723,8 @@ class Detector:
             k = int(np.count_nonzero(steps))
             times = np.array(self._times[:k], float)
             del self._times[:k]
+            for i, falls in self._falls:
+                falls.take(int(np.count_nonzero(ids == i)))
             try:
                 self._read(ids, values, steps, times)
             except Exception:  # a bug, not the trainer's: a scrape still answers

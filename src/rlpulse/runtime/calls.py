@@ -1,9 +1,11 @@
 """The recording calls of one exporter, queued in call order and applied off the training thread.
 
 A recording call (``log``, ``observe_episodes``, ``count`` ...) takes its input as plain numbers
-at the call (``rlpulse.runtime.coerce``: no reference to a user object is kept) and appends
-``(apply, args)`` to its exporter's ``Calls``: one bounded deque, so every call is applied in
-the order it was made. One daemon thread per process (``rlpulse-apply``) applies every live
+at the call (``rlpulse.runtime.coerce``: no reference to a user object is kept) and appends it
+to its exporter's ``Calls``: one bounded deque, so every call is applied in the order it was
+made. A call of the queue's own kind (``log()``) is queued as its arguments alone, a tuple of
+plain values that the garbage collector stops tracking at its first pass (so that a long queue
+adds nothing to later collections); any other as a ``Call``. One daemon thread per process (``rlpulse-apply``) applies every live
 exporter's queue: a call that finds its queue idle wakes it, and it gathers calls for
 ``BATCH_SECONDS`` (so what a call's apply says, a dropped value's notice, comes within about a
 second), or until a queue holds ``BACKLOG`` calls, before it applies them all: large batches
@@ -13,8 +15,8 @@ applies what is left before it reads, so it is never stale (it applies the calls
 began, not those that keep coming). Past ``MAX_QUEUED`` waiting calls a call is dropped and
 counted (``rlpulse_dropped_values_total{reason="queue_full"}``, said once at once), never
 blocking.
-A kind of call with a batch form (``log``'s: ``Ingest.apply_run``) is applied a run of up to
-``RUN`` consecutive calls at a time, still in call order.
+The own kind's batch form (``log``'s: ``Ingest.apply_run``) applies a run of up to ``RUN``
+consecutive own calls at a time, still in call order.
 """
 
 from __future__ import annotations
@@ -38,36 +40,51 @@ BATCH_SECONDS = 1.0  # the apply thread gathers calls this long after a wake-up
 BACKLOG = 2048  # calls in one queue that end the gather, and past which it applies without pausing
 RUN = 256  # consecutive calls of one kind a batch form applies at once (~0.3 ms of work)
 FULL = "queue_full"  # the drop reason of a call the full queue refused
-Call = tuple[Callable[..., None], tuple[Any, ...]]
+Args = tuple[Any, ...]
+Apply = Callable[..., None]
 Pause = Callable[[], None]
-Batched = dict[Callable[..., None], Callable[[list[tuple[Any, ...]]], None]]
+
+
+class Call:
+    """A queued call of another kind than its queue's own."""
+
+    __slots__ = ("apply", "args")
+
+    def __init__(self, apply: Apply, args: Args) -> None:
+        self.apply = apply
+        self.args = args
 
 
 class Calls:
-    """One exporter's queue of recording calls; ``apply()`` runs them in order."""
+    """One exporter's queue of recording calls; ``apply()`` runs them in order. ``own`` is the
+    queue's own kind of call, and ``batch`` its batch form (the args of consecutive calls)."""
 
-    __slots__ = ("__weakref__", "batched", "drops", "lock", "queue", "scheduled", "strict")
+    __slots__ = ("__weakref__", "batch", "drops", "lock", "own", "queue", "scheduled", "strict")
 
-    def __init__(self, drops: Drops, batched: Batched | None = None) -> None:
+    def __init__(
+        self, drops: Drops, own: Apply, batch: Callable[[list[Args]], None] | None = None
+    ) -> None:
         self.drops = drops
-        self.batched = batched or {}  # apply -> its batch form: the args of consecutive calls
+        self.own = own
+        self.batch = batch
         self.strict = drops.strict
-        self.queue: deque[Call] = deque()
+        self.queue: deque[Args | Call] = deque()
         self.lock = threading.RLock()  # one applier at a time: the apply thread or a scrape
         self.scheduled = False  # the apply thread was woken for this queue's calls
 
-    def put(self, apply: Callable[..., None], args: tuple[Any, ...], name: str) -> None:
-        """Queue one call (``name`` is what a drop is counted under)."""
+    def put(self, args: Args, name: str, apply: Apply | None = None) -> None:
+        """Queue one call: ``apply(*args)``, or (no ``apply``) the queue's own kind (``name``
+        is what a drop is counted under)."""
         if self.strict:  # applied at once, so that bad input raises in the caller
             with self.lock:
                 self.apply()
-                apply(*args)
+                (apply or self.own)(*args)
             return
         queue = self.queue
         if len(queue) >= MAX_QUEUED:
             self.full(name)
             return
-        queue.append((apply, args))
+        queue.append(args if apply is None else Call(apply, args))
         if not self.scheduled:
             self.schedule()
         elif len(queue) == BACKLOG:
@@ -98,21 +115,22 @@ class Calls:
         than ``BACKLOG`` wait) hands the GIL back to the training thread between them. Calls
         queued meanwhile wait for the next apply: writers faster than the apply must not hold
         an applier (and a scrape waiting behind it) forever."""
-        queue, batched = self.queue, self.batched
+        queue, own, batch = self.queue, self.own, self.batch
         with self.lock:
             left = len(queue)
             while left:
-                fn, args = queue.popleft()
+                entry = queue.popleft()
                 left -= 1
-                many = batched.get(fn)
-                if many is None:
-                    fn(*args)
+                if isinstance(entry, Call):
+                    entry.apply(*entry.args)
+                elif batch is None:
+                    own(*entry)
                 else:
-                    run = [args]
-                    while left and len(run) < RUN and queue[0][0] is fn:
-                        run.append(queue.popleft()[1])
+                    run: list[Args] = [entry]
+                    while left and len(run) < RUN and type(queue[0]) is not Call:
+                        run.append(queue.popleft())  # type: ignore[arg-type]
                         left -= 1
-                    many(run)
+                    batch(run)
                 if pause is not None and len(queue) < BACKLOG:
                     pause()
 

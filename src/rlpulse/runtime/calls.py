@@ -4,19 +4,20 @@ A recording call (``log``, ``observe_episodes``, ``count`` ...) takes its input 
 at the call (``rlpulse.runtime.coerce``: no reference to a user object is kept) and appends it
 to its exporter's ``Calls``: one bounded deque, so every call is applied in the order it was
 made. A call of the queue's own kind (``log()``) is queued as its arguments alone, a tuple of
-plain values that the garbage collector stops tracking at its first pass (so that a long queue
-adds nothing to later collections); any other as a ``Call``. One daemon thread per process (``rlpulse-apply``) applies every live
-exporter's queue: a call that finds its queue idle wakes it, and it gathers calls for
-``BATCH_SECONDS`` (so what a call's apply says, a dropped value's notice, comes within about a
-second), or until a queue holds ``BACKLOG`` calls, before it applies them all: large batches
-make the apply cheap, consecutive ``log()`` calls going in columns (below; at 100 steps a
-second a 50 ms gather found 5 calls, applied one by one at twice the CPU). A scrape
-applies what is left before it reads, so it is never stale (it applies the calls made before it
-began, not those that keep coming). Past ``MAX_QUEUED`` waiting calls a call is dropped and
-counted (``rlpulse_dropped_values_total{reason="queue_full"}``, said once at once), never
-blocking.
-The own kind's batch form (``log``'s: ``Ingest.apply_run``) applies a run of up to ``RUN``
-consecutive own calls at a time, still in call order.
+plain values that the garbage collector stops tracking at its first pass (a long queue adds
+nothing to later collections); any other as a ``Call``. The own kind's batch form (``log``'s:
+``Ingest.apply_run``) applies a run of up to ``RUN`` consecutive own calls at a time, still in
+call order.
+
+One daemon thread per process (``rlpulse-apply``) applies every live exporter's queue: a call
+that finds its queue idle wakes it, and it gathers calls for ``BATCH_SECONDS`` (so what a call's
+apply says, a dropped value's notice, comes within about a second), or until a queue holds
+``BACKLOG`` calls, before it applies them all. Large batches make the apply cheap: consecutive
+``log()`` calls go in columns (at 100 steps a second a 50 ms gather found 5 calls, applied one
+by one at twice the CPU). A scrape applies what is left before it reads, so it is never stale
+(it applies the calls made before it began, not those that keep coming). Past ``MAX_QUEUED``
+waiting calls a call is dropped and counted
+(``rlpulse_dropped_values_total{reason="queue_full"}``, said once at once), never blocking.
 """
 
 from __future__ import annotations

@@ -186,3 +186,24 @@ assert not exp.ingest.calls.queue and not other.ingest.calls.queue, "the backlog
 """
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
+
+
+def test_a_queue_past_its_backlog_is_applied_without_a_gather() -> None:
+    """Writers that outran the last apply leave a queue past ``BACKLOG``: its next call cannot
+    meet ``BACKLOG`` again, so the apply thread does not gather before it applies."""
+    code = """
+import time
+from rlpulse.runtime import calls
+from rlpulse.runtime.exporter import Exporter
+calls.BATCH_SECONDS = 600.0
+exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False)
+queue = exp.ingest.calls.queue
+queue.extend(({"rl_entropy": 1.0}, i, 0.0) for i in range(calls.BACKLOG))  # as log() queues
+exp.log({"rl_entropy": 2.0}, step=calls.BACKLOG)  # wakes the apply thread
+deadline = time.monotonic() + 60
+while queue and time.monotonic() < deadline:
+    time.sleep(0.01)
+assert not queue, "it gathered"
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr

@@ -166,17 +166,23 @@ def _wake() -> None:
     _event.set()
 
 
+def _queues() -> list[Calls]:
+    with _live.lock:
+        return list(_live)
+
+
 def _run() -> None:
     event, backlog = _event, _backlog
     while True:
         event.wait()
         event.clear()
-        backlog.wait(BATCH_SECONDS)  # a batch gathers, unless a queue fills up first
+        # a batch gathers, unless a queue fills up first; one that is full already (its
+        # writers outran the last apply, so its next call cannot meet BACKLOG) does not wait
+        if all(len(calls.queue) < BACKLOG for calls in _queues()):
+            backlog.wait(BATCH_SECONDS)
         backlog.clear()
-        with _live.lock:
-            queues = list(_live)
         pause = Pacer()
-        for calls in queues:
+        for calls in _queues():
             if not calls.scheduled:
                 continue
             calls.scheduled = False  # a call queued from now on wakes this thread again

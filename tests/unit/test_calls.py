@@ -159,3 +159,51 @@ print(exp.dropped)
     )
     assert "'queue_full': 5" in out.stdout, out.stderr
     assert out.stderr.count("dropped a log() call") == 1, out.stderr
+
+
+def test_a_backlog_ends_the_gather_and_another_queue_does_not() -> None:
+    """The apply thread gathers calls for ``BATCH_SECONDS`` after a wake-up: another exporter's
+    first call does not end the gather, a queue of ``BACKLOG`` calls does (here the gather is
+    10 minutes long, in a process of its own)."""
+    code = """
+import time
+from rlpulse.runtime import calls
+from rlpulse.runtime.exporter import Exporter
+calls.BATCH_SECONDS = 600.0
+exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False)
+exp.log({"rl_entropy": 0.0}, step=0)  # wakes the apply thread: it gathers
+time.sleep(0.5)
+other = Exporter(port=0, run_id="o", gpu=False, host=False, process=False)
+other.log({"rl_entropy": 1.0}, step=0)
+time.sleep(0.5)
+assert len(exp.ingest.calls.queue) == 1, "another queue's first call ended the gather"
+for step in range(1, calls.BACKLOG):
+    exp.log({"rl_entropy": float(step)}, step=step)
+deadline = time.monotonic() + 60
+while exp.ingest.calls.queue and time.monotonic() < deadline:
+    time.sleep(0.01)
+assert not exp.ingest.calls.queue and not other.ingest.calls.queue, "the backlog waited"
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+
+
+def test_a_queue_past_its_backlog_is_applied_without_a_gather() -> None:
+    """Writers that outran the last apply leave a queue past ``BACKLOG``: its next call cannot
+    meet ``BACKLOG`` again, so the apply thread does not gather before it applies."""
+    code = """
+import time
+from rlpulse.runtime import calls
+from rlpulse.runtime.exporter import Exporter
+calls.BATCH_SECONDS = 600.0
+exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False)
+queue = exp.ingest.calls.queue
+queue.extend(({"rl_entropy": 1.0}, i, 0.0) for i in range(calls.BACKLOG))  # as log() queues
+exp.log({"rl_entropy": 2.0}, step=calls.BACKLOG)  # wakes the apply thread
+deadline = time.monotonic() + 60
+while queue and time.monotonic() < deadline:
+    time.sleep(0.01)
+assert not queue, "it gathered"
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr

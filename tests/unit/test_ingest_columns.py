@@ -78,7 +78,7 @@ def _exporter(columns: bool) -> Exporter:
     """A fresh exporter on a fixed clock, applying ``log()`` runs in columns or one at a time."""
     exp = Exporter(port=0, run_id="r", gpu=False, host=False, process=False)
     if not columns:
-        exp.ingest.calls.batched = {}
+        exp.ingest.calls.batch = None
     exp.clock = iter(1000.0 + 0.5 * i for i in range(10**6)).__next__
     return exp
 

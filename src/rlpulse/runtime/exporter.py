@@ -99,8 +99,7 @@ class Exporter:
             framework=self.run_info.framework,
             unmapped_cap=opts.unmapped_cap,
         )
-        self._calls = self.ingest.calls  # every recording call, in call order
-        self._apply_log = self.ingest.apply
+        self._calls = self.ingest.calls  # every recording call, in call order (log()'s own)
         self._server: http.Server | None = None
         self._lock = threading.Lock()
         self._episodes = batches.Episodes()
@@ -346,9 +345,9 @@ class Exporter:
                 return False
             self.outcome = (outcome, reason[:MAX_REASON_CHARS])
         put = self._calls.put
-        put(self.writes.put, (FINISHED.name, time.time()), FINISHED.name)
+        put((FINISHED.name, time.time()), FINISHED.name, self.writes.put)
         labels = {"outcome": outcome, "reason": self.outcome[1]}
-        put(self.writes.put, (OUTCOME.name, 1.0, labels), OUTCOME.name)
+        put((OUTCOME.name, 1.0, labels), OUTCOME.name, self.writes.put)
         self.flush()  # every call made before the end, applied before the last scrape and push
         wait = self.final_wait if wait is None else wait
         since, started = time.time(), time.monotonic()
@@ -451,7 +450,7 @@ class Exporter:
                 raise error from None
             self.drops("bad_call", "log", error)
             return
-        self._calls.put(self._apply_log, args, "log")
+        self._calls.put(args, "log")
 
     def flush(self, pause: Callable[[], None] | None = None) -> None:
         """Apply the queued recording calls now, in call order (a scrape does this first)."""

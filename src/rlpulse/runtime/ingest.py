@@ -125,7 +125,7 @@ class Ingest:
         self.slots: dict[str, int] = {}
         self.bindings: dict[str, _Binding | object] = {}
         # recording calls not applied yet, in call order; log()'s applied in runs
-        self.calls = calls.Calls(drops, {self.apply: self.apply_run})
+        self.calls = calls.Calls(drops, self.apply, self.apply_run)
         self.plans: dict[tuple[Any, ...], _Columns] = {}  # key order -> its columns
         calls.register(self.calls)
         self.kept_ids: set[str] | None = None  # rollout ids stored (exemplars link only to them)
@@ -138,7 +138,7 @@ class Ingest:
     def apply_unstamped(self, metrics: Mapping[str, Any]) -> None:
         """Map a dict like ``log()`` without moving the trainer's step and last-log time (a
         worker's activity is not the training loop's)."""
-        self.calls.put(self._apply_unstamped, (dict(metrics),), "log")
+        self.calls.put((dict(metrics),), "log", self._apply_unstamped)
 
     def _apply_unstamped(self, metrics: dict[str, Any]) -> None:
         self.apply(metrics, None, self.store.values[self.last_ts.slot])
@@ -422,7 +422,7 @@ class Ingest:
         except Exception as exc:
             self.drops.refuse(name, exc)
             return
-        self.calls.put(apply, args, name)
+        self.calls.put(args, name, apply)
 
     def count(self, name: str, amount: float = 1.0, /, **labels: Any) -> None:
         """Add ``amount`` (≥ 0) to a catalog counter."""

@@ -863,3 +863,28 @@ def test_window_sums_are_math_fsum_to_the_bit() -> None:
         ][kind]
         want = [repr(math.fsum(row)) for row in rows.tolist()]
         assert [repr(v) for v in _sums(rows).tolist()] == want, kind
+
+
+def test_window_sums_of_a_series_are_math_fsum_of_each_window_to_the_bit() -> None:
+    """A read's zero-std window sums (``_window_sums``): differences of running sums where
+    every one is exact (eighths, halves near 2**28, zeros), the windows' own sums elsewhere
+    (-0.0, tenths, a total past 2**32, noise); always ``math.fsum`` of each window, repeated
+    ends included."""
+    from rlpulse.detect.signals import _window_sums
+
+    rng = np.random.default_rng(9)
+    n = 400
+    for kind in range(7):
+        x = [
+            rng.integers(0, 9, n) / 8,
+            rng.integers(0, 9, n) / 8 * np.where(rng.random(n) < 0.05, -0.0, 1.0),
+            rng.integers(0, 11, n) / 10,
+            (2.0**28 - rng.integers(1, 4, n) / 2) * np.where(rng.random(n) < 0.5, -1, 1),
+            2.0**27 + rng.integers(1, 1024, n) * 2.0**-20,  # running totals past 2**33
+            np.zeros(n),
+            rng.normal(0.3, 0.1, n),
+        ][kind]
+        for w in (1, 10):
+            ends = np.sort(rng.integers(w - 1, n, 120))
+            want = [repr(math.fsum(x[e - w + 1 : e + 1])) for e in ends.tolist()]
+            assert [repr(v) for v in _window_sums(x, ends, w).tolist()] == want, (kind, w)

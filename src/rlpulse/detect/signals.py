@@ -338,7 +338,8 @@ class Track:
         if kept is not None and kept[0] is rows and self.scratch.holds(HISTORY, self):
             return kept[1]
         ends = np.maximum(self.base - 2 + rows, -1)
-        size = np.clip(self.rows["n"][rows] - 1, 0, self.w.history)
+        size = np.minimum(np.maximum(self.rows["n"][rows] - 1, 0), self.w.history)  # (np.clip:
+        # ~20 us of Python)
         out = self.scratch.get(HISTORY, len(rows), self.w.history, self)
         history = windows.windows(self.x, ends, self.w.history, out)
         history.sort(axis=1)
@@ -506,9 +507,9 @@ def _ratio_to_typical(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray)
     """The smoothed level against the history's median magnitude: never a division by zero
     (a sparse-reward value loss of 0 gives no ratio) nor by a negative loss."""
     history, size = t.history(rows)
-    # (still in order where no value is negative: a loss)
-    magnitude = np.abs(history, out=t.scratch.get(DEVIATIONS, *history.shape))
-    if (history < 0).any():
+    magnitude = history  # (no sign bit anywhere, -0.0 neither: the magnitudes themselves)
+    if np.signbit(history).any():
+        magnitude = np.abs(history, out=t.scratch.get(DEVIATIONS, *history.shape))
         magnitude.sort(axis=1)
     typical = windows.medians(magnitude, size)
     seen = size >= d.w.warmup
@@ -707,8 +708,8 @@ class Drops:
         changed = np.flatnonzero(moves)
         taken = int(changed[0]) if len(changed) else len(f)  # finite readings read at once
         quiet = int(np.flatnonzero(finite)[taken]) if taken < len(f) else len(values)
-        self.recent.extend(f[:taken].tolist())
-        span.extend(f[:taken].tolist())
+        self.recent.extend(f[max(taken - DISCRETE_START, 0) : taken].tolist())  # (the rest
+        span.extend(f[max(taken - DISCRETE_SPAN, 0) : taken].tolist())  # would leave again)
         return quiet
 
     def lost(self) -> tuple[float, int]:
@@ -1094,8 +1095,7 @@ def _zero_std(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair
     span = 2 * d.w.smooth
     seen = t.rows["n"][rows] >= span  # the alert says "of the last 10 batches"
     share = np.full(len(rows), math.nan)
-    last = windows.windows(t.x, t.base - 1 + rows[seen], span)
-    share[seen] = _sums(last) / span  # statistics.fmean
+    share[seen] = _window_sums(t.x, t.base - 1 + rows[seen], span) / span  # statistics.fmean
     peak = np.full(len(rows), math.nan)
     best = np.zeros(len(rows), bool)
     for reward, at in d.reward_rows(seqs):
@@ -1108,14 +1108,39 @@ def _zero_std(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair
     return np.where(seen, np.where(best, 0.0, share), math.nan), np.where(seen, peak, math.nan)
 
 
+def _window_sums(x: np.ndarray, ends: np.ndarray, w: int) -> np.ndarray:
+    """``math.fsum`` of each window of ``w`` values of ``x`` ending at ``ends`` (ascending):
+    differences of running sums where each is exact (values that ``_exact_sums`` adds exactly,
+    no -0.0, adding up to less than 2**32 in magnitude: every running sum is a multiple of
+    2**-20 below 2**33, and so is every difference), else ``_sums`` of the windows."""
+    lo = int(ends[0]) - w + 1 if len(ends) else -1
+    if lo >= 0:
+        span = x[lo : int(ends[-1]) + 1]
+        if (
+            _exact_sums(span)
+            and not (np.signbit(span) & (span == 0)).any()
+            and np.abs(span).sum() < 2.0**32
+        ):
+            running = np.concatenate(([0.0], np.cumsum(span)))
+            at = ends - lo + 1
+            return running[at] - running[at - w]
+    return _sums(windows.windows(x, ends, w))
+
+
+def _exact_sums(values: np.ndarray) -> bool:
+    """Whether ``values`` are multiples of 2**-20 below 2**28 (such as a share of a few
+    groups): numpy adds a few of them exactly."""
+    scaled = values * 2.0**20
+    return bool((np.abs(values) < 2.0**28).all() and (scaled == np.floor(scaled)).all())
+
+
 def _sums(rows: np.ndarray) -> np.ndarray:
     """``math.fsum`` of each row: added by numpy where every partial sum is exact (multiples
     of 2**-20 below 2**28, such as a share of a few groups, no -0.0), in integers where the
     values' exponents are close (``_integer_sums``), else one by one."""
     if (np.signbit(rows) & (rows == 0)).any():  # (-0.0: fsum's sign of a zero, one by one)
         return np.fromiter(map(math.fsum, rows.tolist()), float, len(rows))
-    scaled = rows * 2.0**20
-    if (np.abs(rows) < 2.0**28).all() and (scaled == np.floor(scaled)).all():
+    if _exact_sums(rows):
         return rows.sum(axis=1)
     sums = _integer_sums(rows)
     if sums is not None:

@@ -8,7 +8,6 @@ import functools
 import math
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 Pair = tuple[np.ndarray, np.ndarray]  # per row: a smoothed value and its sustained level
 
@@ -51,11 +50,17 @@ def windows(x: np.ndarray, ends: np.ndarray, w: int, out: np.ndarray | None = No
     """Rows ``x[e - w + 1 : e + 1]`` for each ``e`` of ``ends`` (-1 allowed), NaN before
     ``x`` starts (written into ``out`` if given)."""
     padded = np.concatenate((_nans(w), x))
-    if len(ends) < 64:  # a few rows: one index (a window view costs ~20 us to make)
+    if len(ends) < 64:  # a few rows: one index
         return np.take(padded, ends[:, None] + _offsets(w), out=out, mode="clip")
     # (whole rows copied: no per-item index; the indexes are in range, and mode "raise" would
     # copy into ``out`` through a buffer of its own)
-    return np.take(sliding_window_view(padded, w), ends + 1, axis=0, out=out, mode="clip")
+    return np.take(_window_view(padded, w), ends + 1, axis=0, out=out, mode="clip")
+
+
+def _window_view(x: np.ndarray, w: int) -> np.ndarray:
+    """``sliding_window_view(x, w)`` of a contiguous float vector, made in C (that function
+    checks its arguments in Python: ~10 us)."""
+    return np.ndarray((len(x) - w + 1, w), x.dtype, x, 0, (x.itemsize, x.itemsize))
 
 
 @functools.cache

@@ -739,21 +739,27 @@ def _shaped(rng: np.random.Generator, n: int, trial: int) -> np.ndarray:
 
 def test_medians_ordered_by_a_network_are_the_sorted_windows_medians() -> None:
     """``windows.last_medians`` orders many full windows of a few values (and of twice as
-    many) column by column: the same medians as sorting each window, for any window size, ties,
-    constant values, signed zeros and a series' first values (its windows not full yet)."""
+    many) column by column, of several series at once (each's own to the bit): the same
+    medians as sorting each window, for any window size, ties, constant values, signed zeros
+    and a series' first values (its windows not full yet)."""
     rng = np.random.default_rng(1)
-    for trial in range(400):
-        n = int(rng.integers(1, 400))
-        x = _shaped(rng, n, trial)
+    for trial in range(0, 400, 4):
         w = int(rng.integers(1, 8))
-        m = n - 1 - int(rng.integers(0, max(1, n // 3)))  # the batch: x's last m values
-        seen = np.minimum(np.arange(m + 1) + int(rng.integers(0, 20)), n - m + np.arange(m + 1))
-        ends = np.arange(n - m - 1, n)
-        for got, size in zip(windows.last_medians(x, ends, seen, w), (w, 2 * w), strict=True):
-            rows = windows.windows(x, ends, size)
-            rows.sort(axis=1)
-            want = windows.medians(rows, np.minimum(seen, size))
-            assert np.array_equal(got, want, equal_nan=True)
+        series = []
+        for k in range(int(rng.integers(1, 5))):
+            n = int(rng.integers(1, 400))
+            x = _shaped(rng, n, trial + k)
+            m = n - 1 - int(rng.integers(0, max(1, n // 3)))  # the batch: x's last m values
+            seen = np.minimum(np.arange(m + 1) + int(rng.integers(0, 20)), n - m + np.arange(m + 1))
+            series.append((x, np.arange(n - m - 1, n), seen))
+        for (x, ends, seen), pair in zip(series, windows.last_medians(series, w), strict=True):
+            alone = windows.last_medians([(x, ends, seen)], w)[0]  # (to the bit: signed zeros)
+            for got, size, own in zip(pair, (w, 2 * w), alone, strict=True):
+                rows = windows.windows(x, ends, size)
+                rows.sort(axis=1)
+                want = windows.medians(rows, np.minimum(seen, size))
+                assert np.array_equal(got, want, equal_nan=True)
+                assert [repr(v) for v in got.tolist()] == [repr(v) for v in own.tolist()]
 
 
 def _counted_in_turn(counts: dict[float, int], values: list[float]) -> tuple[list[int], list[int]]:

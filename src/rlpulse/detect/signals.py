@@ -162,14 +162,23 @@ class Track:
 
     def extend(self, values: np.ndarray) -> None:
         """A batch of finite values: the statistics of every row (the current row stays 0)."""
+        extend_tracks([self], [values])
+
+    def _append(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``extend``'s first half: ``values`` appended; ``windows.last_medians``'s series."""
         self._drop_old()
-        w, prev = self.w, self.x
+        prev = self.x
         self.n0, m = self.n, len(values)
         self.x = np.concatenate((prev, values))
         self.base = len(prev)
         n = np.arange(self.n0, self.n0 + m + 1)
-        ends = np.arange(self.base - 1, self.base + m)
-        smoothed, level = windows.last_medians(self.x, ends, n, w.smooth)
+        return self.x, np.arange(self.base - 1, self.base + m), n
+
+    def _statistics(
+        self, values: np.ndarray, n: np.ndarray, smoothed: np.ndarray, level: np.ndarray
+    ) -> None:
+        """``extend``'s second half: every row's statistics from its medians."""
+        w = self.w
         level[n < 2 * w.smooth] = math.nan
         warm = n >= w.warmup
         start = self.start if self.start == self.start else _first(smoothed, warm)
@@ -349,6 +358,16 @@ class Track:
 
 _STATE = ("last", "smoothed", "peak", "floor", "start", "level", "level_peak", "level_start")
 HISTORY, DEVIATIONS = "history", "deviations"  # a read's reused matrices (``windows.Scratch``)
+
+
+def extend_tracks(tracks: list[Track], batches: list[np.ndarray]) -> None:
+    """``Track.extend`` of each of ``tracks`` (of one ``StepWindows``) with its batch, the
+    medians of all worked out at once (``windows.last_medians``)."""
+    series = [t._append(v) for t, v in zip(tracks, batches, strict=True)]
+    smooth = tracks[0].w.smooth if tracks else 0
+    pairs = windows.last_medians(series, smooth)
+    for t, v, (_, _, n), pair in zip(tracks, batches, series, pairs, strict=True):
+        t._statistics(v, n, *pair)
 
 
 def _first(values: np.ndarray, where: np.ndarray) -> float:
@@ -1760,18 +1779,20 @@ class Detector:
             self._read_stamp, self._read_step = float(times[-1]), float(values[steps][-1])
         # each series' values: their statistics at once
         read: list[tuple[Track, np.ndarray]] = []
+        batches = []
         for i in np.flatnonzero(np.bincount(ids + 1)[1:]).tolist():  # (STEP is -1)
             where = np.flatnonzero(ids == i)
             track = self._series[i][0]
             v = values[where]
             finite = np.isfinite(v)
             track.born = min(track.born, int(seqs[where[0]]))
-            track.extend(v[finite])
+            batches.append(v[finite])
             if track.stretches is not None:
-                track.stretches.extend(v[finite])
+                track.stretches.extend(batches[-1])
                 track.discrete = track.stretches.rows["distinct"] <= DISCRETE_VALUES
             track.batch, track.seqs, track.ev_rows = self._batch, seqs[where], np.cumsum(finite)
             read.append((track, where))
+        extend_tracks([t for t, _ in read], batches)
         out: dict[tuple[str, str], _Out] = {}
         looped = [(t, w) for t, w in read if t.looped]
         if looped:

@@ -98,28 +98,45 @@ def medians(ordered: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.where(counts == 0, math.nan, np.where(counts % 2 == 1, hi, (lo + hi) / 2))
 
 
-def last_medians(x: np.ndarray, ends: np.ndarray, n: np.ndarray, w: int) -> Pair:
-    """Per row, the median of the last ``min(n, w)`` and of the last ``min(n, 2 w)`` values of
-    finite ``x`` up to ``ends`` (a smoothed value and its sustained level; ``ends`` ascending,
-    ``n`` not falling). Many full windows that end one after the other (``w`` at most
-    ``NETWORK``) are ordered column by column (``_ordered_columns``): a window of 2 w values is
-    two ordered halves, whose middle values ``_kth`` picks. The same values as sorting each
-    window."""
-    full = int(np.searchsorted(n, 2 * w))  # the rows before have fewer than 2 w values
-    many = len(ends) - full >= 64 and ends[-1] - ends[full] == len(ends) - 1 - full
-    if not (many and w <= NETWORK and ends[full] >= 2 * w - 1):  # (windows inside x)
-        return _sorted_medians(x, ends, np.minimum(n, w), w), _sorted_medians(
-            x, ends, np.minimum(n, 2 * w), 2 * w
-        )
-    smoothed, level = np.empty(len(ends)), np.empty(len(ends))
-    if full:
-        smoothed[:full], level[:full] = last_medians(x, ends[:full], n[:full], w)
-    cols = _ordered_columns(x, int(ends[full]) - w, len(ends) - full + w, w)
-    older, newer = [c[:-w] for c in cols], [c[w:] for c in cols]
-    half = w // 2
-    smoothed[full:] = newer[half] if w % 2 else (newer[half - 1] + newer[half]) / 2
-    level[full:] = (_kth(older, newer, w) + _kth(older, newer, w + 1)) / 2
-    return smoothed, level
+def last_medians(series: list[tuple[np.ndarray, np.ndarray, np.ndarray]], w: int) -> list[Pair]:
+    """Per series ``(x, ends, n)``, per row the median of the last ``min(n, w)`` and of the last
+    ``min(n, 2 w)`` values of finite ``x`` up to ``ends`` (a smoothed value and its sustained
+    level; ``ends`` ascending, ``n`` not falling). Many full windows that end one after the
+    other (``w`` at most ``NETWORK``) are ordered column by column (``_ordered_columns``), those
+    of every series in one pass over their values laid end to end (the windows across two
+    series' values are left out): a window of 2 w values is two ordered halves, whose middle
+    values ``_kth`` picks. The same values as sorting each window."""
+    out: list[Pair] = []
+    runs: list[tuple[Pair, int, np.ndarray]] = []  # (the series' pair, its first full row, values)
+    for x, ends, n in series:
+        full = int(np.searchsorted(n, 2 * w))  # the rows before have fewer than 2 w values
+        many = len(ends) - full >= 64 and ends[-1] - ends[full] == len(ends) - 1 - full
+        if not (many and w <= NETWORK and ends[full] >= 2 * w - 1):  # (windows inside x)
+            out.append(
+                (
+                    _sorted_medians(x, ends, np.minimum(n, w), w),
+                    _sorted_medians(x, ends, np.minimum(n, 2 * w), 2 * w),
+                )
+            )
+            continue
+        pair = np.empty(len(ends)), np.empty(len(ends))
+        if full:
+            pair[0][:full], pair[1][:full] = last_medians([(x, ends[:full], n[:full])], w)[0]
+        out.append(pair)
+        runs.append((pair, full, x[int(ends[full]) - 2 * w + 1 : int(ends[-1]) + 1]))
+    if runs:
+        laid = np.concatenate([r[2] for r in runs]) if len(runs) > 1 else runs[0][2]
+        cols = _ordered_columns(laid, w - 1, len(laid) - w + 1, w)
+        older, newer = [c[:-w] for c in cols], [c[w:] for c in cols]
+        half = w // 2
+        smoothed = newer[half] if w % 2 else (newer[half - 1] + newer[half]) / 2
+        level = (_kth(older, newer, w) + _kth(older, newer, w + 1)) / 2
+        at = 0  # where a series' values begin in ``laid``
+        for (s, lv), full, values in runs:
+            rows = len(values) - 2 * w + 1
+            s[full:], lv[full:] = smoothed[at : at + rows], level[at : at + rows]
+            at += len(values)
+    return out
 
 
 NETWORK = 6  # windows of at most this many values (and twice) are ordered by a network

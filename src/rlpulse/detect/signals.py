@@ -365,7 +365,7 @@ def extend_tracks(tracks: list[Track], batches: list[np.ndarray]) -> None:
     medians of all worked out at once (``windows.last_medians``)."""
     series = [t._append(v) for t, v in zip(tracks, batches, strict=True)]
     smooth = tracks[0].w.smooth if tracks else 0
-    pairs = windows.last_medians(series, smooth)
+    pairs = windows.last_medians(series, smooth, tracks[0].scratch if tracks else None)
     for t, v, (_, _, n), pair in zip(tracks, batches, series, pairs, strict=True):
         t._statistics(v, n, *pair)
 
@@ -971,16 +971,22 @@ class Stretches:
         none can (all counted, or every value left counted before) at once (``_count_known``)."""
         counts, n = self._counts, len(values)
         distinct, count = np.empty(n, np.int64), np.zeros(n, np.int64)
-        vals, i = values.tolist(), 0
+        vals: list[float] = []
+        i = 0
         while i < n:
             stop = n
             if n - i >= 64:  # (numpy's fixed cost: a short batch goes one by one)
-                known = np.isin(values[i:], np.fromiter(counts, float, len(counts)))
+                keys = np.sort(np.fromiter(counts, float, len(counts)))
+                which = np.searchsorted(keys, values[i:])
+                known = (
+                    keys[np.minimum(which, len(keys) - 1)] == values[i:] if len(keys) else which < 0
+                )
                 if len(counts) >= FROZEN_VALUES or known.all():
                     distinct[i:] = len(counts)
-                    self._count_known(values[i:], known, count[i:])
+                    self._count_known(keys, which, known, count[i:])
                     break
                 stop = i + int(known.argmin()) + 1  # through the next new value, then again
+            vals = vals or values.tolist()
             for j in range(i, stop):
                 v = vals[j]
                 c = counts.get(v)
@@ -990,22 +996,28 @@ class Stretches:
             i = stop
         return distinct, count
 
-    def _count_known(self, values: np.ndarray, known: np.ndarray, count: np.ndarray) -> None:
-        """Count the ``known`` of ``values`` (each counted before; no new one is): how often
-        each had been read after it, into ``count``."""
+    def _count_known(
+        self, keys: np.ndarray, which: np.ndarray, known: np.ndarray, count: np.ndarray
+    ) -> None:
+        """Count the ``known`` of a batch's values (each counted before, ``keys[which]``, the
+        counted values in order; no new one is): how often each had been read after it, into
+        ``count``."""
         at = np.flatnonzero(known)
         if not len(at):
             return
-        ordered, which = np.unique(values[at], return_inverse=True)
-        times = np.bincount(which, minlength=len(ordered))
+        which = which[at]
+        times = np.bincount(which, minlength=len(keys))
         # each value's readings in turn: its place among the readings of the same value
         place = np.empty(len(at), np.int64)
         place[np.argsort(which, kind="stable")] = np.arange(len(at)) - np.repeat(
             np.cumsum(times) - times, times
         )
-        before = np.array([self._counts[v] for v in ordered.tolist()], np.int64)
+        read = np.flatnonzero(times)
+        got = keys[read].tolist()
+        before = np.zeros(len(keys), np.int64)
+        before[read] = [self._counts[v] for v in got]
         count[at] = before[which] + place + 1
-        for v, b, k in zip(ordered.tolist(), before.tolist(), times.tolist(), strict=True):
+        for v, b, k in zip(got, before[read].tolist(), times[read].tolist(), strict=True):
             self._counts[v] = b + k
 
 

@@ -47,14 +47,25 @@ class Scratch:
 
 
 def windows(x: np.ndarray, ends: np.ndarray, w: int, out: np.ndarray | None = None) -> np.ndarray:
-    """Rows ``x[e - w + 1 : e + 1]`` for each ``e`` of ``ends`` (-1 allowed), NaN before
-    ``x`` starts (written into ``out`` if given)."""
+    """Rows ``x[e - w + 1 : e + 1]`` for each ``e`` of ``ends`` (not decreasing, -1 allowed),
+    NaN before ``x`` starts (written into ``out`` if given)."""
     padded = np.concatenate((_nans(w), x))
     if len(ends) < 64:  # a few rows: one index
         return np.take(padded, ends[:, None] + _offsets(w), out=out, mode="clip")
-    # (whole rows copied: no per-item index; the indexes are in range, and mode "raise" would
-    # copy into ``out`` through a buffer of its own)
-    return np.take(_window_view(padded, w), ends + 1, axis=0, out=out, mode="clip")
+    view = _window_view(padded, w)
+    first, last = int(ends[0]) + 1, int(ends[-1]) + 1
+    if last - first == len(ends) - 1:  # one after the other: a slice of the rows, copied
+        # (np.take into ``out`` goes through a fresh buffer of the whole matrix)
+        return (
+            view[first : last + 1].copy() if out is None else _copied(out, view[first : last + 1])
+        )
+    # (whole rows copied: no per-item index; the indexes are in range)
+    return np.take(view, ends + 1, axis=0, out=out, mode="clip")
+
+
+def _copied(out: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    np.copyto(out, rows)
+    return out
 
 
 def _window_view(x: np.ndarray, w: int) -> np.ndarray:
@@ -98,14 +109,18 @@ def medians(ordered: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.where(counts == 0, math.nan, np.where(counts % 2 == 1, hi, (lo + hi) / 2))
 
 
-def last_medians(series: list[tuple[np.ndarray, np.ndarray, np.ndarray]], w: int) -> list[Pair]:
+def last_medians(
+    series: list[tuple[np.ndarray, np.ndarray, np.ndarray]], w: int, scratch: Scratch | None = None
+) -> list[Pair]:
     """Per series ``(x, ends, n)``, per row the median of the last ``min(n, w)`` and of the last
     ``min(n, 2 w)`` values of finite ``x`` up to ``ends`` (a smoothed value and its sustained
     level; ``ends`` ascending, ``n`` not falling). Many full windows that end one after the
     other (``w`` at most ``NETWORK``) are ordered column by column (``_ordered_columns``), those
     of every series in one pass over their values laid end to end (the windows across two
     series' values are left out): a window of 2 w values is two ordered halves, whose middle
-    values ``_kth`` picks. The same values as sorting each window."""
+    values ``_kth`` picks (worked in ``scratch``'s reused memory: a read's heap grows by ~0.5 MB
+    otherwise, which the allocator hands back and the next read faults in again). The same
+    values as sorting each window."""
     out: list[Pair] = []
     runs: list[tuple[Pair, int, np.ndarray]] = []  # (the series' pair, its first full row, values)
     for x, ends, n in series:
@@ -126,11 +141,15 @@ def last_medians(series: list[tuple[np.ndarray, np.ndarray, np.ndarray]], w: int
         runs.append((pair, full, x[int(ends[full]) - 2 * w + 1 : int(ends[-1]) + 1]))
     if runs:
         laid = np.concatenate([r[2] for r in runs]) if len(runs) > 1 else runs[0][2]
-        cols = _ordered_columns(laid, w - 1, len(laid) - w + 1, w)
+        length = len(laid) - w + 1  # (windows of w ending at each value from the w-th)
+        space = (scratch or Scratch()).get(NETWORK_SPACE, w + 5, length)
+        cols = _ordered_columns(laid, w - 1, w, space[: w + 1])
         older, newer = [c[:-w] for c in cols], [c[w:] for c in cols]
         half = w // 2
         smoothed = newer[half] if w % 2 else (newer[half - 1] + newer[half]) / 2
-        level = (_kth(older, newer, w) + _kth(older, newer, w + 1)) / 2
+        lo = _kth(older, newer, w, space[w + 1 : w + 3, : length - w])
+        hi = _kth(older, newer, w + 1, space[w + 3 : w + 5, : length - w])
+        level = np.divide(np.add(lo, hi, out=lo), 2, out=lo)  # (lo + hi) / 2
         at = 0  # where a series' values begin in ``laid``
         for (s, lv), full, values in runs:
             rows = len(values) - 2 * w + 1
@@ -140,6 +159,7 @@ def last_medians(series: list[tuple[np.ndarray, np.ndarray, np.ndarray]], w: int
 
 
 NETWORK = 6  # windows of at most this many values (and twice) are ordered by a network
+NETWORK_SPACE = "network"  # the reused matrix they are ordered in (``Scratch``)
 
 
 def _sorted_medians(x: np.ndarray, ends: np.ndarray, counts: np.ndarray, w: int) -> np.ndarray:
@@ -149,29 +169,37 @@ def _sorted_medians(x: np.ndarray, ends: np.ndarray, counts: np.ndarray, w: int)
     return medians(rows, counts)
 
 
-def _ordered_columns(x: np.ndarray, first: int, rows: int, w: int) -> list[np.ndarray]:
-    """Per rank, the rank-th smallest of each window of ``w`` values ending at ``first`` ...
-    ``first + rows - 1`` (all inside ``x``)."""
-    cols = [x[first - w + 1 + j : first - w + 1 + j + rows] for j in range(w)]
+def _ordered_columns(x: np.ndarray, first: int, w: int, space: np.ndarray) -> list[np.ndarray]:
+    """Per rank, the rank-th smallest of each window of ``w`` values ending at ``first``, ...
+    (all inside ``x``), as many as ``space`` (``w + 1`` rows, worked in) is long."""
+    rows = space.shape[1]
+    cols = list(space[:w])
+    for j in range(w):
+        np.copyto(cols[j], x[first - w + 1 + j : first - w + 1 + j + rows])
+    spare = space[w]
     for i in range(1, w):
         for j in range(i, 0, -1):
-            cols[j - 1], cols[j] = (
-                np.minimum(cols[j - 1], cols[j]),
-                np.maximum(cols[j - 1], cols[j]),
-            )
+            low = np.minimum(cols[j - 1], cols[j], out=spare)
+            np.maximum(cols[j - 1], cols[j], out=cols[j])
+            spare, cols[j - 1] = cols[j - 1], low
     return cols
 
 
-def _kth(a: list[np.ndarray], b: list[np.ndarray], k: int) -> np.ndarray:
+def _kth(a: list[np.ndarray], b: list[np.ndarray], k: int, out: np.ndarray) -> np.ndarray:
     """Per row, the k-th smallest (from 1) of two ordered lists of columns taken together: the
-    least, over the ways to take i of them from ``a`` and k - i from ``b``, of the largest taken."""
+    least, over the ways to take i of them from ``a`` and k - i from ``b``, of the largest taken
+    (into ``out``: two rows as long as the columns)."""
     h = len(a)
-    best = None
+    best, top = out
     for i in range(max(0, k - h), min(k, h) + 1):
         j = k - i
-        top = a[i - 1] if j == 0 else b[j - 1] if i == 0 else np.maximum(a[i - 1], b[j - 1])
-        best = top if best is None else np.minimum(best, top)
-    assert best is not None
+        pick = (
+            a[i - 1] if j == 0 else b[j - 1] if i == 0 else np.maximum(a[i - 1], b[j - 1], out=top)
+        )
+        if i == max(0, k - h):
+            np.copyto(best, pick)
+        else:
+            np.minimum(best, pick, out=best)
     return best
 
 

@@ -365,7 +365,10 @@ def extend_tracks(tracks: list[Track], batches: list[np.ndarray]) -> None:
     medians of all worked out at once (``windows.last_medians``)."""
     series = [t._append(v) for t, v in zip(tracks, batches, strict=True)]
     smooth = tracks[0].w.smooth if tracks else 0
-    pairs = windows.last_medians(series, smooth, tracks[0].scratch if tracks else None)
+    # (in the deviations' matrix: the medians are worked out before any signal reads; one
+    # matrix less to fault in at a detector's first long read)
+    scratch = tracks[0].scratch if tracks else None
+    pairs = windows.last_medians(series, smooth, scratch, DEVIATIONS)
     for t, v, (_, _, n), pair in zip(tracks, batches, series, pairs, strict=True):
         t._statistics(v, n, *pair)
 
@@ -1782,7 +1785,8 @@ class Detector:
         seqs = np.arange(self._seq, self._seq + len(ids))
         self._seq += len(ids)
         # per entry: its log() call, and the time and step of the latest step before it
-        before = np.cumsum(steps) - steps
+        before = np.concatenate(([0], np.cumsum(steps)))[: len(steps)]  # (not cumsum - steps:
+        # a second pass, over bools)
         calls = self._read_calls + before
         stamps = np.concatenate(([self._read_stamp], times))[before]
         at_step = np.concatenate(([self._read_step], values[steps]))[before]
@@ -1941,17 +1945,24 @@ class Detector:
         baselines = np.asarray(o.baselines, float)
         where = np.asarray(o.where, np.int64)
         kept = values == values
-        if key not in self._held and not kept.any():
+        every = bool(kept.all())
+        if key not in self._held and not (every or kept.any()):
             return  # never exported yet: nothing to hold
         cut = o.ended + 1  # the band ended at value ``o.ended``: what came before is let go
         if cut:
             self._hold(key, above, values[:cut], baselines[:cut], stamps[where[:cut]])
             self._held.pop(key, None)
-        self._hold(key, above, values[cut:], baselines[cut:], stamps[where[cut:]])
+        if every:  # (no value to leave out: no copies)
+            self._hold(key, above, values[cut:], baselines[cut:], stamps[where[cut:]], True)
+        else:
+            self._hold(key, above, values[cut:], baselines[cut:], stamps[where[cut:]])
         trail = self._trails.get(key)
         if trail is None:
             trail = self._trails[key] = Trail()
-        trail.extend(calls[where[kept]], values[kept])
+        if every:
+            trail.extend(calls[where], values)
+        else:
+            trail.extend(calls[where[kept]], values[kept])
         if key not in self._held:
             return
         if o.back is not None:  # the newest value says where its failure began
@@ -1966,14 +1977,20 @@ class Detector:
         values: np.ndarray,
         baselines: np.ndarray,
         stamps: np.ndarray,
+        every: bool = False,
     ) -> None:
-        kept = values == values
-        if not kept.any():
+        """Hold ``values`` (NaN ones left out; ``every``: none is NaN)."""
+        if not every:
+            kept = values == values
+            if not kept.any():
+                return
+            values, baselines, stamps = values[kept], baselines[kept], stamps[kept]
+        elif not len(values):
             return
         held = self._held.get(key)
         if held is None:
             held = self._held[key] = Held(above, self.w.hold, self.w.hold_seconds)
-        held.extend(values[kept], baselines[kept], stamps[kept])
+        held.extend(values, baselines, stamps)
 
     def _objective(self, labels: tuple[str, ...], track: Track) -> None:
         """A true-objective reading: at a new best of its level, remember each reward's level

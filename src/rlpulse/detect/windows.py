@@ -110,7 +110,10 @@ def medians(ordered: np.ndarray, counts: np.ndarray) -> np.ndarray:
 
 
 def last_medians(
-    series: list[tuple[np.ndarray, np.ndarray, np.ndarray]], w: int, scratch: Scratch | None = None
+    series: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    w: int,
+    scratch: Scratch | None = None,
+    name: str = "network",
 ) -> list[Pair]:
     """Per series ``(x, ends, n)``, per row the median of the last ``min(n, w)`` and of the last
     ``min(n, 2 w)`` values of finite ``x`` up to ``ends`` (a smoothed value and its sustained
@@ -118,9 +121,9 @@ def last_medians(
     other (``w`` at most ``NETWORK``) are ordered column by column (``_ordered_columns``), those
     of every series in one pass over their values laid end to end (the windows across two
     series' values are left out): a window of 2 w values is two ordered halves, whose middle
-    values ``_kth`` picks (worked in ``scratch``'s reused memory: a read's heap grows by ~0.5 MB
-    otherwise, which the allocator hands back and the next read faults in again). The same
-    values as sorting each window."""
+    values ``_kth`` picks (worked in ``scratch``'s reused matrix ``name``: a read's heap grows by
+    ~0.5 MB otherwise, which the allocator hands back and the next read faults in again). The
+    same values as sorting each window."""
     out: list[Pair] = []
     runs: list[tuple[Pair, int, np.ndarray]] = []  # (the series' pair, its first full row, values)
     for x, ends, n in series:
@@ -142,7 +145,7 @@ def last_medians(
     if runs:
         laid = np.concatenate([r[2] for r in runs]) if len(runs) > 1 else runs[0][2]
         length = len(laid) - w + 1  # (windows of w ending at each value from the w-th)
-        space = (scratch or Scratch()).get(NETWORK_SPACE, w + 5, length)
+        space = (scratch or Scratch()).get(name, w + 5, length)
         cols = _ordered_columns(laid, w - 1, w, space[: w + 1])
         older, newer = [c[:-w] for c in cols], [c[w:] for c in cols]
         half = w // 2
@@ -159,7 +162,6 @@ def last_medians(
 
 
 NETWORK = 6  # windows of at most this many values (and twice) are ordered by a network
-NETWORK_SPACE = "network"  # the reused matrix they are ordered in (``Scratch``)
 
 
 def _sorted_medians(x: np.ndarray, ends: np.ndarray, counts: np.ndarray, w: int) -> np.ndarray:
@@ -269,7 +271,9 @@ class Trail:
         self.values = np.empty(0)
 
     def extend(self, calls: np.ndarray, values: np.ndarray) -> None:
-        if len(values):
+        if len(values) >= TRAIL:  # (the kept ones all leave)
+            self.calls, self.values = calls[-TRAIL:].copy(), values[-TRAIL:].copy()
+        elif len(values):
             self.calls = np.concatenate((self.calls, calls))[-TRAIL:]
             self.values = np.concatenate((self.values, values))[-TRAIL:]
 

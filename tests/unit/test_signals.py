@@ -873,14 +873,15 @@ def test_window_sums_are_math_fsum_to_the_bit() -> None:
 
 def test_window_sums_of_a_series_are_math_fsum_of_each_window_to_the_bit() -> None:
     """A read's zero-std window sums (``_window_sums``): differences of running sums where
-    every one is exact (eighths, halves near 2**28, zeros), the windows' own sums elsewhere
-    (-0.0, tenths, a total past 2**32, noise); always ``math.fsum`` of each window, repeated
+    every one is exact (eighths, halves near 2**28, zeros; in int64: sixths, tenths, exponents
+    6 apart whose running sums wrap past 2**63), the windows' own sums elsewhere (-0.0, a
+    total past 2**32, wider exponents, noise); always ``math.fsum`` of each window, repeated
     ends included."""
     from rlpulse.detect.signals import _window_sums
 
     rng = np.random.default_rng(9)
     n = 400
-    for kind in range(7):
+    for kind in range(10):
         x = [
             rng.integers(0, 9, n) / 8,
             rng.integers(0, 9, n) / 8 * np.where(rng.random(n) < 0.05, -0.0, 1.0),
@@ -889,6 +890,9 @@ def test_window_sums_of_a_series_are_math_fsum_of_each_window_to_the_bit() -> No
             2.0**27 + rng.integers(1, 1024, n) * 2.0**-20,  # running totals past 2**33
             np.zeros(n),
             rng.normal(0.3, 0.1, n),
+            rng.integers(0, 7, n) / 6,
+            rng.uniform(0.5, 1, n) * 2.0 ** rng.integers(0, 7, n),  # exponents 6 apart: the limit
+            rng.uniform(0.5, 1, n) * 2.0 ** rng.integers(0, 8, n),  # 7 apart: one by one
         ][kind]
         for w in (1, 10):
             ends = np.sort(rng.integers(w - 1, n, 120))

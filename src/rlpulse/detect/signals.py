@@ -1143,21 +1143,25 @@ def _zero_std(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair
 
 
 def _window_sums(x: np.ndarray, ends: np.ndarray, w: int) -> np.ndarray:
-    """``math.fsum`` of each window of ``w`` values of ``x`` ending at ``ends`` (ascending):
-    differences of running sums where each is exact (values that ``_exact_sums`` adds exactly,
-    no -0.0, adding up to less than 2**32 in magnitude: every running sum is a multiple of
-    2**-20 below 2**33, and so is every difference), else ``_sums`` of the windows."""
+    """``math.fsum`` of each window of ``w`` values of ``x`` ending at ``ends`` (ascending), as
+    differences of running sums where each is exact: values that ``_exact_sums`` adds exactly
+    adding up to less than 2**32 in magnitude (every running sum is a multiple of 2**-20 below
+    2**33, and so is every difference), or values whose windows ``_integers`` adds in int64
+    (running sums that wrap past 2**63 still differ by the exact window sum, modulo 2**64);
+    no -0.0. Else ``_sums`` of the windows."""
     lo = int(ends[0]) - w + 1 if len(ends) else -1
     if lo >= 0:
         span = x[lo : int(ends[-1]) + 1]
-        if (
-            _exact_sums(span)
-            and not (np.signbit(span) & (span == 0)).any()
-            and np.abs(span).sum() < 2.0**32
-        ):
-            running = np.concatenate(([0.0], np.cumsum(span)))
-            at = ends - lo + 1
-            return running[at] - running[at - w]
+        at = ends - lo + 1
+        if not (np.signbit(span) & (span == 0)).any():
+            if _exact_sums(span) and np.abs(span).sum() < 2.0**32:
+                running = np.concatenate(([0.0], np.cumsum(span)))
+                return running[at] - running[at - w]
+            scaled = _integers(span, w)
+            if scaled is not None:
+                whole, shift = scaled
+                counted = np.concatenate(([0], np.cumsum(whole)))
+                return np.ldexp((counted[at] - counted[at - w]).astype(float), shift)
     return _sums(windows.windows(x, ends, w))
 
 
@@ -1171,32 +1175,33 @@ def _exact_sums(values: np.ndarray) -> bool:
 def _sums(rows: np.ndarray) -> np.ndarray:
     """``math.fsum`` of each row: added by numpy where every partial sum is exact (multiples
     of 2**-20 below 2**28, such as a share of a few groups, no -0.0), in integers where the
-    values' exponents are close (``_integer_sums``), else one by one."""
+    values' exponents are close (``_integers``), else one by one."""
     if (np.signbit(rows) & (rows == 0)).any():  # (-0.0: fsum's sign of a zero, one by one)
         return np.fromiter(map(math.fsum, rows.tolist()), float, len(rows))
     if _exact_sums(rows):
         return rows.sum(axis=1)
-    sums = _integer_sums(rows)
-    if sums is not None:
-        return sums
+    scaled = _integers(rows, rows.shape[1])
+    if scaled is not None:
+        whole, shift = scaled
+        return np.ldexp(whole.sum(axis=1).astype(float), shift)  # (one rounding: to nearest)
     return np.fromiter(map(math.fsum, rows.tolist()), float, len(rows))
 
 
-def _integer_sums(rows: np.ndarray) -> np.ndarray | None:
-    """Each row's exact sum rounded once, as ``math.fsum`` gives it, where every value is an
-    integer multiple of one power of two (2**(lo - 53), ``lo`` the least exponent) and a row of
-    them adds up within int64 (exponents at most ``63 - 53 - bits(width)`` apart: a share like
-    k/6 of a few groups); None elsewhere (or where the result could be subnormal)."""
-    if not np.isfinite(rows).all():
+def _integers(values: np.ndarray, width: int) -> tuple[np.ndarray, int] | None:
+    """``values`` as int64 multiples of one power of two (2**(lo - 53), ``lo`` their least
+    exponent; exact: 53 bits each) and that power's exponent, where ``width`` of them add up
+    within int64 (exponents at most ``63 - 53 - bits(width)`` apart: a share like k/6 of a
+    few groups), so that a sum of ``width`` is exact and its float the correctly rounded sum
+    (``math.fsum``'s); None elsewhere (or where the result could be subnormal)."""
+    if not np.isfinite(values).all():
         return None
-    exponents = np.frexp(rows)[1][rows != 0]
+    exponents = np.frexp(values)[1][values != 0]
     if not exponents.size:
-        return np.zeros(len(rows))
+        return np.zeros(values.shape, np.int64), 0
     lo, hi = int(exponents.min()), int(exponents.max())
-    if hi - lo + 53 + rows.shape[1].bit_length() > 63 or lo - 53 < -1021:
+    if hi - lo + 53 + width.bit_length() > 63 or lo - 53 < -1021:
         return None
-    whole = np.ldexp(rows, 53 - lo).astype(np.int64)  # (exact: 53 bits at exponent >= lo)
-    return np.ldexp(whole.sum(axis=1).astype(float), lo - 53)  # (one rounding: to nearest)
+    return np.ldexp(values, 53 - lo).astype(np.int64), lo - 53
 
 
 def _band_gap(d: Detector, t: Track, key: str) -> tuple[float, float]:

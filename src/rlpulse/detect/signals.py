@@ -1450,6 +1450,7 @@ def lag(signal: str, w: StepWindows) -> int:
 
 
 _COMPUTE = {s.name: s.compute for s in SIGNALS}
+_ABOVE = {s.name: s.worse == "above" for s in (*SIGNALS, *EPISODE_SIGNALS)}  # worse above
 # the signals worked out one value at a time: they depend on a best so far or on another series
 # at that value (the objectives, a band); ``Detector._paths`` prepares the other path-dependent
 # state (a reward's runs, drops and gains) before the batched signals read it
@@ -1830,9 +1831,8 @@ class Detector:
                     o.where = where
         for track, _ in read:
             track.finish()
-        worse = {s.name: s.worse for s in (*SIGNALS, *EPISODE_SIGNALS)}
         for key, o in out.items():
-            self._export(key, o, worse[key[0]] == "above", calls, stamps)
+            self._export(key, o, _ABOVE[key[0]], calls, stamps)
 
     def _loop(
         self,

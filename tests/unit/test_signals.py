@@ -898,3 +898,23 @@ def test_window_sums_of_a_series_are_math_fsum_of_each_window_to_the_bit() -> No
             ends = np.sort(rng.integers(w - 1, n, 120))
             want = [repr(math.fsum(x[e - w + 1 : e + 1])) for e in ends.tolist()]
             assert [repr(v) for v in _window_sums(x, ends, w).tolist()] == want, (kind, w)
+
+
+def test_windows_are_the_values_before_each_end_however_the_ends_run() -> None:
+    """``windows.windows``: consecutive ends (a slice of the window view, copied), repeated or
+    skipping ends (an index per row), a few rows, into a reused matrix or not, NaN before the
+    series starts."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=300)
+    padded = np.concatenate((np.full(50, math.nan), x))
+    for ends in (
+        np.arange(-1, 299),
+        np.arange(100, 299),
+        np.sort(rng.integers(-1, 300, 200)),
+        np.arange(5, 40),
+    ):
+        want = np.array([padded[e + 1 : e + 51] for e in ends.tolist()])
+        assert np.array_equal(windows.windows(x, ends, 50), want, equal_nan=True)
+        out = np.empty((len(ends), 50))
+        got = windows.windows(x, ends, 50, out)
+        assert got is out and np.array_equal(out, want, equal_nan=True)

@@ -1620,15 +1620,15 @@ class Detector:
                     self.step(float(steps[r]), float(stamps[r]))
             return
         n, k = values.shape
-        ids = np.full((n, k + 1), STEP, np.int64)
+        ids = np.empty((n, k + 1), np.int64)
+        ids[:] = [track for track, _ in routes] + [STEP]
         got = np.empty((n, k + 1))
+        got[:, :k] = values  # (a column that goes nowhere is not kept)
         keep = np.ones((n, k + 1), bool)
-        for j, (track, how) in enumerate(routes):
-            column = values[:, j]
-            ids[:, j] = track
+        for j, (_, how) in enumerate(routes):
             if how is None:
-                got[:, j] = column
                 continue
+            column = values[:, j]
             keep[:, j] = np.isfinite(column) if how else False
             if how == _ZERO_STD:
                 got[:, j] = np.where(column == 0, 1.0, 0.0)

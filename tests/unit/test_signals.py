@@ -918,3 +918,32 @@ def test_windows_are_the_values_before_each_end_however_the_ends_run() -> None:
         out = np.empty((len(ends), 50))
         got = windows.windows(x, ends, 50, out)
         assert got is out and np.array_equal(out, want, equal_nan=True)
+
+
+def test_a_gain_within_the_step_noise_needs_no_longer_lags() -> None:
+    """``Track.gain_noises`` with the largest gain each noise judges (``within``): where the
+    step-to-step noise alone holds that gain within ``GAIN_NOISE`` times, the noise given may
+    be that lower bound, and every gain up to it is judged as by the whole noise."""
+    from rlpulse.detect.signals import GAIN_NOISE
+
+    rng = np.random.default_rng(12)
+    skipped = False
+    for shape in range(4):
+        values = [
+            rng.normal(0, 1, 400),
+            np.cumsum(rng.normal(0.05, 1, 400)),  # a running mean's wander: the lags count
+            np.round(rng.normal(5, 2, 400)),
+            np.repeat(rng.normal(size=40), 10),
+        ][shape]
+        track = Track(StepWindows())
+        track.extend(values)
+        points = [track.gain_point(r) for r in range(60, 401, 3)]
+        whole = track.gain_noises(list(points))
+        scale = rng.choice([0.5, 1, 3, 5.99, 6, 6.01, 12, 40], len(points))
+        within = GAIN_NOISE * whole * scale
+        noise = track.gain_noises(list(points), within)
+        assert (noise <= whole).all() and (noise == whole).any(), shape
+        skipped |= bool((noise < whole).any())
+        for gain in (within, within * 0.9, within * rng.random(len(points))):
+            assert np.array_equal(gain > GAIN_NOISE * noise, gain > GAIN_NOISE * whole), shape
+    assert skipped  # (some lags were left out)

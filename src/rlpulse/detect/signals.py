@@ -282,13 +282,19 @@ class Track:
             self._gain_noise = self._noise_at(*self._gain_noise, NOISE_LAGS[-1])
         return self._gain_noise
 
-    def gain_noises(self, points: list[tuple[int, int] | None]) -> np.ndarray:
-        """``gain_noise`` at each of ``points`` (those given measured at once)."""
+    def gain_noises(
+        self, points: list[tuple[int, int] | None], within: np.ndarray | None = None
+    ) -> np.ndarray:
+        """``gain_noise`` at each of ``points`` (those given measured at once). ``within``: per
+        point, the largest gain judged against its noise; where the step-to-step noise alone
+        holds it within ``GAIN_NOISE`` times, that noise is given, the longer lags not worked
+        out (they could only raise it: no gain counts either way)."""
         out = np.array([self.gain_noise() if p is None else math.nan for p in points])
         given = [i for i, p in enumerate(points) if p is not None]
         if given:
             ns, poss = zip(*(points[i] for i in given), strict=True)
-            out[given] = self._noises(list(ns), list(poss), NOISE_LAGS[-1])
+            bound = None if within is None else within[given]
+            out[given] = self._noises(list(ns), list(poss), NOISE_LAGS[-1], bound)
         return out
 
     def _noise_at(self, n: int, pos: int, longest: int) -> float:
@@ -306,9 +312,12 @@ class Track:
             noise = max(noise, 1.4826 * mad / math.sqrt(6))
         return noise
 
-    def _noises(self, ns: list[int], poss: list[int], longest: int) -> np.ndarray:
+    def _noises(
+        self, ns: list[int], poss: list[int], longest: int, within: np.ndarray | None
+    ) -> np.ndarray:
         """``_noise_at`` of several points, bit for bit (a few one by one; more with as many
-        values behind them at once, one numpy pass each)."""
+        values behind them at once, one numpy pass each), but where ``within``
+        (``gain_noises``)."""
         if len(ns) < NOISES_AT_ONCE:
             return np.array([self._noise_at(n, p, longest) for n, p in zip(ns, poss, strict=True)])
         out = np.full(len(ns), math.nan)
@@ -319,12 +328,15 @@ class Track:
             spans.setdefault((min(before, w), min(before, NOISE_SPAN * w)), []).append(i)
         for (k, size), at in spans.items():
             if k >= 3:  # (fewer: no noise)
-                out[at] = self._noises_of(np.array([poss[i] for i in at]), k, size, longest)
+                bound = None if within is None else within[at]
+                out[at] = self._noises_of(np.array([poss[i] for i in at]), k, size, longest, bound)
         return out
 
-    def _noises_of(self, pos: np.ndarray, k: int, size: int, longest: int) -> np.ndarray:
+    def _noises_of(
+        self, pos: np.ndarray, k: int, size: int, longest: int, within: np.ndarray | None
+    ) -> np.ndarray:
         """``_noise_at`` at each of ``pos``, each with ``k`` values of history and ``size`` of
-        span, in numpy."""
+        span, in numpy; but where ``within`` (``gain_noises``)."""
         d = np.diff(self.x[pos[:, None] + np.arange(-k, 0)], axis=1)
         d.sort(axis=1)
         mad = _row_medians(np.sort(np.abs(d - _row_medians(d)[:, None]), axis=1))
@@ -334,7 +346,9 @@ class Track:
         noise = noise / math.sqrt(2)
         lags = tuple(lag for lag in NOISE_LAGS if lag <= longest and size >= NOISE_MIN_SPAN * lag)
         if lags:  # (one sort per point: a sort of them all at once costs as much)
-            mads = np.array([_lag_mads(self.x[p - size : p], lags).max() for p in pos.tolist()])
+            mads = np.full(len(pos), -math.inf)  # (-inf: not worked out, the noise stays)
+            need = np.ones(len(pos), bool) if within is None else ~(within <= GAIN_NOISE * noise)
+            mads[need] = [_lag_mads(self.x[p - size : p], lags).max() for p in pos[need].tolist()]
             wander = 1.4826 * mads / math.sqrt(6)
             noise = np.where(wander > noise, wander, noise)  # (Python's max(noise, wander))
         return noise
@@ -567,9 +581,10 @@ def gains(t: Track, rows: np.ndarray) -> np.ndarray:
     measured = np.maximum.accumulate(np.where(measure, np.arange(len(rows)), -1))
     if judged.any():  # the noise is worked out only where it decides
         noise = np.full(len(rows), math.nan)
-        ms = np.unique(measured[judged])
+        ms, first = np.unique(measured[judged], return_index=True)  # (ascending: in runs)
         points = [t.gain_point(int(rows[m])) if m >= 0 else None for m in ms.tolist()]
-        noise[judged] = t.gain_noises(points)[np.searchsorted(ms, measured[judged])]
+        within = np.maximum.reduceat(g[judged], first)  # the largest gain each noise judges
+        noise[judged] = t.gain_noises(points, within)[np.searchsorted(ms, measured[judged])]
         won = judged & (g > GAIN_NOISE * noise)
         out[won] = g[won]
     if measure.any():

@@ -177,12 +177,16 @@ class Track:
     def _statistics(
         self, values: np.ndarray, n: np.ndarray, smoothed: np.ndarray, level: np.ndarray
     ) -> None:
-        """``extend``'s second half: every row's statistics from its medians."""
+        """``extend``'s second half: every row's statistics from its medians (``n`` counts up
+        from ``n0``: the rows before a count are a slice)."""
         w = self.w
-        level[n < 2 * w.smooth] = math.nan
-        warm = n >= w.warmup
-        start = self.start if self.start == self.start else _first(smoothed, warm)
-        peaked = np.where(warm, smoothed, math.nan)
+        level[: max(2 * w.smooth - self.n0, 0)] = math.nan
+        cold = max(w.warmup - self.n0, 0)  # the rows before warm-up
+        start = self.start
+        if start != start:
+            start = float(smoothed[cold]) if cold < len(n) else math.nan
+        peaked = smoothed.copy()
+        peaked[:cold] = math.nan
         peaked[0] = self.peak
         low = peaked.copy()
         low[0] = self.floor
@@ -197,7 +201,7 @@ class Track:
             "smoothed": smoothed,
             "peak": np.fmax.accumulate(peaked),
             "floor": np.fmin.accumulate(low),
-            "start": np.where(warm, start, math.nan),
+            "start": _after(cold, start, len(n)),
             "level": level,
             "level_peak": np.fmax.accumulate(topped),
             "level_start": np.where(level == level, level_start, math.nan),
@@ -385,6 +389,13 @@ def extend_tracks(tracks: list[Track], batches: list[np.ndarray]) -> None:
     pairs = windows.last_medians(series, smooth, scratch, DEVIATIONS)
     for t, v, (_, _, n), pair in zip(tracks, batches, series, pairs, strict=True):
         t._statistics(v, n, *pair)
+
+
+def _after(cold: int, value: float, n: int) -> np.ndarray:
+    """``n`` rows of ``value``, NaN in the first ``cold``."""
+    out = np.full(n, value)
+    out[:cold] = math.nan
+    return out
 
 
 def _first(values: np.ndarray, where: np.ndarray) -> float:
@@ -1810,7 +1821,7 @@ class Detector:
         # a second pass, over bools)
         calls = self._read_calls + before
         stamps = np.concatenate(([self._read_stamp], times))[before]
-        at_step = np.concatenate(([self._read_step], values[steps]))[before]
+        stepped = np.concatenate(([self._read_step], values[steps]))  # (by ``before``)
         self._read_calls += len(times)
         if len(times):
             self._read_stamp, self._read_step = float(times[-1]), float(values[steps][-1])
@@ -1833,7 +1844,7 @@ class Detector:
         out: dict[tuple[str, str], _Out] = {}
         looped = [(t, w) for t, w in read if t.looped]
         if looped:
-            self._loop(looped, seqs, values, at_step, out)
+            self._loop(looped, seqs, values, (stepped, before), out)
         self._ask_gains(read)
         for track, where in read:
             _, _, sigs, series = self._series[track.id]
@@ -1854,13 +1865,14 @@ class Detector:
         read: list[tuple[Track, np.ndarray]],
         seqs: np.ndarray,
         values: np.ndarray,
-        at_step: np.ndarray,
+        at_step: tuple[np.ndarray, np.ndarray],
         out: dict[tuple[str, str], _Out],
     ) -> None:
         """What is still worked out one value at a time, in the order the values were logged:
         a discrete reward's drops (``Drops``, read at each of its values: ``Drops.extend``), the
         objectives' bests, and the signals that read them or a band at that value
-        (``_PER_VALUE``)."""
+        (``_PER_VALUE``). ``at_step``: the read's steps (the one before it first), and the
+        steps before each entry."""
         live = bool(self.objectives) or any(self._series[t.id][1][0] == OBJECTIVE for t, _ in read)
         plans, parts = [], []
         for t, where in read:
@@ -1904,7 +1916,7 @@ class Detector:
             np.concatenate([k for _, _, k, _ in parts] or [where])[order].tolist(),
             np.concatenate([d for _, _, _, d in parts] or [where])[order].tolist(),
             values[where].tolist(),
-            at_step[where].tolist(),
+            at_step[0][at_step[1][where]].tolist(),
             seqs[where].tolist(),
             strict=True,
         ):

@@ -357,11 +357,14 @@ class Track:
             noise = np.where(wander > noise, wander, noise)  # (Python's max(noise, wander))
         return noise
 
-    def history(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def history(self, rows: np.ndarray, keep: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Per row of ``rows``, its history (the last ``history`` values before its latest, NaN
         where fewer were seen) sorted, and how many values it holds (kept for the batch: the
-        signals of a series ask with the same rows, in ``scratch`` until another series asks)."""
+        signals of a series ask with the same rows, in ``scratch`` until another series asks;
+        not ``keep``: the asker may overwrite it, a later ask works it out again)."""
         kept = self._history
+        if not keep:
+            self._history = None
         if kept is not None and kept[0] is rows and self.scratch.holds(HISTORY, self):
             return kept[1]
         ends = np.maximum(self.base - 2 + rows, -1)
@@ -370,12 +373,13 @@ class Track:
         out = self.scratch.get(HISTORY, len(rows), self.w.history, self)
         history = windows.windows(self.x, ends, self.w.history, out)
         history.sort(axis=1)
-        self._history = (rows, (history, size))
+        if keep:
+            self._history = (rows, (history, size))
         return history, size
 
 
 _STATE = ("last", "smoothed", "peak", "floor", "start", "level", "level_peak", "level_start")
-HISTORY, DEVIATIONS = "history", "deviations"  # a read's reused matrices (``windows.Scratch``)
+HISTORY = "history"  # a read's reused matrix (``windows.Scratch``)
 
 
 def extend_tracks(tracks: list[Track], batches: list[np.ndarray]) -> None:
@@ -383,10 +387,10 @@ def extend_tracks(tracks: list[Track], batches: list[np.ndarray]) -> None:
     medians of all worked out at once (``windows.last_medians``)."""
     series = [t._append(v) for t, v in zip(tracks, batches, strict=True)]
     smooth = tracks[0].w.smooth if tracks else 0
-    # (in the deviations' matrix: the medians are worked out before any signal reads; one
+    # (in the histories' matrix: the medians are worked out before any signal reads; one
     # matrix less to fault in at a detector's first long read)
     scratch = tracks[0].scratch if tracks else None
-    pairs = windows.last_medians(series, smooth, scratch, DEVIATIONS)
+    pairs = windows.last_medians(series, smooth, scratch, HISTORY)
     for t, v, (_, _, n), pair in zip(tracks, batches, series, pairs, strict=True):
         t._statistics(v, n, *pair)
 
@@ -525,10 +529,9 @@ KL_MIN = 0.1  # nats: below this a KL "jump" is harmless whatever its z-score
 
 def _kl_jump(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
     """The robust z-score of the latest KL against its history (0 while KL is small)."""
-    history, size = t.history(rows)
-    median = windows.medians(history, size)
-    dev = t.scratch.get(DEVIATIONS, *history.shape)
-    np.abs(np.subtract(history, median[:, None], out=dev), out=dev)
+    history, size = t.history(rows, keep=False)  # (its last asker: the deviations go there)
+    median = windows.medians(history, size)  # (a copy)
+    dev = np.abs(np.subtract(history, median[:, None], out=history), out=history)
     dev.sort(axis=1)
     mad = windows.medians(dev, size)
     scale = np.maximum(np.maximum(1.4826 * mad, 0.1 * np.abs(median)), KL_FLOOR)
@@ -553,10 +556,10 @@ def _spike_ratio(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> P
 def _ratio_to_typical(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
     """The smoothed level against the history's median magnitude: never a division by zero
     (a sparse-reward value loss of 0 gives no ratio) nor by a negative loss."""
-    history, size = t.history(rows)
+    history, size = t.history(rows, keep=False)  # (its only asker: the magnitudes go there)
     magnitude = history  # (no sign bit anywhere, -0.0 neither: the magnitudes themselves)
     if np.signbit(history).any():
-        magnitude = np.abs(history, out=t.scratch.get(DEVIATIONS, *history.shape))
+        magnitude = np.abs(history, out=history)
         magnitude.sort(axis=1)
     typical = windows.medians(magnitude, size)
     seen = size >= d.w.warmup

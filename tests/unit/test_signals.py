@@ -11,7 +11,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rlpulse.detect import windows
+from rlpulse.detect import signals, windows
 from rlpulse.detect.signals import (
     FROZEN_VALUES,
     NOISE_LAGS,
@@ -739,21 +739,27 @@ def _shaped(rng: np.random.Generator, n: int, trial: int) -> np.ndarray:
 
 def test_medians_ordered_by_a_network_are_the_sorted_windows_medians() -> None:
     """``windows.last_medians`` orders many full windows of a few values (and of twice as
-    many) column by column: the same medians as sorting each window, for any window size, ties,
-    constant values, signed zeros and a series' first values (its windows not full yet)."""
+    many) column by column, of several series at once (each's own to the bit): the same
+    medians as sorting each window, for any window size, ties, constant values, signed zeros
+    and a series' first values (its windows not full yet)."""
     rng = np.random.default_rng(1)
-    for trial in range(400):
-        n = int(rng.integers(1, 400))
-        x = _shaped(rng, n, trial)
+    for trial in range(0, 400, 4):
         w = int(rng.integers(1, 8))
-        m = n - 1 - int(rng.integers(0, max(1, n // 3)))  # the batch: x's last m values
-        seen = np.minimum(np.arange(m + 1) + int(rng.integers(0, 20)), n - m + np.arange(m + 1))
-        ends = np.arange(n - m - 1, n)
-        for got, size in zip(windows.last_medians(x, ends, seen, w), (w, 2 * w), strict=True):
-            rows = windows.windows(x, ends, size)
-            rows.sort(axis=1)
-            want = windows.medians(rows, np.minimum(seen, size))
-            assert np.array_equal(got, want, equal_nan=True)
+        series = []
+        for k in range(int(rng.integers(1, 5))):
+            n = int(rng.integers(1, 400))
+            x = _shaped(rng, n, trial + k)
+            m = n - 1 - int(rng.integers(0, max(1, n // 3)))  # the batch: x's last m values
+            seen = np.minimum(np.arange(m + 1) + int(rng.integers(0, 20)), n - m + np.arange(m + 1))
+            series.append((x, np.arange(n - m - 1, n), seen))
+        for (x, ends, seen), pair in zip(series, windows.last_medians(series, w), strict=True):
+            alone = windows.last_medians([(x, ends, seen)], w)[0]  # (to the bit: signed zeros)
+            for got, size, own in zip(pair, (w, 2 * w), alone, strict=True):
+                rows = windows.windows(x, ends, size)
+                rows.sort(axis=1)
+                want = windows.medians(rows, np.minimum(seen, size))
+                assert np.array_equal(got, want, equal_nan=True)
+                assert [repr(v) for v in got.tolist()] == [repr(v) for v in own.tolist()]
 
 
 def _counted_in_turn(counts: dict[float, int], values: list[float]) -> tuple[list[int], list[int]]:
@@ -876,19 +882,97 @@ def test_a_read_that_fails_leaves_each_episode_s_length_beside_its_return(
         d.episodes([float(ep)], [float(ep + 1000)])
     d.settle()
     calls = 0
-    extend = Track.extend
+    extend = signals.extend_tracks
 
-    def fails_once(self: Track, values: np.ndarray) -> None:
+    def fails_once(tracks: list[Track], batches: list[np.ndarray]) -> None:
         nonlocal calls
         calls += 1
         if calls == 1:
             raise RuntimeError("a bug in a read")
-        extend(self, values)
+        extend(tracks, batches)
 
-    monkeypatch.setattr(Track, "extend", fails_once)
+    monkeypatch.setattr(signals, "extend_tracks", fails_once)
     d.episodes([1.0, 2.0, 3.0], [7.0, 8.0, 9.0])
     d.settle()  # fails: those three episodes are lost, with their lengths
     d.episodes([4.0, 5.0], [10.0, 11.0])
     d.settle()
     ((_, falls),) = d._falls
-    assert falls.batch == [10.0, 11.0] and not falls.lengths
+    assert calls == 2 and falls.batch == [10.0, 11.0] and not falls.lengths
+
+
+def test_window_sums_of_a_series_are_math_fsum_of_each_window_to_the_bit() -> None:
+    """A read's zero-std window sums (``_window_sums``): differences of running sums where
+    every one is exact (eighths, halves near 2**28, zeros; in int64: sixths, tenths, exponents
+    6 apart whose running sums wrap past 2**63), the windows' own sums elsewhere (-0.0, a
+    total past 2**32, wider exponents, noise); always ``math.fsum`` of each window, repeated
+    ends included."""
+    from rlpulse.detect.signals import _window_sums
+
+    rng = np.random.default_rng(9)
+    n = 400
+    for kind in range(10):
+        x = [
+            rng.integers(0, 9, n) / 8,
+            rng.integers(0, 9, n) / 8 * np.where(rng.random(n) < 0.05, -0.0, 1.0),
+            rng.integers(0, 11, n) / 10,
+            (2.0**28 - rng.integers(1, 4, n) / 2) * np.where(rng.random(n) < 0.5, -1, 1),
+            2.0**27 + rng.integers(1, 1024, n) * 2.0**-20,  # running totals past 2**33
+            np.zeros(n),
+            rng.normal(0.3, 0.1, n),
+            rng.integers(0, 7, n) / 6,
+            rng.uniform(0.5, 1, n) * 2.0 ** rng.integers(0, 7, n),  # exponents 6 apart: the limit
+            rng.uniform(0.5, 1, n) * 2.0 ** rng.integers(0, 8, n),  # 7 apart: one by one
+        ][kind]
+        for w in (1, 10):
+            ends = np.sort(rng.integers(w - 1, n, 120))
+            want = [repr(math.fsum(x[e - w + 1 : e + 1])) for e in ends.tolist()]
+            assert [repr(v) for v in _window_sums(x, ends, w).tolist()] == want, (kind, w)
+
+
+def test_windows_are_the_values_before_each_end_however_the_ends_run() -> None:
+    """``windows.windows``: consecutive ends (a slice of the window view, copied), repeated or
+    skipping ends (an index per row), a few rows, into a reused matrix or not, NaN before the
+    series starts."""
+    rng = np.random.default_rng(4)
+    x = rng.normal(size=300)
+    padded = np.concatenate((np.full(50, math.nan), x))
+    for ends in (
+        np.arange(-1, 299),
+        np.arange(100, 299),
+        np.sort(rng.integers(-1, 300, 200)),
+        np.arange(5, 40),
+    ):
+        want = np.array([padded[e + 1 : e + 51] for e in ends.tolist()])
+        assert np.array_equal(windows.windows(x, ends, 50), want, equal_nan=True)
+        out = np.empty((len(ends), 50))
+        got = windows.windows(x, ends, 50, out)
+        assert got is out and np.array_equal(out, want, equal_nan=True)
+
+
+def test_a_gain_within_the_step_noise_needs_no_longer_lags() -> None:
+    """``Track.gain_noises`` with the largest gain each noise judges (``within``): where the
+    step-to-step noise alone holds that gain within ``GAIN_NOISE`` times, the noise given may
+    be that lower bound, and every gain up to it is judged as by the whole noise."""
+    from rlpulse.detect.signals import GAIN_NOISE
+
+    rng = np.random.default_rng(12)
+    skipped = False
+    for shape in range(4):
+        values = [
+            rng.normal(0, 1, 400),
+            np.cumsum(rng.normal(0.05, 1, 400)),  # a running mean's wander: the lags count
+            np.round(rng.normal(5, 2, 400)),
+            np.repeat(rng.normal(size=40), 10),
+        ][shape]
+        track = Track(StepWindows())
+        track.extend(values)
+        points = [track.gain_point(r) for r in range(60, 401, 3)]
+        whole = track.gain_noises(list(points))
+        scale = rng.choice([0.5, 1, 3, 5.99, 6, 6.01, 12, 40], len(points))
+        within = GAIN_NOISE * whole * scale
+        noise = track.gain_noises(list(points), within)
+        assert (noise <= whole).all() and (noise == whole).any(), shape
+        skipped |= bool((noise < whole).any())
+        for gain in (within, within * 0.9, within * rng.random(len(points))):
+            assert np.array_equal(gain > GAIN_NOISE * noise, gain > GAIN_NOISE * whole), shape
+    assert skipped  # (some lags were left out)

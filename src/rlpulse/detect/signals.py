@@ -162,18 +162,31 @@ class Track:
 
     def extend(self, values: np.ndarray) -> None:
         """A batch of finite values: the statistics of every row (the current row stays 0)."""
+        extend_tracks([self], [values])
+
+    def _append(self, values: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``extend``'s first half: ``values`` appended; ``windows.last_medians``'s series."""
         self._drop_old()
-        w, prev = self.w, self.x
+        prev = self.x
         self.n0, m = self.n, len(values)
         self.x = np.concatenate((prev, values))
         self.base = len(prev)
         n = np.arange(self.n0, self.n0 + m + 1)
-        ends = np.arange(self.base - 1, self.base + m)
-        smoothed, level = windows.last_medians(self.x, ends, n, w.smooth)
-        level[n < 2 * w.smooth] = math.nan
-        warm = n >= w.warmup
-        start = self.start if self.start == self.start else _first(smoothed, warm)
-        peaked = np.where(warm, smoothed, math.nan)
+        return self.x, np.arange(self.base - 1, self.base + m), n
+
+    def _statistics(
+        self, values: np.ndarray, n: np.ndarray, smoothed: np.ndarray, level: np.ndarray
+    ) -> None:
+        """``extend``'s second half: every row's statistics from its medians (``n`` counts up
+        from ``n0``: the rows before a count are a slice)."""
+        w = self.w
+        level[: max(2 * w.smooth - self.n0, 0)] = math.nan
+        cold = max(w.warmup - self.n0, 0)  # the rows before warm-up
+        start = self.start
+        if start != start:
+            start = float(smoothed[cold]) if cold < len(n) else math.nan
+        peaked = smoothed.copy()
+        peaked[:cold] = math.nan
         peaked[0] = self.peak
         low = peaked.copy()
         low[0] = self.floor
@@ -188,7 +201,7 @@ class Track:
             "smoothed": smoothed,
             "peak": np.fmax.accumulate(peaked),
             "floor": np.fmin.accumulate(low),
-            "start": np.where(warm, start, math.nan),
+            "start": _after(cold, start, len(n)),
             "level": level,
             "level_peak": np.fmax.accumulate(topped),
             "level_start": np.where(level == level, level_start, math.nan),
@@ -273,13 +286,19 @@ class Track:
             self._gain_noise = self._noise_at(*self._gain_noise, NOISE_LAGS[-1])
         return self._gain_noise
 
-    def gain_noises(self, points: list[tuple[int, int] | None]) -> np.ndarray:
-        """``gain_noise`` at each of ``points`` (those given measured at once)."""
+    def gain_noises(
+        self, points: list[tuple[int, int] | None], within: np.ndarray | None = None
+    ) -> np.ndarray:
+        """``gain_noise`` at each of ``points`` (those given measured at once). ``within``: per
+        point, the largest gain judged against its noise; where the step-to-step noise alone
+        holds it within ``GAIN_NOISE`` times, that noise is given, the longer lags not worked
+        out (they could only raise it: no gain counts either way)."""
         out = np.array([self.gain_noise() if p is None else math.nan for p in points])
         given = [i for i, p in enumerate(points) if p is not None]
         if given:
             ns, poss = zip(*(points[i] for i in given), strict=True)
-            out[given] = self._noises(list(ns), list(poss), NOISE_LAGS[-1])
+            bound = None if within is None else within[given]
+            out[given] = self._noises(list(ns), list(poss), NOISE_LAGS[-1], bound)
         return out
 
     def _noise_at(self, n: int, pos: int, longest: int) -> float:
@@ -297,9 +316,12 @@ class Track:
             noise = max(noise, 1.4826 * mad / math.sqrt(6))
         return noise
 
-    def _noises(self, ns: list[int], poss: list[int], longest: int) -> np.ndarray:
+    def _noises(
+        self, ns: list[int], poss: list[int], longest: int, within: np.ndarray | None
+    ) -> np.ndarray:
         """``_noise_at`` of several points, bit for bit (a few one by one; more with as many
-        values behind them at once, one numpy pass each)."""
+        values behind them at once, one numpy pass each), but where ``within``
+        (``gain_noises``)."""
         if len(ns) < NOISES_AT_ONCE:
             return np.array([self._noise_at(n, p, longest) for n, p in zip(ns, poss, strict=True)])
         out = np.full(len(ns), math.nan)
@@ -310,12 +332,15 @@ class Track:
             spans.setdefault((min(before, w), min(before, NOISE_SPAN * w)), []).append(i)
         for (k, size), at in spans.items():
             if k >= 3:  # (fewer: no noise)
-                out[at] = self._noises_of(np.array([poss[i] for i in at]), k, size, longest)
+                bound = None if within is None else within[at]
+                out[at] = self._noises_of(np.array([poss[i] for i in at]), k, size, longest, bound)
         return out
 
-    def _noises_of(self, pos: np.ndarray, k: int, size: int, longest: int) -> np.ndarray:
+    def _noises_of(
+        self, pos: np.ndarray, k: int, size: int, longest: int, within: np.ndarray | None
+    ) -> np.ndarray:
         """``_noise_at`` at each of ``pos``, each with ``k`` values of history and ``size`` of
-        span, in numpy."""
+        span, in numpy; but where ``within`` (``gain_noises``)."""
         d = np.diff(self.x[pos[:, None] + np.arange(-k, 0)], axis=1)
         d.sort(axis=1)
         mad = _row_medians(np.sort(np.abs(d - _row_medians(d)[:, None]), axis=1))
@@ -325,29 +350,56 @@ class Track:
         noise = noise / math.sqrt(2)
         lags = tuple(lag for lag in NOISE_LAGS if lag <= longest and size >= NOISE_MIN_SPAN * lag)
         if lags:  # (one sort per point: a sort of them all at once costs as much)
-            mads = np.array([_lag_mads(self.x[p - size : p], lags).max() for p in pos.tolist()])
+            mads = np.full(len(pos), -math.inf)  # (-inf: not worked out, the noise stays)
+            need = np.ones(len(pos), bool) if within is None else ~(within <= GAIN_NOISE * noise)
+            mads[need] = [_lag_mads(self.x[p - size : p], lags).max() for p in pos[need].tolist()]
             wander = 1.4826 * mads / math.sqrt(6)
             noise = np.where(wander > noise, wander, noise)  # (Python's max(noise, wander))
         return noise
 
-    def history(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def history(self, rows: np.ndarray, keep: bool = True) -> tuple[np.ndarray, np.ndarray]:
         """Per row of ``rows``, its history (the last ``history`` values before its latest, NaN
         where fewer were seen) sorted, and how many values it holds (kept for the batch: the
-        signals of a series ask with the same rows, in ``scratch`` until another series asks)."""
+        signals of a series ask with the same rows, in ``scratch`` until another series asks;
+        not ``keep``: the asker may overwrite it, a later ask works it out again)."""
         kept = self._history
+        if not keep:
+            self._history = None
         if kept is not None and kept[0] is rows and self.scratch.holds(HISTORY, self):
             return kept[1]
         ends = np.maximum(self.base - 2 + rows, -1)
-        size = np.clip(self.rows["n"][rows] - 1, 0, self.w.history)
+        size = np.minimum(np.maximum(self.rows["n"][rows] - 1, 0), self.w.history)  # (np.clip:
+        # ~20 us of Python)
         out = self.scratch.get(HISTORY, len(rows), self.w.history, self)
         history = windows.windows(self.x, ends, self.w.history, out)
         history.sort(axis=1)
-        self._history = (rows, (history, size))
+        if keep:
+            self._history = (rows, (history, size))
         return history, size
 
 
 _STATE = ("last", "smoothed", "peak", "floor", "start", "level", "level_peak", "level_start")
-HISTORY, DEVIATIONS = "history", "deviations"  # a read's reused matrices (``windows.Scratch``)
+HISTORY = "history"  # a read's reused matrix (``windows.Scratch``)
+
+
+def extend_tracks(tracks: list[Track], batches: list[np.ndarray]) -> None:
+    """``Track.extend`` of each of ``tracks`` (of one ``StepWindows``) with its batch, the
+    medians of all worked out at once (``windows.last_medians``)."""
+    series = [t._append(v) for t, v in zip(tracks, batches, strict=True)]
+    smooth = tracks[0].w.smooth if tracks else 0
+    # (in the histories' matrix: the medians are worked out before any signal reads; one
+    # matrix less to fault in at a detector's first long read)
+    scratch = tracks[0].scratch if tracks else None
+    pairs = windows.last_medians(series, smooth, scratch, HISTORY)
+    for t, v, (_, _, n), pair in zip(tracks, batches, series, pairs, strict=True):
+        t._statistics(v, n, *pair)
+
+
+def _after(cold: int, value: float, n: int) -> np.ndarray:
+    """``n`` rows of ``value``, NaN in the first ``cold``."""
+    out = np.full(n, value)
+    out[:cold] = math.nan
+    return out
 
 
 def _first(values: np.ndarray, where: np.ndarray) -> float:
@@ -477,10 +529,9 @@ KL_MIN = 0.1  # nats: below this a KL "jump" is harmless whatever its z-score
 
 def _kl_jump(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
     """The robust z-score of the latest KL against its history (0 while KL is small)."""
-    history, size = t.history(rows)
-    median = windows.medians(history, size)
-    dev = t.scratch.get(DEVIATIONS, *history.shape)
-    np.abs(np.subtract(history, median[:, None], out=dev), out=dev)
+    history, size = t.history(rows, keep=False)  # (its last asker: the deviations go there)
+    median = windows.medians(history, size)  # (a copy)
+    dev = np.abs(np.subtract(history, median[:, None], out=history), out=history)
     dev.sort(axis=1)
     mad = windows.medians(dev, size)
     scale = np.maximum(np.maximum(1.4826 * mad, 0.1 * np.abs(median)), KL_FLOOR)
@@ -505,10 +556,10 @@ def _spike_ratio(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> P
 def _ratio_to_typical(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
     """The smoothed level against the history's median magnitude: never a division by zero
     (a sparse-reward value loss of 0 gives no ratio) nor by a negative loss."""
-    history, size = t.history(rows)
-    # (still in order where no value is negative: a loss)
-    magnitude = np.abs(history, out=t.scratch.get(DEVIATIONS, *history.shape))
-    if (history < 0).any():
+    history, size = t.history(rows, keep=False)  # (its only asker: the magnitudes go there)
+    magnitude = history  # (no sign bit anywhere, -0.0 neither: the magnitudes themselves)
+    if np.signbit(history).any():
+        magnitude = np.abs(history, out=history)
         magnitude.sort(axis=1)
     typical = windows.medians(magnitude, size)
     seen = size >= d.w.warmup
@@ -544,9 +595,10 @@ def gains(t: Track, rows: np.ndarray) -> np.ndarray:
     measured = np.maximum.accumulate(np.where(measure, np.arange(len(rows)), -1))
     if judged.any():  # the noise is worked out only where it decides
         noise = np.full(len(rows), math.nan)
-        ms = np.unique(measured[judged])
+        ms, first = np.unique(measured[judged], return_index=True)  # (ascending: in runs)
         points = [t.gain_point(int(rows[m])) if m >= 0 else None for m in ms.tolist()]
-        noise[judged] = t.gain_noises(points)[np.searchsorted(ms, measured[judged])]
+        within = np.maximum.reduceat(g[judged], first)  # the largest gain each noise judges
+        noise[judged] = t.gain_noises(points, within)[np.searchsorted(ms, measured[judged])]
         won = judged & (g > GAIN_NOISE * noise)
         out[won] = g[won]
     if measure.any():
@@ -707,8 +759,8 @@ class Drops:
         changed = np.flatnonzero(moves)
         taken = int(changed[0]) if len(changed) else len(f)  # finite readings read at once
         quiet = int(np.flatnonzero(finite)[taken]) if taken < len(f) else len(values)
-        self.recent.extend(f[:taken].tolist())
-        span.extend(f[:taken].tolist())
+        self.recent.extend(f[max(taken - DISCRETE_START, 0) : taken].tolist())  # (the rest
+        span.extend(f[max(taken - DISCRETE_SPAN, 0) : taken].tolist())  # would leave again)
         return quiet
 
     def lost(self) -> tuple[float, int]:
@@ -958,16 +1010,22 @@ class Stretches:
         none can (all counted, or every value left counted before) at once (``_count_known``)."""
         counts, n = self._counts, len(values)
         distinct, count = np.empty(n, np.int64), np.zeros(n, np.int64)
-        vals, i = values.tolist(), 0
+        vals: list[float] = []
+        i = 0
         while i < n:
             stop = n
             if n - i >= 64:  # (numpy's fixed cost: a short batch goes one by one)
-                known = np.isin(values[i:], np.fromiter(counts, float, len(counts)))
+                keys = np.sort(np.fromiter(counts, float, len(counts)))
+                which = np.searchsorted(keys, values[i:])
+                known = (
+                    keys[np.minimum(which, len(keys) - 1)] == values[i:] if len(keys) else which < 0
+                )
                 if len(counts) >= FROZEN_VALUES or known.all():
                     distinct[i:] = len(counts)
-                    self._count_known(values[i:], known, count[i:])
+                    self._count_known(keys, which, known, count[i:])
                     break
                 stop = i + int(known.argmin()) + 1  # through the next new value, then again
+            vals = vals or values.tolist()
             for j in range(i, stop):
                 v = vals[j]
                 c = counts.get(v)
@@ -977,22 +1035,28 @@ class Stretches:
             i = stop
         return distinct, count
 
-    def _count_known(self, values: np.ndarray, known: np.ndarray, count: np.ndarray) -> None:
-        """Count the ``known`` of ``values`` (each counted before; no new one is): how often
-        each had been read after it, into ``count``."""
+    def _count_known(
+        self, keys: np.ndarray, which: np.ndarray, known: np.ndarray, count: np.ndarray
+    ) -> None:
+        """Count the ``known`` of a batch's values (each counted before, ``keys[which]``, the
+        counted values in order; no new one is): how often each had been read after it, into
+        ``count``."""
         at = np.flatnonzero(known)
         if not len(at):
             return
-        ordered, which = np.unique(values[at], return_inverse=True)
-        times = np.bincount(which, minlength=len(ordered))
+        which = which[at]
+        times = np.bincount(which, minlength=len(keys))
         # each value's readings in turn: its place among the readings of the same value
         place = np.empty(len(at), np.int64)
         place[np.argsort(which, kind="stable")] = np.arange(len(at)) - np.repeat(
             np.cumsum(times) - times, times
         )
-        before = np.array([self._counts[v] for v in ordered.tolist()], np.int64)
+        read = np.flatnonzero(times)
+        got = keys[read].tolist()
+        before = np.zeros(len(keys), np.int64)
+        before[read] = [self._counts[v] for v in got]
         count[at] = before[which] + place + 1
-        for v, b, k in zip(ordered.tolist(), before.tolist(), times.tolist(), strict=True):
+        for v, b, k in zip(got, before[read].tolist(), times[read].tolist(), strict=True):
             self._counts[v] = b + k
 
 
@@ -1101,8 +1165,7 @@ def _zero_std(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair
     span = 2 * d.w.smooth
     seen = t.rows["n"][rows] >= span  # the alert says "of the last 10 batches"
     share = np.full(len(rows), math.nan)
-    last = windows.windows(t.x, t.base - 1 + rows[seen], span)
-    share[seen] = _sums(last) / span  # statistics.fmean
+    share[seen] = _window_sums(t.x, t.base - 1 + rows[seen], span) / span  # statistics.fmean
     peak = np.full(len(rows), math.nan)
     best = np.zeros(len(rows), bool)
     for reward, at in d.reward_rows(seqs):
@@ -1115,36 +1178,66 @@ def _zero_std(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair
     return np.where(seen, np.where(best, 0.0, share), math.nan), np.where(seen, peak, math.nan)
 
 
+def _window_sums(x: np.ndarray, ends: np.ndarray, w: int) -> np.ndarray:
+    """``math.fsum`` of each window of ``w`` values of ``x`` ending at ``ends`` (ascending), as
+    differences of running sums where each is exact: values that ``_exact_sums`` adds exactly
+    adding up to less than 2**32 in magnitude (every running sum is a multiple of 2**-20 below
+    2**33, and so is every difference), or values whose windows ``_integers`` adds in int64
+    (running sums that wrap past 2**63 still differ by the exact window sum, modulo 2**64);
+    no -0.0. Else ``_sums`` of the windows."""
+    lo = int(ends[0]) - w + 1 if len(ends) else -1
+    if lo >= 0:
+        span = x[lo : int(ends[-1]) + 1]
+        at = ends - lo + 1
+        if not (np.signbit(span) & (span == 0)).any():
+            if _exact_sums(span) and np.abs(span).sum() < 2.0**32:
+                running = np.concatenate(([0.0], np.cumsum(span)))
+                return running[at] - running[at - w]
+            scaled = _integers(span, w)
+            if scaled is not None:
+                whole, shift = scaled
+                counted = np.concatenate(([0], np.cumsum(whole)))
+                return np.ldexp((counted[at] - counted[at - w]).astype(float), shift)
+    return _sums(windows.windows(x, ends, w))
+
+
+def _exact_sums(values: np.ndarray) -> bool:
+    """Whether ``values`` are multiples of 2**-20 below 2**28 (such as a share of a few
+    groups): numpy adds a few of them exactly."""
+    scaled = values * 2.0**20
+    return bool((np.abs(values) < 2.0**28).all() and (scaled == np.floor(scaled)).all())
+
+
 def _sums(rows: np.ndarray) -> np.ndarray:
     """``math.fsum`` of each row: added by numpy where every partial sum is exact (multiples
     of 2**-20 below 2**28, such as a share of a few groups, no -0.0), in integers where the
-    values' exponents are close (``_integer_sums``), else one by one."""
+    values' exponents are close (``_integers``), else one by one."""
     if (np.signbit(rows) & (rows == 0)).any():  # (-0.0: fsum's sign of a zero, one by one)
         return np.fromiter(map(math.fsum, rows.tolist()), float, len(rows))
-    scaled = rows * 2.0**20
-    if (np.abs(rows) < 2.0**28).all() and (scaled == np.floor(scaled)).all():
+    if _exact_sums(rows):
         return rows.sum(axis=1)
-    sums = _integer_sums(rows)
-    if sums is not None:
-        return sums
+    scaled = _integers(rows, rows.shape[1])
+    if scaled is not None:
+        whole, shift = scaled
+        return np.ldexp(whole.sum(axis=1).astype(float), shift)  # (one rounding: to nearest)
     return np.fromiter(map(math.fsum, rows.tolist()), float, len(rows))
 
 
-def _integer_sums(rows: np.ndarray) -> np.ndarray | None:
-    """Each row's exact sum rounded once, as ``math.fsum`` gives it, where every value is an
-    integer multiple of one power of two (2**(lo - 53), ``lo`` the least exponent) and a row of
-    them adds up within int64 (exponents at most ``63 - 53 - bits(width)`` apart: a share like
-    k/6 of a few groups); None elsewhere (or where the result could be subnormal)."""
-    if not np.isfinite(rows).all():
+def _integers(values: np.ndarray, width: int) -> tuple[np.ndarray, int] | None:
+    """``values`` as int64 multiples of one power of two (2**(lo - 53), ``lo`` their least
+    exponent; exact: 53 bits each) and that power's exponent, where ``width`` of them add up
+    within int64 (exponents at most ``63 - 53 - bits(width)`` apart: a share like k/6 of a
+    few groups), so that a sum of ``width`` is exact and its float the correctly rounded sum
+    (``math.fsum``'s); None elsewhere (or where the result could be subnormal)."""
+    if not np.isfinite(values).all():
         return None
-    exponents = np.frexp(rows)[1][rows != 0]
+    exponents = np.frexp(values)[1][values != 0]
     if not exponents.size:
-        return np.zeros(len(rows))
+        return np.zeros(values.shape, np.int64), 0
     lo, hi = int(exponents.min()), int(exponents.max())
-    if hi - lo + 53 + rows.shape[1].bit_length() > 63 or lo - 53 < -1021:
+    if hi - lo + 53 + width.bit_length() > 63 or lo - 53 < -1021:
         return None
-    whole = np.ldexp(rows, 53 - lo).astype(np.int64)  # (exact: 53 bits at exponent >= lo)
-    return np.ldexp(whole.sum(axis=1).astype(float), lo - 53)  # (one rounding: to nearest)
+    return np.ldexp(values, 53 - lo).astype(np.int64), lo - 53
 
 
 def _band_gap(d: Detector, t: Track, key: str) -> tuple[float, float]:
@@ -1393,6 +1486,7 @@ def lag(signal: str, w: StepWindows) -> int:
 
 
 _COMPUTE = {s.name: s.compute for s in SIGNALS}
+_ABOVE = {s.name: s.worse == "above" for s in (*SIGNALS, *EPISODE_SIGNALS)}  # worse above
 # the signals worked out one value at a time: they depend on a best so far or on another series
 # at that value (the objectives, a band); ``Detector._paths`` prepares the other path-dependent
 # state (a reward's runs, drops and gains) before the batched signals read it
@@ -1563,15 +1657,15 @@ class Detector:
                     self.step(float(steps[r]), float(stamps[r]))
             return
         n, k = values.shape
-        ids = np.full((n, k + 1), STEP, np.int64)
+        ids = np.empty((n, k + 1), np.int64)
+        ids[:] = [track for track, _ in routes] + [STEP]
         got = np.empty((n, k + 1))
+        got[:, :k] = values  # (a column that goes nowhere is not kept)
         keep = np.ones((n, k + 1), bool)
-        for j, (track, how) in enumerate(routes):
-            column = values[:, j]
-            ids[:, j] = track
+        for j, (_, how) in enumerate(routes):
             if how is None:
-                got[:, j] = column
                 continue
+            column = values[:, j]
             keep[:, j] = np.isfinite(column) if how else False
             if how == _ZERO_STD:
                 got[:, j] = np.where(column == 0, 1.0, 0.0)
@@ -1737,31 +1831,34 @@ class Detector:
         seqs = np.arange(self._seq, self._seq + len(ids))
         self._seq += len(ids)
         # per entry: its log() call, and the time and step of the latest step before it
-        before = np.cumsum(steps) - steps
+        before = np.concatenate(([0], np.cumsum(steps)))[: len(steps)]  # (not cumsum - steps:
+        # a second pass, over bools)
         calls = self._read_calls + before
         stamps = np.concatenate(([self._read_stamp], times))[before]
-        at_step = np.concatenate(([self._read_step], values[steps]))[before]
+        stepped = np.concatenate(([self._read_step], values[steps]))  # (by ``before``)
         self._read_calls += len(times)
         if len(times):
             self._read_stamp, self._read_step = float(times[-1]), float(values[steps][-1])
         # each series' values: their statistics at once
         read: list[tuple[Track, np.ndarray]] = []
+        batches = []
         for i in np.flatnonzero(np.bincount(ids + 1)[1:]).tolist():  # (STEP is -1)
             where = np.flatnonzero(ids == i)
             track = self._series[i][0]
             v = values[where]
             finite = np.isfinite(v)
             track.born = min(track.born, int(seqs[where[0]]))
-            track.extend(v[finite])
+            batches.append(v[finite])
             if track.stretches is not None:
-                track.stretches.extend(v[finite])
+                track.stretches.extend(batches[-1])
                 track.discrete = track.stretches.rows["distinct"] <= DISCRETE_VALUES
             track.batch, track.seqs, track.ev_rows = self._batch, seqs[where], np.cumsum(finite)
             read.append((track, where))
+        extend_tracks([t for t, _ in read], batches)
         out: dict[tuple[str, str], _Out] = {}
         looped = [(t, w) for t, w in read if t.looped]
         if looped:
-            self._loop(looped, seqs, values, at_step, out)
+            self._loop(looped, seqs, values, (stepped, before), out)
         self._ask_gains(read)
         for track, where in read:
             _, _, sigs, series = self._series[track.id]
@@ -1774,22 +1871,22 @@ class Detector:
                     o.where = where
         for track, _ in read:
             track.finish()
-        worse = {s.name: s.worse for s in (*SIGNALS, *EPISODE_SIGNALS)}
         for key, o in out.items():
-            self._export(key, o, worse[key[0]] == "above", calls, stamps)
+            self._export(key, o, _ABOVE[key[0]], calls, stamps)
 
     def _loop(
         self,
         read: list[tuple[Track, np.ndarray]],
         seqs: np.ndarray,
         values: np.ndarray,
-        at_step: np.ndarray,
+        at_step: tuple[np.ndarray, np.ndarray],
         out: dict[tuple[str, str], _Out],
     ) -> None:
         """What is still worked out one value at a time, in the order the values were logged:
         a discrete reward's drops (``Drops``, read at each of its values: ``Drops.extend``), the
         objectives' bests, and the signals that read them or a band at that value
-        (``_PER_VALUE``)."""
+        (``_PER_VALUE``). ``at_step``: the read's steps (the one before it first), and the
+        steps before each entry."""
         live = bool(self.objectives) or any(self._series[t.id][1][0] == OBJECTIVE for t, _ in read)
         plans, parts = [], []
         for t, where in read:
@@ -1833,7 +1930,7 @@ class Detector:
             np.concatenate([k for _, _, k, _ in parts] or [where])[order].tolist(),
             np.concatenate([d for _, _, _, d in parts] or [where])[order].tolist(),
             values[where].tolist(),
-            at_step[where].tolist(),
+            at_step[0][at_step[1][where]].tolist(),
             seqs[where].tolist(),
             strict=True,
         ):
@@ -1894,17 +1991,24 @@ class Detector:
         baselines = np.asarray(o.baselines, float)
         where = np.asarray(o.where, np.int64)
         kept = values == values
-        if key not in self._held and not kept.any():
+        every = bool(kept.all())
+        if key not in self._held and not (every or kept.any()):
             return  # never exported yet: nothing to hold
         cut = o.ended + 1  # the band ended at value ``o.ended``: what came before is let go
         if cut:
             self._hold(key, above, values[:cut], baselines[:cut], stamps[where[:cut]])
             self._held.pop(key, None)
-        self._hold(key, above, values[cut:], baselines[cut:], stamps[where[cut:]])
+        if every:  # (no value to leave out: no copies)
+            self._hold(key, above, values[cut:], baselines[cut:], stamps[where[cut:]], True)
+        else:
+            self._hold(key, above, values[cut:], baselines[cut:], stamps[where[cut:]])
         trail = self._trails.get(key)
         if trail is None:
             trail = self._trails[key] = Trail()
-        trail.extend(calls[where[kept]], values[kept])
+        if every:
+            trail.extend(calls[where], values)
+        else:
+            trail.extend(calls[where[kept]], values[kept])
         if key not in self._held:
             return
         if o.back is not None:  # the newest value says where its failure began
@@ -1919,14 +2023,20 @@ class Detector:
         values: np.ndarray,
         baselines: np.ndarray,
         stamps: np.ndarray,
+        every: bool = False,
     ) -> None:
-        kept = values == values
-        if not kept.any():
+        """Hold ``values`` (NaN ones left out; ``every``: none is NaN)."""
+        if not every:
+            kept = values == values
+            if not kept.any():
+                return
+            values, baselines, stamps = values[kept], baselines[kept], stamps[kept]
+        elif not len(values):
             return
         held = self._held.get(key)
         if held is None:
             held = self._held[key] = Held(above, self.w.hold, self.w.hold_seconds)
-        held.extend(values[kept], baselines[kept], stamps[kept])
+        held.extend(values, baselines, stamps)
 
     def _objective(self, labels: tuple[str, ...], track: Track) -> None:
         """A true-objective reading: at a new best of its level, remember each reward's level

@@ -8,7 +8,6 @@ import functools
 import math
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 Pair = tuple[np.ndarray, np.ndarray]  # per row: a smoothed value and its sustained level
 
@@ -48,14 +47,31 @@ class Scratch:
 
 
 def windows(x: np.ndarray, ends: np.ndarray, w: int, out: np.ndarray | None = None) -> np.ndarray:
-    """Rows ``x[e - w + 1 : e + 1]`` for each ``e`` of ``ends`` (-1 allowed), NaN before
-    ``x`` starts (written into ``out`` if given)."""
+    """Rows ``x[e - w + 1 : e + 1]`` for each ``e`` of ``ends`` (not decreasing, -1 allowed),
+    NaN before ``x`` starts (written into ``out`` if given)."""
     padded = np.concatenate((_nans(w), x))
-    if len(ends) < 64:  # a few rows: one index (a window view costs ~20 us to make)
+    if len(ends) < 64:  # a few rows: one index
         return np.take(padded, ends[:, None] + _offsets(w), out=out, mode="clip")
-    # (whole rows copied: no per-item index; the indexes are in range, and mode "raise" would
-    # copy into ``out`` through a buffer of its own)
-    return np.take(sliding_window_view(padded, w), ends + 1, axis=0, out=out, mode="clip")
+    view = _window_view(padded, w)
+    first, last = int(ends[0]) + 1, int(ends[-1]) + 1
+    if last - first == len(ends) - 1:  # one after the other: a slice of the rows, copied
+        # (np.take into ``out`` goes through a fresh buffer of the whole matrix)
+        return (
+            view[first : last + 1].copy() if out is None else _copied(out, view[first : last + 1])
+        )
+    # (whole rows copied: no per-item index; the indexes are in range)
+    return np.take(view, ends + 1, axis=0, out=out, mode="clip")
+
+
+def _copied(out: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    np.copyto(out, rows)
+    return out
+
+
+def _window_view(x: np.ndarray, w: int) -> np.ndarray:
+    """``sliding_window_view(x, w)`` of a contiguous float vector, made in C (that function
+    checks its arguments in Python: ~10 us)."""
+    return np.ndarray((len(x) - w + 1, w), x.dtype, x, 0, (x.itemsize, x.itemsize))
 
 
 @functools.cache
@@ -93,28 +109,56 @@ def medians(ordered: np.ndarray, counts: np.ndarray) -> np.ndarray:
     return np.where(counts == 0, math.nan, np.where(counts % 2 == 1, hi, (lo + hi) / 2))
 
 
-def last_medians(x: np.ndarray, ends: np.ndarray, n: np.ndarray, w: int) -> Pair:
-    """Per row, the median of the last ``min(n, w)`` and of the last ``min(n, 2 w)`` values of
-    finite ``x`` up to ``ends`` (a smoothed value and its sustained level; ``ends`` ascending,
-    ``n`` not falling). Many full windows that end one after the other (``w`` at most
-    ``NETWORK``) are ordered column by column (``_ordered_columns``): a window of 2 w values is
-    two ordered halves, whose middle values ``_kth`` picks. The same values as sorting each
-    window."""
-    full = int(np.searchsorted(n, 2 * w))  # the rows before have fewer than 2 w values
-    many = len(ends) - full >= 64 and ends[-1] - ends[full] == len(ends) - 1 - full
-    if not (many and w <= NETWORK and ends[full] >= 2 * w - 1):  # (windows inside x)
-        return _sorted_medians(x, ends, np.minimum(n, w), w), _sorted_medians(
-            x, ends, np.minimum(n, 2 * w), 2 * w
-        )
-    smoothed, level = np.empty(len(ends)), np.empty(len(ends))
-    if full:
-        smoothed[:full], level[:full] = last_medians(x, ends[:full], n[:full], w)
-    cols = _ordered_columns(x, int(ends[full]) - w, len(ends) - full + w, w)
-    older, newer = [c[:-w] for c in cols], [c[w:] for c in cols]
-    half = w // 2
-    smoothed[full:] = newer[half] if w % 2 else (newer[half - 1] + newer[half]) / 2
-    level[full:] = (_kth(older, newer, w) + _kth(older, newer, w + 1)) / 2
-    return smoothed, level
+def last_medians(
+    series: list[tuple[np.ndarray, np.ndarray, np.ndarray]],
+    w: int,
+    scratch: Scratch | None = None,
+    name: str = "network",
+) -> list[Pair]:
+    """Per series ``(x, ends, n)``, per row the median of the last ``min(n, w)`` and of the last
+    ``min(n, 2 w)`` values of finite ``x`` up to ``ends`` (a smoothed value and its sustained
+    level; ``ends`` ascending, ``n`` not falling). Many full windows that end one after the
+    other (``w`` at most ``NETWORK``) are ordered column by column (``_ordered_columns``), those
+    of every series in one pass over their values laid end to end (the windows across two
+    series' values are left out): a window of 2 w values is two ordered halves, whose middle
+    values ``_kth`` picks (worked in ``scratch``'s reused matrix ``name``: a read's heap grows by
+    ~0.5 MB otherwise, which the allocator hands back and the next read faults in again). The
+    same values as sorting each window."""
+    out: list[Pair] = []
+    runs: list[tuple[Pair, int, np.ndarray]] = []  # (the series' pair, its first full row, values)
+    for x, ends, n in series:
+        full = int(np.searchsorted(n, 2 * w))  # the rows before have fewer than 2 w values
+        many = len(ends) - full >= 64 and ends[-1] - ends[full] == len(ends) - 1 - full
+        if not (many and w <= NETWORK and ends[full] >= 2 * w - 1):  # (windows inside x)
+            out.append(
+                (
+                    _sorted_medians(x, ends, np.minimum(n, w), w),
+                    _sorted_medians(x, ends, np.minimum(n, 2 * w), 2 * w),
+                )
+            )
+            continue
+        pair = np.empty(len(ends)), np.empty(len(ends))
+        if full:
+            pair[0][:full], pair[1][:full] = last_medians([(x, ends[:full], n[:full])], w)[0]
+        out.append(pair)
+        runs.append((pair, full, x[int(ends[full]) - 2 * w + 1 : int(ends[-1]) + 1]))
+    if runs:
+        laid = np.concatenate([r[2] for r in runs]) if len(runs) > 1 else runs[0][2]
+        length = len(laid) - w + 1  # (windows of w ending at each value from the w-th)
+        space = (scratch or Scratch()).get(name, w + 5, length)
+        cols = _ordered_columns(laid, w - 1, w, space[: w + 1])
+        older, newer = [c[:-w] for c in cols], [c[w:] for c in cols]
+        half = w // 2
+        smoothed = newer[half] if w % 2 else (newer[half - 1] + newer[half]) / 2
+        lo = _kth(older, newer, w, space[w + 1 : w + 3, : length - w])
+        hi = _kth(older, newer, w + 1, space[w + 3 : w + 5, : length - w])
+        level = np.divide(np.add(lo, hi, out=lo), 2, out=lo)  # (lo + hi) / 2
+        at = 0  # where a series' values begin in ``laid``
+        for (s, lv), full, values in runs:
+            rows = len(values) - 2 * w + 1
+            s[full:], lv[full:] = smoothed[at : at + rows], level[at : at + rows]
+            at += len(values)
+    return out
 
 
 NETWORK = 6  # windows of at most this many values (and twice) are ordered by a network
@@ -127,29 +171,37 @@ def _sorted_medians(x: np.ndarray, ends: np.ndarray, counts: np.ndarray, w: int)
     return medians(rows, counts)
 
 
-def _ordered_columns(x: np.ndarray, first: int, rows: int, w: int) -> list[np.ndarray]:
-    """Per rank, the rank-th smallest of each window of ``w`` values ending at ``first`` ...
-    ``first + rows - 1`` (all inside ``x``)."""
-    cols = [x[first - w + 1 + j : first - w + 1 + j + rows] for j in range(w)]
+def _ordered_columns(x: np.ndarray, first: int, w: int, space: np.ndarray) -> list[np.ndarray]:
+    """Per rank, the rank-th smallest of each window of ``w`` values ending at ``first``, ...
+    (all inside ``x``), as many as ``space`` (``w + 1`` rows, worked in) is long."""
+    rows = space.shape[1]
+    cols = list(space[:w])
+    for j in range(w):
+        np.copyto(cols[j], x[first - w + 1 + j : first - w + 1 + j + rows])
+    spare = space[w]
     for i in range(1, w):
         for j in range(i, 0, -1):
-            cols[j - 1], cols[j] = (
-                np.minimum(cols[j - 1], cols[j]),
-                np.maximum(cols[j - 1], cols[j]),
-            )
+            low = np.minimum(cols[j - 1], cols[j], out=spare)
+            np.maximum(cols[j - 1], cols[j], out=cols[j])
+            spare, cols[j - 1] = cols[j - 1], low
     return cols
 
 
-def _kth(a: list[np.ndarray], b: list[np.ndarray], k: int) -> np.ndarray:
+def _kth(a: list[np.ndarray], b: list[np.ndarray], k: int, out: np.ndarray) -> np.ndarray:
     """Per row, the k-th smallest (from 1) of two ordered lists of columns taken together: the
-    least, over the ways to take i of them from ``a`` and k - i from ``b``, of the largest taken."""
+    least, over the ways to take i of them from ``a`` and k - i from ``b``, of the largest taken
+    (into ``out``: two rows as long as the columns)."""
     h = len(a)
-    best = None
+    best, top = out
     for i in range(max(0, k - h), min(k, h) + 1):
         j = k - i
-        top = a[i - 1] if j == 0 else b[j - 1] if i == 0 else np.maximum(a[i - 1], b[j - 1])
-        best = top if best is None else np.minimum(best, top)
-    assert best is not None
+        pick = (
+            a[i - 1] if j == 0 else b[j - 1] if i == 0 else np.maximum(a[i - 1], b[j - 1], out=top)
+        )
+        if i == max(0, k - h):
+            np.copyto(best, pick)
+        else:
+            np.minimum(best, pick, out=best)
     return best
 
 
@@ -219,7 +271,9 @@ class Trail:
         self.values = np.empty(0)
 
     def extend(self, calls: np.ndarray, values: np.ndarray) -> None:
-        if len(values):
+        if len(values) >= TRAIL:  # (the kept ones all leave)
+            self.calls, self.values = calls[-TRAIL:].copy(), values[-TRAIL:].copy()
+        elif len(values):
             self.calls = np.concatenate((self.calls, calls))[-TRAIL:]
             self.values = np.concatenate((self.values, values))[-TRAIL:]
 

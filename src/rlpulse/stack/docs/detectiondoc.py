@@ -68,8 +68,15 @@ early peak is not "most of the gain lost"); the noise it is judged by leaves out
 10 values (a fall's first values, still near the peak, would otherwise read as noise and hide
 the gain they fall from: a DQN whose return fell 144 -> 9 over 20 rows never fired) and is kept
 through a fall, so a collapse that persists keeps paging. Entropy that falls while the reward
-rose and **holds its best** is convergence, not collapse: `entropy_ratio_to_peak` reads 1 then,
-and falls again as soon as the reward loses a quarter of its gain. Spikes are measured against
+rose and **holds its best** is convergence or learning, not collapse: `entropy_ratio_to_peak`
+reads 1 then if the reward held its best before entropy halved (it stopped improving first) or
+gained a quarter of its gain since (a policy turning deterministic as it learns: PPO and A2C on
+FrozenLake paged critical before this, 2026-12-05), and for 15 entropy values after it halved
+while the reward stands at a new best above its level then (entropy leads the return it buys by
+a few logged steps, before that gain stands out of the noise); it falls again as soon as the
+reward loses a quarter of its gain. A temperature driven to 0 also raises the training reward
+(greedy answers): that failure now pages once the reward stops setting new bests, 8 logged
+steps later than before (the alert matrix's `cold` failure, seeds 0 and 1). Spikes are measured against
 the history's 90th percentile (steps without learning signal and a near-zero gradient norm do
 not make every normal step a spike) or a robust z-score with a floor in nats, and held-out drops
 against the **best of the whole run** (the best never decays, so a persisting drop keeps firing),
@@ -120,7 +127,14 @@ spread is none. Live (SB3 on CartPole with `RlpulseCallback`, reward 0 from env 
 24,000, seed 10): DQN read critical at env step 19,800 and A2C at 21,200 (its 100-episode mean
 only at the run's end); PPO's episodes last 500 steps by then, and its 15 zero-return episodes
 (the 100-episode mean moved 3) read a fall of 0.54 at the 10th and 0.80 at the 15th; 5 healthy
-runs (PPO, DQN, A2C) read 0.
+runs (PPO, DQN, A2C) read 0. The exporter's own mean of the last 100 episodes (the
+`rl_episode_return` and `rl_episode_length_steps` gauges) is judged only once its window is full
+and a quarter of it turned over since the mean last judged: a mean of the first few episodes is
+another statistic (one early success of a sparse 0/1 reward reads as a peak that every later
+failure erodes, 1/n at a time), and means of windows sharing most of their episodes repeat each
+other, which the noise and frozen-value tests read as a quiet series. Fed once per episode (a
+replayed Monitor file, a slow environment behind the Gymnasium wrapper), PPO on FrozenLake paged
+RLRewardCollapse and RLRewardSignalLost critical on 3 healthy seeds before this (2026-12-05).
 Declare which logged key is the objective with a key map (`docs/replay.md`,
 `rlpulse.start(key_map=...)`).
 """

@@ -135,8 +135,8 @@ class Track:
         self._noise: tuple[int, int, float] = (-1, 0, math.nan)  # (n, longest, noise) last asked
         self.best3 = math.nan  # the best median of three readings (``_drop_from_best``)
         self.settled = False  # the reward held its best before entropy halved (``_entropy...``)
-        self.halved_from = math.nan  # the reward's level as entropy last stood above half its peak
-        self.halved_at = 0  # and this track's values then
+        self.halved_from = math.nan  # the smoothed reward as entropy last stood above half
+        self.halved_at = 0  # its peak, and this track's values then
         self.stretches: Stretches | None = None  # a reward's runs of one value (``_frozen``)
         self.drops: Drops | None = None  # a discrete reward's drop (``_gain_lost``)
         self.falls: Falls | None = None  # single continuous episodes' fall (``_episode_lost``)
@@ -856,7 +856,7 @@ def _gain_at(reward: Track, seqs: np.ndarray) -> np.ndarray:
 
 HOLDS_BEST = 0.25  # a reward within this share of its gain from its peak holds its best
 FALL_BEGUN = 0.5  # entropy below this share of its peak has begun to fall
-LEARNED_SINCE = 0.25  # the share of its gain a reward gained while entropy fell: learning
+LEARNED_SINCE = 0.5  # the share of its gain a reward gained while entropy fell: learning
 RISING_GRACE = GAIN_MIN_READINGS  # entropy values a reward at new bests has to show its gain
 
 
@@ -866,13 +866,13 @@ def _entropy_collapse(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray)
     improving first) or gained at least ``LEARNED_SINCE`` of its gain since (a policy learning:
     it turns deterministic as it learns what to do, as slowly learning sparse-reward runs do
     while their return rises); 1 too for ``RISING_GRACE`` values after entropy halved while the
-    reward stands above its level then at a new best (entropy can lead the return it buys by a
-    few logged steps, before that gain can be told from noise). Entropy gone while the return
+    reward stands at a new best above where it stood then (entropy can lead the return it buys
+    by a few logged steps, before that gain can be told from noise). Entropy gone while the return
     stood still, or a return falling with it, is a collapse."""
     peak = t.rows["peak"][rows]  # NaN until warm
     ratio = _ratios(t.rows["smoothed"][rows], peak)
     asked, holds = np.zeros(len(rows), bool), np.zeros(len(rows), bool)
-    level, gain = np.full(len(rows), math.nan), np.full(len(rows), math.nan)
+    smooth, gain = np.full(len(rows), math.nan), np.full(len(rows), math.nan)
     best = np.zeros(len(rows), bool)
     for reward, at in d.reward_rows(seqs):
         mine = (at >= 0) & (ratio == ratio)
@@ -880,20 +880,20 @@ def _entropy_collapse(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray)
         top = r["level_peak"][at[mine]]
         dip = top - r["smoothed"][at[mine]]
         holds[mine] = (g > 0) & (dip <= HOLDS_BEST * g)
-        level[mine], gain[mine] = r["level"][at[mine]], g
-        best[mine] = level[mine] >= top
+        smooth[mine], gain[mine] = r["smoothed"][at[mine]], g
+        best[mine] = r["level"][at[mine]] >= top
         asked |= mine
     begun = asked & (ratio >= FALL_BEGUN)  # entropy not halved yet: whether the reward holds
     last = np.maximum.accumulate(np.where(begun, np.arange(len(rows)), -1))
     before = np.concatenate(([-1], last[:-1]))
     n = t.rows["n"][rows]
     settled = np.where(before >= 0, holds[before], t.settled)
-    since = np.where(before >= 0, level[before], t.halved_from)
-    learned = holds & (level - since >= LEARNED_SINCE * gain)  # (NaN: not known to have)
-    rising = best & (level > since)  # (at a new best, above its level as entropy halved)
+    since = np.where(before >= 0, smooth[before], t.halved_from)
+    learned = holds & (smooth - since >= LEARNED_SINCE * gain)  # (NaN: not known to have)
+    rising = best & (smooth > since)  # (at a new best, above where it stood as entropy halved)
     rising &= n - np.where(before >= 0, n[before], t.halved_at) <= RISING_GRACE
     if last[-1] >= 0:
-        t.settled, t.halved_from = bool(holds[last[-1]]), float(level[last[-1]])
+        t.settled, t.halved_from = bool(holds[last[-1]]), float(smooth[last[-1]])
         t.halved_at = int(n[last[-1]])
     calm = asked & ~begun & ((holds & settled) | learned | rising)
     return np.where(calm, 1.0, ratio), peak

@@ -70,13 +70,13 @@ the gain they fall from: a DQN whose return fell 144 -> 9 over 20 rows never fir
 through a fall, so a collapse that persists keeps paging. Entropy that falls while the reward
 rose and **holds its best** is convergence or learning, not collapse: `entropy_ratio_to_peak`
 reads 1 then if the reward held its best before entropy halved (it stopped improving first) or
-gained a quarter of its gain since (a policy turning deterministic as it learns: PPO and A2C on
+gained half of its gain since (a policy turning deterministic as it learns: PPO and A2C on
 FrozenLake paged critical before this, 2026-12-05), and for 15 entropy values after it halved
-while the reward stands at a new best above its level then (entropy leads the return it buys by
-a few logged steps, before that gain stands out of the noise); it falls again as soon as the
-reward loses a quarter of its gain. A temperature driven to 0 also raises the training reward
-(greedy answers): that failure now pages once the reward stops setting new bests, 8 logged
-steps later than before (the alert matrix's `cold` failure, seeds 0 and 1). Spikes are measured against
+while the reward stands at a new best above where it stood then (entropy leads the return it
+buys by a few logged steps, before that gain stands out of the noise); it falls again as soon as
+the reward loses a quarter of its gain. A temperature driven to 0 also raises the training
+reward (greedy answers): that failure now pages once the reward stops setting new bests, 8
+logged steps later than before (the alert matrix's `cold` failure, seeds 0 and 1). Spikes are measured against
 the history's 90th percentile (steps without learning signal and a near-zero gradient norm do
 not make every normal step a spike) or a robust z-score with a floor in nats, and held-out drops
 against the **best of the whole run** (the best never decays, so a persisting drop keeps firing),

@@ -76,8 +76,8 @@ while the reward stands at a new best above where it stood then (entropy leads t
 buys by a few logged steps, before that gain stands out of the noise); it falls again as soon as
 the reward loses a quarter of its gain. A temperature driven to 0 also raises the training
 reward (greedy answers): that failure now pages once the reward stops setting new bests, 8
-logged steps later than before (the alert matrix's `cold` failure, seeds 0 and 1). Spikes are measured against
-the history's 90th percentile (steps without learning signal and a near-zero gradient norm do
+logged steps later than before (the alert matrix's `cold` failure, seeds 0 and 1). Spikes are
+measured against the history's 90th percentile (steps without learning signal and a near-zero gradient norm do
 not make every normal step a spike) or a robust z-score with a floor in nats, and held-out drops
 against the **best of the whole run** (the best never decays, so a persisting drop keeps firing),
 only beyond what the readings' own noise explains: the best of m medians of three sits about

@@ -361,6 +361,57 @@ def test_entropy_falling_while_the_return_holds_its_best_is_convergence() -> Non
     assert min(_trace(exp, flat, ("entropy_ratio_to_peak", ""))[5:]) < 0.2
 
 
+def test_entropy_that_falls_as_the_reward_learns_is_no_collapse() -> None:
+    """SB3 A2C and PPO on FrozenLake (2026-12-05): the policy turns deterministic while its
+    success rises from 0.02 to 0.75, entropy leading the success it buys by a few logged rows
+    (it halved before the success's gain stood out of its noise). That read critical; it is
+    learning. A temperature-like collapse from a reward that stops improving still reads one."""
+    for seed in range(3):
+        rng = random.Random(seed)
+        n = 120
+        success = [0.02 + 0.73 / (1 + math.exp(-(s - 45) / 6)) for s in range(n)]
+        entropy = [1.38 * (0.005 + 0.995 / (1 + math.exp((s - 36) / 2.5))) for s in range(n)]
+        rows = [
+            {"rollout/ep_rew_mean": round(p + rng.gauss(0, 0.02), 2), "train/entropy_loss": -e}
+            for p, e in zip(success, entropy, strict=True)
+        ]
+        exp = _exporter(metadata={"framework": "sb3"})
+        assert min(_trace(exp, rows, ("entropy_ratio_to_peak", ""))[5:]) > 0.35, seed
+        flat = [
+            {"rollout/ep_rew_mean": round(0.3 + rng.gauss(0, 0.02), 2), "train/entropy_loss": -e}
+            for e in entropy
+        ]
+        exp = _exporter(metadata={"framework": "sb3"})
+        assert min(_trace(exp, flat, ("entropy_ratio_to_peak", ""))[5:]) < 0.2, seed
+
+
+def test_a_sparse_success_fed_an_episode_at_a_time_reads_no_fall() -> None:
+    """PPO on FrozenLake replayed from its Monitor file (2026-12-05): episodes handed over one
+    at a time made the exporter's 100-episode mean a reading per episode. Its first success
+    at episode ~40 read as a peak of 1/40 that every failure after it eroded, and the mean's
+    long stretches at one value read as a frozen reward: critical on healthy seeds. The mean is
+    judged once its window is full, every quarter window; a success that then falls to 0 is
+    still read."""
+    for seed in range(3):
+        rng = random.Random(seed)
+        exp = _exporter()
+        worst: dict[tuple[str, str], float] = {}
+        for ep in range(3000):
+            p = min(0.6, 0.015 + max(0, ep - 1500) / 2500)
+            exp.observe_episodes([float(rng.random() < p)], [8.0])
+            exp.log({}, step=ep)
+            if ep % 10 == 0:
+                for key, v in _signals(exp).items():
+                    worst[key] = max(worst.get(key, 0.0), v)
+        warning = {"reward_gain_lost_ratio": 0.5, "reward_frozen_ratio": 2.0}  # (the alerts')
+        for signal, level in warning.items():
+            assert worst.get((signal, "episode_return"), 0.0) < level, (seed, signal, worst)
+        for ep in range(3000, 3400):
+            exp.observe_episodes([0.0], [8.0])
+            exp.log({}, step=ep)
+        assert _signals(exp)[("reward_gain_lost_ratio", "episode_return")] >= 0.75, seed
+
+
 def test_a_proxy_rising_far_over_a_flat_objective_is_hacking() -> None:
     """Issue 24.5: proxy 0.20 -> 0.70, declared objective 0.000-0.010 from its first reading
     (it never fell): hacking, in every seed. An objective rising with the proxy clears it."""

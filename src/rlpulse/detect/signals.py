@@ -135,6 +135,8 @@ class Track:
         self._noise: tuple[int, int, float] = (-1, 0, math.nan)  # (n, longest, noise) last asked
         self.best3 = math.nan  # the best median of three readings (``_drop_from_best``)
         self.settled = False  # the reward held its best before entropy halved (``_entropy...``)
+        self.halved_from = math.nan  # the smoothed reward as entropy last stood above half
+        self.halved_at = 0  # its peak, and this track's values then
         self.stretches: Stretches | None = None  # a reward's runs of one value (``_frozen``)
         self.drops: Drops | None = None  # a discrete reward's drop (``_gain_lost``)
         self.falls: Falls | None = None  # single continuous episodes' fall (``_episode_lost``)
@@ -905,30 +907,55 @@ def _gain_at(reward: Track, seqs: np.ndarray) -> np.ndarray:
 
 
 HOLDS_BEST = 0.25  # a reward within this share of its gain from its peak holds its best
+DIP_KEPT = 0.5  # and once entropy fell, within this share (RLRewardCollapse's warning level)
 FALL_BEGUN = 0.5  # entropy below this share of its peak has begun to fall
+LEARNED_SINCE = 0.5  # the share of its gain a reward gained while entropy fell: learning
+RISING_GRACE = GAIN_MIN_READINGS  # entropy values a reward at new bests has to show its gain
 
 
 def _entropy_collapse(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
-    """Smoothed entropy against its peak, 1 while the reward rose significantly, held its best
-    before entropy had halved, and still holds it (a policy converging: the return stopped
-    improving first). Entropy gone before the return's gain was in, or a return falling with
-    it, is a collapse."""
+    """Smoothed entropy against its peak; 1 while the reward rose significantly and holds its best
+    (a dip of at most ``DIP_KEPT`` of its gain, which its own alert does not warn on), if it
+    held it (within ``HOLDS_BEST``) before entropy had halved (a policy converging: the return
+    stopped improving first) or gained at least ``LEARNED_SINCE`` of its gain since (a policy
+    learning: it turns deterministic as it learns what to do, as slowly learning sparse-reward
+    runs do while their return rises); 1 too for ``RISING_GRACE`` values after entropy halved
+    while the reward stands at a new best above where it stood then (entropy can lead the
+    return it buys by a few logged steps, before that gain can be told from noise). Entropy
+    gone while the return stood still, or a return falling with it, is a collapse."""
     peak = t.rows["peak"][rows]  # NaN until warm
     ratio = _ratios(t.rows["smoothed"][rows], peak)
-    asked, holds = np.zeros(len(rows), bool), np.zeros(len(rows), bool)
+    asked, holds, keeps = (
+        np.zeros(len(rows), bool),
+        np.zeros(len(rows), bool),
+        np.zeros(len(rows), bool),
+    )
+    smooth, gain = np.full(len(rows), math.nan), np.full(len(rows), math.nan)
+    best = np.zeros(len(rows), bool)
     for reward, at in d.reward_rows(seqs):
         mine = (at >= 0) & (ratio == ratio)
         g, r = _gain_at(reward, seqs[mine]), reward.rows
-        dip = r["level_peak"][at[mine]] - r["smoothed"][at[mine]]
+        top = r["level_peak"][at[mine]]
+        dip = top - r["smoothed"][at[mine]]
         holds[mine] = (g > 0) & (dip <= HOLDS_BEST * g)
+        keeps[mine] = (g > 0) & (dip <= DIP_KEPT * g)
+        smooth[mine], gain[mine] = r["smoothed"][at[mine]], g
+        best[mine] = r["level"][at[mine]] >= top
         asked |= mine
     begun = asked & (ratio >= FALL_BEGUN)  # entropy not halved yet: whether the reward holds
     last = np.maximum.accumulate(np.where(begun, np.arange(len(rows)), -1))
     before = np.concatenate(([-1], last[:-1]))
+    n = t.rows["n"][rows]
     settled = np.where(before >= 0, holds[before], t.settled)
+    since = np.where(before >= 0, smooth[before], t.halved_from)
+    learned = keeps & (smooth - since >= LEARNED_SINCE * gain)  # (NaN: not known to have)
+    rising = best & (smooth > since)  # (at a new best, above where it stood as entropy halved)
+    rising &= n - np.where(before >= 0, n[before], t.halved_at) <= RISING_GRACE
     if last[-1] >= 0:
-        t.settled = bool(holds[last[-1]])
-    return np.where(asked & ~begun & holds & settled, 1.0, ratio), peak
+        t.settled, t.halved_from = bool(holds[last[-1]]), float(smooth[last[-1]])
+        t.halved_at = int(n[last[-1]])
+    calm = asked & ~begun & ((keeps & settled) | learned | rising)
+    return np.where(calm, 1.0, ratio), peak
 
 
 FROZEN_MIN = 10  # readings at one value that are never unusual, whatever the run did before
@@ -1066,8 +1093,15 @@ def _frozen(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
     that varied and now never moves comes from a dead reward signal (a grader returning a
     constant, a reward wrapper zeroing it). At the peak it is a solved task (CartPole's 500).
     0 until the reward varied once, and while the value's own frequency explains the stretch
-    (chance above 1e-6: a 0/1 reward that is mostly 0 is flat for long healthy stretches)."""
+    (chance above 1e-6: a 0/1 reward that is mostly 0 is flat for long healthy stretches).
+    Not judged on the episodes' mean return once the episodes themselves are read
+    (``Detector.episodes``): a windowed mean's readings repeat each other (a sparse success's
+    100-episode mean sits at one value for hundreds of healthy readings), and the episodes' own
+    stretches tell a dead reward at once."""
     assert t.stretches is not None
+    if t is d.episodes_mean():
+        nothing = np.where(t.rows["n"][rows] >= d.w.warmup, 0.0, math.nan)
+        return nothing, nothing
     s, r = t.stretches.rows, t.rows
     warm = r["n"][rows] >= d.w.warmup
     base = np.maximum(s["longest"][rows], FROZEN_MIN)
@@ -2062,6 +2096,10 @@ class Detector:
         """The series of a reward metric, if it was logged before the value being read."""
         t = self._tracks.get((metric, ()))
         return t if t is not None and t.born < self.seq_now else None
+
+    def episodes_mean(self) -> Track | None:
+        """The track of the episodes' mean return once single episodes are read too."""
+        return self._tracks.get((REWARDS[1], ())) if self._falls else None
 
     def reward_rows(self, seqs: np.ndarray) -> Iterator[tuple[Track, np.ndarray]]:
         """Per reward series, its row at each value ``seqs`` of a read where it is the run's

@@ -76,16 +76,32 @@ def _nansum(arr: np.ndarray) -> float:
 
 
 class Episodes:
-    """The last ``EPISODE_WINDOW`` finished episodes: their mean return and length."""
+    """The last ``EPISODE_WINDOW`` finished episodes: their mean return and length. A mean is
+    *judged* (handed to the step-indexed detector as well as shown) once the window is full and
+    a quarter of it turned over since the last judged one: a mean over the first few episodes is
+    not the same statistic (one early success in a sparse 0/1 reward reads as a peak that every
+    later failure erodes, 1/n at a time), and means of windows that share most of their episodes
+    repeat each other, which the detector's noise and frozen-value tests read as a quiet series.
+    The episodes themselves are judged one by one (``Detector.episodes``)."""
 
     def __init__(self, window: int = EPISODE_WINDOW) -> None:
         self.returns: deque[float] = deque(maxlen=window)
         self.lengths: deque[float] = deque(maxlen=window)
+        self.turnover = window // 4
+        self.since = 0  # episodes since the last judged mean
 
-    def add(self, returns: np.ndarray, lengths: np.ndarray) -> Iterator[Gauge]:
-        """Take finished episodes (arrays of equal size); the episode gauges now."""
+    def add(self, returns: np.ndarray, lengths: np.ndarray) -> tuple[list[Gauge], bool]:
+        """Take finished episodes (arrays of equal size): the episode gauges now, and whether
+        they are judged."""
         self.returns.extend(returns.tolist())
         self.lengths.extend(lengths.tolist())
-        if self.returns:
-            yield "rl_episode_return", {}, sum(self.returns) / len(self.returns)
-            yield "rl_episode_length_steps", {}, sum(self.lengths) / len(self.lengths)
+        self.since += len(returns)
+        if not self.returns:
+            return [], False
+        judged = len(self.returns) == self.returns.maxlen and self.since >= self.turnover
+        if judged:
+            self.since = 0
+        return [
+            ("rl_episode_return", {}, sum(self.returns) / len(self.returns)),
+            ("rl_episode_length_steps", {}, sum(self.lengths) / len(self.lengths)),
+        ], judged

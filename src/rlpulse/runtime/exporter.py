@@ -612,8 +612,9 @@ class Exporter:
                 self.drops("shape_mismatch", "observe_episodes", (r.size, n_steps.size))
                 return
             self.writes.add(self.store.get("rl_episodes_total"), float(r.size), "rl_episodes_total")
-            for name, labels, value in self._episodes.add(r, n_steps):
-                self.writes.put(name, value, labels)
+            gauges, judged = self._episodes.add(r, n_steps)
+            for name, labels, value in gauges:
+                self.writes.put(name, value, labels, judged=judged)
             self.detector.episodes(r.tolist(), n_steps.tolist())
             if success is not None:
                 s = self.ingest.array("success", success)

@@ -84,18 +84,21 @@ class Writes:
         if self.drops.strict:
             raise ValueError(f"rlpulse: {series.metric.name}: non-finite value")
 
-    def gauge(self, series: Series, value: float) -> None:
-        """Set a gauge series."""
+    def gauge(self, series: Series, value: float, judged: bool = True) -> None:
+        """Set a gauge series (``judged``: a watched one's value goes to the detector too)."""
         self.store.values[series.slot] = value
         if not math.isfinite(value):
             self.nonfinite(series)
-        self.signal(series.slot, value)
+        if judged:
+            self.signal(series.slot, value)
 
-    def put(self, name: str, value: float, labels: Mapping[str, str] = _NO_LABELS) -> None:
+    def put(
+        self, name: str, value: float, labels: Mapping[str, str] = _NO_LABELS, judged: bool = True
+    ) -> None:
         """Set a catalog gauge (label values are capped like user data: they may come from it,
         e.g. a reward component's name)."""
         metric = catalog.get(name)
-        self.gauge(self.store.bind(metric, dict(labels), capped=metric.labels), value)
+        self.gauge(self.store.bind(metric, dict(labels), capped=metric.labels), value, judged)
 
     def add(self, series: Series, amount: float, key: str) -> None:
         """Add to a counter series; an amount that is negative or not finite is dropped as

@@ -364,8 +364,9 @@ def test_entropy_falling_while_the_return_holds_its_best_is_convergence() -> Non
 def test_entropy_that_falls_as_the_reward_learns_is_no_collapse() -> None:
     """SB3 A2C and PPO on FrozenLake (2026-12-05): the policy turns deterministic while its
     success rises from 0.02 to 0.75, entropy leading the success it buys by a few logged rows
-    (it halved before the success's gain stood out of its noise). That read critical; it is
-    learning. A temperature-like collapse from a reward that stops improving still reads one."""
+    (it halved before the success's gain stood out of its noise), then dipping by a third of its
+    gain. That read critical; it is learning. A temperature-like collapse from a reward that
+    stops improving still reads one."""
     for seed in range(3):
         rng = random.Random(seed)
         n = 120
@@ -375,8 +376,13 @@ def test_entropy_that_falls_as_the_reward_learns_is_no_collapse() -> None:
             {"rollout/ep_rew_mean": round(p + rng.gauss(0, 0.02), 2), "train/entropy_loss": -e}
             for p, e in zip(success, entropy, strict=True)
         ]
+        dip = [  # then a dip the reward's own alert does not warn on (a third of the gain)
+            {"rollout/ep_rew_mean": round(0.75 - 0.25 * (k < 8) + rng.gauss(0, 0.02), 2),
+             "train/entropy_loss": -entropy[-1]}
+            for k in range(16)
+        ]  # fmt: skip
         exp = _exporter(metadata={"framework": "sb3"})
-        assert min(_trace(exp, rows, ("entropy_ratio_to_peak", ""))[5:]) > 0.35, seed
+        assert min(_trace(exp, rows + dip, ("entropy_ratio_to_peak", ""))[5:]) > 0.35, seed
         flat = [
             {"rollout/ep_rew_mean": round(0.3 + rng.gauss(0, 0.02), 2), "train/entropy_loss": -e}
             for e in entropy

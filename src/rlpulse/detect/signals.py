@@ -137,6 +137,8 @@ class Track:
         self.settled = False  # the reward held its best before entropy halved (``_entropy...``)
         self.halved_from = math.nan  # the smoothed reward as entropy last stood above half
         self.halved_at = 0  # its peak, and this track's values then
+        self.gain_seen = 0.0  # the reward's largest significant gain while entropy was read
+        self.learned = False  # it gained ``LEARNED_SINCE`` of it since entropy halved
         self.stretches: Stretches | None = None  # a reward's runs of one value (``_frozen``)
         self.drops: Drops | None = None  # a discrete reward's drop (``_gain_lost``)
         self.falls: Falls | None = None  # single continuous episodes' fall (``_episode_lost``)
@@ -925,12 +927,8 @@ def _entropy_collapse(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray)
     gone while the return stood still, or a return falling with it, is a collapse."""
     peak = t.rows["peak"][rows]  # NaN until warm
     ratio = _ratios(t.rows["smoothed"][rows], peak)
-    asked, holds, keeps = (
-        np.zeros(len(rows), bool),
-        np.zeros(len(rows), bool),
-        np.zeros(len(rows), bool),
-    )
-    smooth, gain = np.full(len(rows), math.nan), np.full(len(rows), math.nan)
+    asked, holds = np.zeros(len(rows), bool), np.zeros(len(rows), bool)
+    smooth, gain, drop = (np.full(len(rows), math.nan) for _ in range(3))
     best = np.zeros(len(rows), bool)
     for reward, at in d.reward_rows(seqs):
         mine = (at >= 0) & (ratio == ratio)
@@ -938,8 +936,7 @@ def _entropy_collapse(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray)
         top = r["level_peak"][at[mine]]
         dip = top - r["smoothed"][at[mine]]
         holds[mine] = (g > 0) & (dip <= HOLDS_BEST * g)
-        keeps[mine] = (g > 0) & (dip <= DIP_KEPT * g)
-        smooth[mine], gain[mine] = r["smoothed"][at[mine]], g
+        smooth[mine], gain[mine], drop[mine] = r["smoothed"][at[mine]], g, dip
         best[mine] = r["level"][at[mine]] >= top
         asked |= mine
     begun = asked & (ratio >= FALL_BEGUN)  # entropy not halved yet: whether the reward holds
@@ -948,7 +945,17 @@ def _entropy_collapse(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray)
     n = t.rows["n"][rows]
     settled = np.where(before >= 0, holds[before], t.settled)
     since = np.where(before >= 0, smooth[before], t.halved_from)
-    learned = keeps & (smooth - since >= LEARNED_SINCE * gain)  # (NaN: not known to have)
+    # the largest gain seen, kept through a dip (whose own steps can read as noise and void it)
+    seen = np.fmax.accumulate(np.concatenate(([t.gain_seen], np.where(gain > 0, gain, 0.0))))[1:]
+    t.gain_seen = float(seen[-1])
+    keeps = (seen > 0) & (drop <= DIP_KEPT * seen)
+    # learning, once the reward gained that much since entropy last stood above half its peak
+    # (NaN: not known to have)
+    grown = (seen > 0) & (smooth - since >= LEARNED_SINCE * seen)
+    grew = np.maximum.accumulate(np.where(grown, np.arange(len(rows)), -1))
+    learnt = (grew > last) | ((last < 0) & t.learned)
+    t.learned = bool(learnt[-1])
+    learned = keeps & learnt
     rising = best & (smooth > since)  # (at a new best, above where it stood as entropy halved)
     rising &= n - np.where(before >= 0, n[before], t.halved_at) <= RISING_GRACE
     if last[-1] >= 0:

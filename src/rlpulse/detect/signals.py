@@ -917,21 +917,25 @@ RISING_GRACE = GAIN_MIN_READINGS  # entropy values a reward at new bests has to 
 
 def _entropy_collapse(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pair:
     """Smoothed entropy against its peak; 1 while the reward rose significantly and holds its best
-    (a dip of at most ``DIP_KEPT`` of its gain, which its own alert does not warn on), if it
-    held it (within ``HOLDS_BEST``) before entropy had halved (a policy converging: the return
-    stopped improving first) or gained at least ``LEARNED_SINCE`` of its gain since (a policy
-    learning: it turns deterministic as it learns what to do, as slowly learning sparse-reward
-    runs do while their return rises); 1 too for ``RISING_GRACE`` values after entropy halved
-    while the reward stands at a new best above where it stood then (entropy can lead the
-    return it buys by a few logged steps, before that gain can be told from noise). Entropy
-    gone while the return stood still, or a return falling with it, is a collapse."""
+    (within ``HOLDS_BEST`` of its gain) if it held it before entropy had halved (a policy
+    converging: the return stopped improving first). Entropy gone while the return stood still,
+    or a return falling with it, is a collapse. So is an LLM's token entropy gone while its
+    reward rose: it ends the sampling's exploration and the groups' learning signal (a
+    temperature driven to 0 raises the reward: greedy answers). A classic RL policy, whose
+    episodes' return is the reward, turns deterministic as it learns what to do: there entropy is
+    also calm once the return gained ``LEARNED_SINCE`` of its largest gain since entropy last
+    stood above half its peak, and for ``RISING_GRACE`` values after it halved while the return
+    sets new bests above where it stood then (entropy leads the return it buys by a few logged
+    steps, before that gain stands out of the noise); such a calm entropy stays calm through a
+    dip of up to ``DIP_KEPT`` of the largest gain, one the return's own alert does not warn on."""
     peak = t.rows["peak"][rows]  # NaN until warm
     ratio = _ratios(t.rows["smoothed"][rows], peak)
     asked, holds = np.zeros(len(rows), bool), np.zeros(len(rows), bool)
     smooth, gain, drop = (np.full(len(rows), math.nan) for _ in range(3))
-    best = np.zeros(len(rows), bool)
+    best, classic = np.zeros(len(rows), bool), np.zeros(len(rows), bool)
     for reward, at in d.reward_rows(seqs):
         mine = (at >= 0) & (ratio == ratio)
+        classic[mine] = reward is d.returns()
         g, r = _gain_at(reward, seqs[mine]), reward.rows
         top = r["level_peak"][at[mine]]
         dip = top - r["smoothed"][at[mine]]
@@ -948,15 +952,15 @@ def _entropy_collapse(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray)
     # the largest gain seen, kept through a dip (whose own steps can read as noise and void it)
     seen = np.fmax.accumulate(np.concatenate(([t.gain_seen], np.where(gain > 0, gain, 0.0))))[1:]
     t.gain_seen = float(seen[-1])
-    keeps = (seen > 0) & (drop <= DIP_KEPT * seen)
+    keeps = np.where(classic, (seen > 0) & (drop <= DIP_KEPT * seen), holds)
     # learning, once the reward gained that much since entropy last stood above half its peak
     # (NaN: not known to have)
     grown = (seen > 0) & (smooth - since >= LEARNED_SINCE * seen)
     grew = np.maximum.accumulate(np.where(grown, np.arange(len(rows)), -1))
     learnt = (grew > last) | ((last < 0) & t.learned)
     t.learned = bool(learnt[-1])
-    learned = keeps & learnt
-    rising = best & (smooth > since)  # (at a new best, above where it stood as entropy halved)
+    learned = classic & keeps & learnt
+    rising = classic & best & (smooth > since)  # (a new best, above where it stood at halving)
     rising &= n - np.where(before >= 0, n[before], t.halved_at) <= RISING_GRACE
     if last[-1] >= 0:
         t.settled, t.halved_from = bool(holds[last[-1]]), float(smooth[last[-1]])
@@ -2104,9 +2108,13 @@ class Detector:
         t = self._tracks.get((metric, ()))
         return t if t is not None and t.born < self.seq_now else None
 
+    def returns(self) -> Track | None:
+        """The track of the episodes' mean return (classic RL's reward), once logged."""
+        return self._tracks.get((REWARDS[1], ()))
+
     def episodes_mean(self) -> Track | None:
         """The track of the episodes' mean return once single episodes are read too."""
-        return self._tracks.get((REWARDS[1], ())) if self._falls else None
+        return self.returns() if self._falls else None
 
     def reward_rows(self, seqs: np.ndarray) -> Iterator[tuple[Track, np.ndarray]]:
         """Per reward series, its row at each value ``seqs`` of a read where it is the run's

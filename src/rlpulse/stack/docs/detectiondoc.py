@@ -68,52 +68,53 @@ early peak is not "most of the gain lost"); the noise it is judged by leaves out
 10 values (a fall's first values, still near the peak, would otherwise read as noise and hide
 the gain they fall from: a DQN whose return fell 144 -> 9 over 20 rows never fired) and is kept
 through a fall, so a collapse that persists keeps paging. Entropy that falls while the reward
-rose and **holds its best** is convergence or learning, not collapse: `entropy_ratio_to_peak` reads
-1 then if the reward held its best before entropy halved (it stopped improving first) or gained
-half of its gain since (a policy turning deterministic as it learns: PPO and A2C on FrozenLake
-paged critical before this, 2026-12-05), and for 15 entropy values after it halved while the reward
-stands at a new best above where it stood then (entropy leads the return it buys by a few logged
-steps, before that gain stands out of the noise); it falls again as soon as the reward loses half
-of its largest gain (the level at which RLRewardCollapse warns; a smaller dip of a learned,
-deterministic policy read 0.002 critical on A2C's FrozenLake before, and the largest gain is kept
-because a dip's own steps can make the gain read as noise). A temperature driven to 0 also raises
-the training reward (greedy answers): that failure now pages once the reward stops setting new
-bests, 8 logged steps later than before (the alert matrix's `cold` failure, seeds 0 and 1). Spikes
-are measured against the history's 90th percentile (steps without learning signal and a near-zero
-gradient norm do not make every normal step a spike) or a robust z-score with a floor in nats, and
-held-out drops against the **best of the whole run** (the best never decays, so a persisting drop
-keeps firing), only beyond what the readings' own noise explains: the best of m medians of three
-sits about sqrt(2 ln m) of their spread above their level and the latest can sit as far below it,
-so the guard grows with the run: 2.6x a reading's noise after 3 medians, 3.5x after 10, 5.0x after
-200, where the noise is the larger of the robust step-to-step estimate and the readings' spread (a
-score's dips are heavier-tailed than a Gaussian's), the spread counted up to twice the robust noise
-(a learning curve's early jumps would hide a collapse: the corpus's market-maker run, eval 5.2 to
-exactly 0, was read 44 readings late with the spread uncapped, 14 with it capped, 1 with the fixed
-2x guard). A fixed 2x of the robust noise let the luck of a long run's best read as a drop: on 200
-readings of a flat score (sd 0.04 around 0.7), 27 of 30 seeds crossed RLEvalDrop's warning level (0
-of 30 now; 3 of 30 at sd 0.06, where 15 % is 1.75 sd), and the healthy demo warned on 2 of 3 seeds
-(none now); a 30 % fall is still read at its first or second reading (`_drop_guard`). A reward is
-"hacked" when it rose far (beyond three times its noise) since the **true objective** was last at
-its best and a later objective reading did not improve on it by more than twice the objective's own
-noise: a proxy that climbs while the objective stays flat is hacking whether or not the objective
-ever fell. A reward that varied and then reads one value below its peak over many more readings in
-a row than it ever did is a **dead reward signal** (`reward_frozen_ratio`; a reward pinned at its
-peak is a solved task). A **discrete reward** (at most 8 distinct values: a 0/1 episode success, a
-grader's few score levels) is judged by its drops alone: one reading's noise hides its gain (at
-0.55 success about 0.5), and a median of 5 readings is no level (after a long streak of successes
-at 0.9, three failures in a row read as the whole gain lost). Two CUSUMs follow it instead: each
-reading is below the typical level (the mean of the last 200 readings) with the run's own
-frequency, or, once the reward collapsed, 98 % of the time (all lost) or half-way to that (about
-half lost); once the readings since a CUSUM last stood at 0 are a million times likelier under its
-collapse, `reward_gain_lost_ratio` reads their mean's drop below the typical level (over at least
-the last 20 readings: a short stretch is picked for its failures) as a share of the gain (start:
-the mean of the first 20). Typical level and frequency are measured while the last 20 readings are
-in the upper half of the gain, and kept through a fall. A slippery FrozenLake Q-learning run whose
-reward is zeroed, whose Q-table is reset or whose exploration is forced to 1.0 reads critical 15 to
-26 episodes later (the frozen-stretch signal took 37 to 297); a success halved from 0.9 to 0.45
-reads a lost gain within 100 episodes in 6 of 8 seeds; 24 healthy seeds of that loop and 8
-synthetic seeds at 0.9 read 0 throughout; the onset is the first reading the CUSUM counts (a random
-policy's lucky success right after the failure moves it a few readings on). Episodes recorded with
+rose and **holds its best** (it held it before entropy halved: it stopped improving first) is
+convergence, not collapse: `entropy_ratio_to_peak` reads 1 then. An LLM's token entropy gone while
+its reward rose is still a collapse (it ends the sampling's exploration and the groups' learning
+signal; a temperature driven to 0 raises the training reward too, greedy answers). A classic RL
+policy, whose episodes' return is the reward, turns deterministic as it learns: there entropy also
+reads 1 once the return gained half of its largest gain since entropy last stood above half its
+peak, and for 15 entropy values after it halved while the return sets new bests above where it
+stood then (entropy leads the return it buys by a few logged steps, before that gain stands out of
+the noise), and stays 1 through a dip of up to half the largest gain (the level at which
+RLRewardCollapse warns; the largest gain is kept, since a dip's own steps can make it read as
+noise). Before this (2026-12-05) healthy PPO and A2C runs on FrozenLake paged RLEntropyCollapse
+critical as their policies turned deterministic while their success rose. Spikes are measured
+against the history's 90th percentile (steps without learning signal and a near-zero gradient norm
+do not make every normal step a spike) or a robust z-score with a floor in nats, and held-out drops
+against the **best of the whole run** (the best never decays, so a persisting drop keeps firing),
+only beyond what the readings' own noise explains: the best of m medians of three sits about sqrt(2
+ln m) of their spread above their level and the latest can sit as far below it, so the guard grows
+with the run: 2.6x a reading's noise after 3 medians, 3.5x after 10, 5.0x after 200, where the
+noise is the larger of the robust step-to-step estimate and the readings' spread (a score's dips
+are heavier-tailed than a Gaussian's), the spread counted up to twice the robust noise (a learning
+curve's early jumps would hide a collapse: the corpus's market-maker run, eval 5.2 to exactly 0,
+was read 44 readings late with the spread uncapped, 14 with it capped, 1 with the fixed 2x guard).
+A fixed 2x of the robust noise let the luck of a long run's best read as a drop: on 200 readings of
+a flat score (sd 0.04 around 0.7), 27 of 30 seeds crossed RLEvalDrop's warning level (0 of 30 now;
+3 of 30 at sd 0.06, where 15 % is 1.75 sd), and the healthy demo warned on 2 of 3 seeds (none now);
+a 30 % fall is still read at its first or second reading (`_drop_guard`). A reward is "hacked" when
+it rose far (beyond three times its noise) since the **true objective** was last at its best and a
+later objective reading did not improve on it by more than twice the objective's own noise: a proxy
+that climbs while the objective stays flat is hacking whether or not the objective ever fell. A
+reward that varied and then reads one value below its peak over many more readings in a row than it
+ever did is a **dead reward signal** (`reward_frozen_ratio`; a reward pinned at its peak is a
+solved task). A **discrete reward** (at most 8 distinct values: a 0/1 episode success, a grader's
+few score levels) is judged by its drops alone: one reading's noise hides its gain (at 0.55 success
+about 0.5), and a median of 5 readings is no level (after a long streak of successes at 0.9, three
+failures in a row read as the whole gain lost). Two CUSUMs follow it instead: each reading is below
+the typical level (the mean of the last 200 readings) with the run's own frequency, or, once the
+reward collapsed, 98 % of the time (all lost) or half-way to that (about half lost); once the
+readings since a CUSUM last stood at 0 are a million times likelier under its collapse,
+`reward_gain_lost_ratio` reads their mean's drop below the typical level (over at least the last 20
+readings: a short stretch is picked for its failures) as a share of the gain (start: the mean of
+the first 20). Typical level and frequency are measured while the last 20 readings are in the upper
+half of the gain, and kept through a fall. A slippery FrozenLake Q-learning run whose reward is
+zeroed, whose Q-table is reset or whose exploration is forced to 1.0 reads critical 15 to 26
+episodes later (the frozen-stretch signal took 37 to 297); a success halved from 0.9 to 0.45 reads
+a lost gain within 100 episodes in 6 of 8 seeds; 24 healthy seeds of that loop and 8 synthetic
+seeds at 0.9 read 0 throughout; the onset is the first reading the CUSUM counts (a random policy's
+lucky success right after the failure moves it a few readings on). Episodes recorded with
 `observe_episodes` (the SB3 callback, the Gymnasium wrapper) are also judged one by one, as series
 `episodes`: a reward wrapper that answers 0 takes SB3's 100-episode mean down one episode in a
 hundred, which a short run never shows, while the episodes' own returns read the stretch of zeros

@@ -380,6 +380,21 @@ def test_an_sb3_run_folder_places_each_episode_where_the_callback_saw_it(tmp_pat
     assert [r.kind for r in read_log(tmp_path)] == ["metrics"] * 3
 
 
+def test_an_sb3_run_folder_keeps_its_episodes_on_the_rows_clock(tmp_path: Path) -> None:
+    """A row's time is seconds since training began, an episode's the Unix time it ended: the
+    episodes are read against the earliest Monitor's start. A first episode longer than the
+    first rollout (CliffWalking's random walk, 37,867 steps) came after a row of time 0 at a
+    Unix time, and the paced replay read the jump as a stall that paged."""
+    (tmp_path / "progress.csv").write_text(
+        "time/total_timesteps,time/time_elapsed,train/n_updates\n200,1,\n400,2,10\n600,3,20\n"
+    )
+    head = '#{"t_start": 1796511200.5, "env_id": "CliffWalking-v1"}\nr,l,t\n'
+    (tmp_path / "monitor.csv").write_text(head + "-500,350,1.5\n-300,300,3.4\n")
+    got = [(r.kind, r.timestamp) for r in read_log(tmp_path)]
+    assert [kind for kind, _ in got] == ["metrics", "episode", "metrics", "metrics", "episode"]
+    assert [t for _, t in got] == pytest.approx([1.0, 1.5, 2.0, 3.0, 3.4])
+
+
 def test_an_sb3_run_folder_needs_the_timesteps_to_place_episodes(tmp_path: Path) -> None:
     (tmp_path / "progress.csv").write_text("train/n_updates,rollout/ep_rew_mean\n1,10\n")
     (tmp_path / "monitor.csv").write_text('#{"t_start": 1.0}\nr,l,t\n10,90,0.1\n')

@@ -85,14 +85,18 @@ def _rows(
         yield lineno, row
 
 
-def _monitor(path: Path, fh: TextIO, first: str) -> Iterator[Record]:
+def _monitor_start(path: Path, first: str) -> float:
+    """The ``t_start`` of a Monitor file's first line."""
     try:
-        meta = json.loads(first[1:])
-        t_start = float(meta.get("t_start", 0.0))
+        return float(json.loads(first[1:]).get("t_start", 0.0))
     except (json.JSONDecodeError, AttributeError, TypeError, ValueError):
         raise LogFormatError(
             path, "line 1", "monitor header is not '#{\"t_start\": …}' JSON"
         ) from None
+
+
+def _monitor(path: Path, fh: TextIO, first: str) -> Iterator[Record]:
+    t_start = _monitor_start(path, first)
     header = _header(path, _line(path, fh, 2), 2)
     if not {"r", "l"} <= set(header):
         raise LogFormatError(path, "line 2", f"monitor columns {header} lack 'r' and 'l'")
@@ -147,12 +151,17 @@ def is_sb3_run(path: Path) -> bool:
 
 
 def read_sb3_run(path: Path) -> Iterator[Record]:
-    """The rows of ``path/progress.csv`` with the episodes of the Monitor files beside it."""
+    """The rows of ``path/progress.csv`` with the episodes of the Monitor files beside it, all
+    on the rows' clock: a row's time is seconds since training began (``time_elapsed``), an
+    episode's the Unix time it ended, so an episode's is taken from the earliest Monitor's
+    ``t_start`` (the envs are made just before training; a first episode that ended after the
+    first row read as a jump of decades, and the replay as a stall)."""
     monitors = sorted(p for p in path.glob(MONITOR_GLOB) if p.is_file())
     rows = read_sb3_csv(path / PROGRESS)
     if not monitors:
         yield from rows
         return
+    origin = min(_t_start(m) for m in monitors)
     envs = len(monitors)
     episodes = heapq.merge(
         *(((rec.step * envs, n, rec) for rec in read_sb3_csv(m)) for n, m in enumerate(monitors)),
@@ -167,10 +176,22 @@ def read_sb3_run(path: Path) -> Iterator[Record]:
                 path / PROGRESS, row.where, f"no {STEP_COLUMNS[0]} to place the episodes by"
             )
         while pending is not None and pending[0] <= done:
-            yield pending[2]._replace(step=step)
+            yield _on_rows_clock(pending[2], step, origin)
             pending = next(episodes, None)
         step = row.step
         yield row
     while pending is not None:
-        yield pending[2]._replace(step=step)
+        yield _on_rows_clock(pending[2], step, origin)
         pending = next(episodes, None)
+
+
+def _on_rows_clock(episode: Record, step: int, origin: float) -> Record:
+    """An episode at the rows' ``step``, its time in seconds since ``origin``."""
+    ts = episode.timestamp
+    return episode._replace(step=step, timestamp=None if ts is None else ts - origin)
+
+
+def _t_start(monitor: Path) -> float:
+    """A Monitor file's ``t_start``."""
+    with open(monitor, encoding="utf-8", errors="replace") as fh:
+        return _monitor_start(monitor, _line(monitor, fh, 1))

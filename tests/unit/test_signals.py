@@ -564,7 +564,7 @@ def test_the_frozenlake_tutorial_never_reaches_a_critical_level() -> None:
         reads = random.Random(seed)
         epsilon = 1.0
         for e in range(500):
-            r = q_learning_episode(env, q, rng, e, epsilon, 0.8, 0.95)  # 1 at the goal, else 0
+            r = q_learning_episode(env, q, rng, e, epsilon, 0.8, 0.95, ties=True)  # 1 at the goal
             epsilon = max(0.05, epsilon * 0.99)
             exp.log({"episode": e, "reward": r}, step=e)
             if reads.random() < 0.2 or e == 499:
@@ -589,12 +589,17 @@ def _wins(rate: list[float], seed: int, read_from: int = 0) -> tuple[list[float]
     return out, d
 
 
-def test_a_discrete_reward_that_collapses_pages_within_forty_readings() -> None:
+def test_a_discrete_reward_that_collapses_warns_within_forty_readings_and_pages_once_it_lasts() -> (
+    None
+):
     """A 0/1 episode reward (slippery FrozenLake: success 0.5-0.8 once learned) is too noisy
     for a smoothed level, so its gain never counted and a collapse never paged (a reset
     Q-table, exploration forced to 1.0). The readings since it fell below its typical level
-    say so within 40 episodes (15-20 at 0.5 success and no reward at all), with the failure's
-    first episode as the onset; healthy seeds never read a lost gain."""
+    say so within 40 episodes (15-20 at 0.5 success and no reward at all: the warning band),
+    and page once the drop lasted ``DISCRETE_PAGE`` readings, with the failure's first episode
+    as the onset; healthy seeds never read a lost gain."""
+    from rlpulse.detect.signals import DISCRETE_PAGE, UNCONFIRMED
+
     for seed in range(6):
         top = 0.5 if seed % 2 else 0.78
         learned = [0.015 if e < 600 else min(top, 0.015 + (e - 600) / 1300) for e in range(2600)]
@@ -602,11 +607,41 @@ def test_a_discrete_reward_that_collapses_pages_within_forty_readings() -> None:
         assert max(healthy) == 0, (seed, max(healthy))
         for after in (0.0, 0.015):  # reward gone; a random policy's rare success
             broken, d = _wins(learned[:2000] + [after] * 600, seed, read_from=2000)
-            caught = 2000 + next(i for i, v in enumerate(broken) if v >= 0.75)
-            assert 2000 < caught <= 2040, (seed, after, caught)
+            warned = next(i for i, v in enumerate(broken) if v > 0.5)
+            assert 0 < warned <= 40 and max(broken[: DISCRETE_PAGE - 20]) == UNCONFIRMED, seed
+            caught = next(i for i, v in enumerate(broken) if v >= 0.75)
+            assert DISCRETE_PAGE - 20 < caught <= DISCRETE_PAGE + 20, (seed, after, caught)
             onset = d.onset("reward_gain_lost_ratio", "episode_return", lambda v: v >= 0.75)
             # a random policy's lucky success just after the failure moves it a few readings on
             assert onset is not None and 1990 <= onset[1] <= 2005, (seed, after, onset)
+
+
+def test_a_tabular_policy_s_own_bad_stretches_do_not_page() -> None:
+    """Tabular Q-learning on slippery FrozenLake (the quickstart loop, is_slippery=True, alpha
+    0.3-0.8): its greedy policy goes bad for tens of episodes and mends itself, far beyond the
+    luck of its own success rate (episodes of one policy are no independent draws); 16 of 64
+    such healthy runs read RLRewardCollapse critical. These runs (each had such a stretch) read
+    at most the warning band."""
+    import gymnasium as gym
+    import numpy as np
+
+    from harness.qlearning import q_learning_episode
+    from rlpulse.detect.signals import UNCONFIRMED
+
+    env = gym.make("FrozenLake-v1", is_slippery=True)
+    for alpha, seed in ((0.3, 2), (0.5, 14), (0.8, 3)):
+        q, rng, drops, epsilon, worst = (
+            np.zeros((16, 4)),
+            np.random.default_rng(seed),
+            Drops(),
+            1.0,
+            0.0,
+        )
+        for e in range(2500):
+            r = q_learning_episode(env, q, rng, seed * 100_000 + e, epsilon, alpha, 0.95, ties=True)
+            epsilon = max(0.05, epsilon * 0.99)
+            worst = max(worst, drops.extend([r])[0][0])
+        assert worst <= UNCONFIRMED, (alpha, seed, worst)
 
 
 def test_the_noise_of_all_lags_in_one_sort_is_each_lags_own_median_to_the_bit() -> None:

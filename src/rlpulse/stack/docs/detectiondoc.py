@@ -109,12 +109,17 @@ readings since a CUSUM last stood at 0 are a million times likelier under its co
 `reward_gain_lost_ratio` reads their mean's drop below the typical level (over at least the last 20
 readings: a short stretch is picked for its failures) as a share of the gain (start: the mean of
 the first 20). Typical level and frequency are measured while the last 20 readings are in the upper
-half of the gain, and kept through a fall. A slippery FrozenLake Q-learning run whose reward is
-zeroed, whose Q-table is reset or whose exploration is forced to 1.0 reads critical 15 to 26
-episodes later (the frozen-stretch signal took 37 to 297); a success halved from 0.9 to 0.45 reads
-a lost gain within 100 episodes in 6 of 8 seeds; 24 healthy seeds of that loop and 8 synthetic
-seeds at 0.9 read 0 throughout; the onset is the first reading the CUSUM counts (a random policy's
-lucky success right after the failure moves it a few readings on). Episodes recorded with
+half of the gain, and kept through a fall. A drop reads in full only once it lasted 200 readings
+(the typical level's own window); before that it reads at most 0.7, RLRewardCollapse's warning
+band: a learning policy's episodes are no independent draws, and the quickstart's loop on slippery
+FrozenLake (random ties, alpha 0.1-0.8) has greedy policies that go bad for 20 to 83 episodes and
+mend themselves, which paged critical in 16 of 64 healthy runs (2026-12-06). A slippery FrozenLake
+Q-learning run whose reward is zeroed, whose Q-table is reset or whose exploration is forced to 1.0
+warns 15 to 37 episodes later and pages 180 to 200 episodes later (the frozen-stretch signal took
+37 to 297); a success halved from 0.9 to 0.45 reads a lost gain within 100 episodes in 6 of 8
+seeds; healthy seeds of these loops and 8 synthetic seeds at 0.9 read no critical; the onset is the
+first reading the CUSUM counts (a random policy's lucky success right after the failure moves it a
+few readings on). Episodes recorded with
 `observe_episodes` (the SB3 callback, the Gymnasium wrapper) are also judged one by one, as series
 `episodes`: a reward wrapper that answers 0 takes SB3's 100-episode mean down one episode in a
 hundred, which a short run never shows, while the episodes' own returns read the stretch of zeros

@@ -397,7 +397,8 @@ def test_a_sparse_success_fed_an_episode_at_a_time_reads_no_fall() -> None:
     at episode ~40 read as a peak of 1/40 that every failure after it eroded, and the mean's
     long stretches at one value read as a frozen reward: critical on healthy seeds. The mean is
     judged once its window is full, every quarter window; a success that then falls to 0 is
-    still read."""
+    still read, by the episodes' own drops (a discrete reward's mean is not judged as a level
+    where its episodes are read: ``Detector.discrete_episodes``)."""
     for seed in range(3):
         rng = random.Random(seed)
         exp = _exporter()
@@ -415,7 +416,56 @@ def test_a_sparse_success_fed_an_episode_at_a_time_reads_no_fall() -> None:
         for ep in range(3000, 3400):
             exp.observe_episodes([0.0], [8.0])
             exp.log({}, step=ep)
-        assert _signals(exp)[("reward_gain_lost_ratio", "episode_return")] >= 0.75, seed
+        assert _signals(exp)[("reward_gain_lost_ratio", "episodes")] >= 0.75, seed
+
+
+def _sb3_sparse(
+    rate: list[float], seed: int, broken_at: int
+) -> tuple[float, int | None, int | None]:
+    """An SB3 run on a 0/1 success as its callback reports it: each episode
+    (``observe_episodes``) and the 100-episode mean logged every 4 episodes. The worst lost
+    gain of any series before ``broken_at``, and the rows from it to the first warning and to
+    the first critical one."""
+    rng = random.Random(seed)
+    exp = _exporter(metadata={"framework": "sb3"})
+    wins: list[float] = []
+    worst, warned, caught = 0.0, None, None
+    for ep, p in enumerate(rate):
+        wins.append(float(rng.random() < p))
+        exp.observe_episodes(wins[-1:], [8.0])
+        if ep % 4 == 3:
+            exp.log({"rollout/ep_rew_mean": sum(wins[-100:]) / len(wins[-100:])}, step=ep)
+            read = _signals(exp).items()
+            lost = max([v for (s, _), v in read if s == "reward_gain_lost_ratio"], default=0.0)
+            if ep < broken_at:
+                worst = max(worst, lost)
+            else:
+                warned = (ep - broken_at) // 4 if warned is None and lost > 0.5 else warned
+                caught = (ep - broken_at) // 4 if caught is None and lost >= 0.75 else caught
+    return worst, warned, caught
+
+
+def test_a_sparse_successs_100_episode_mean_is_judged_by_its_episodes() -> None:
+    """SB3 DQN on slippery FrozenLake at default settings (2026-12-05): the 100-episode mean of
+    a success that is still rare (a few in 100 while it explores) read one or two lucky
+    successes as a gain, and their leaving the window as all of it lost: critical on healthy
+    runs (a run folder of seed 0; 17 of 48 synthetic seeds of a success that only ever rises).
+    Where the episodes are read, a discrete reward's mean is left to their own drops: no
+    healthy seed pages, and a policy that breaks (its reward zeroed, or back to chance) still
+    warns within 20 rows of 4 episodes at 0.3 success (the mean's own 75% of its window: 19),
+    6 at 0.5, 4 at 0.7, and pages once the drop lasted ``DISCRETE_PAGE`` episodes."""
+    from rlpulse.detect.signals import DISCRETE_PAGE
+
+    for top, ramp, within in ((0.1, 1000, None), (0.3, 1500, 20), (0.5, 2500, 6), (0.7, 3000, 4)):
+        for seed in range(4):
+            learn = [0.015] * 300 + [0.015 + (top - 0.015) * e / ramp for e in range(ramp)]
+            after = 0.0 if seed % 2 else 0.015  # zeroed, or back to the random policy's luck
+            rate = [*learn, *[top] * 300, *[after] * (400 if within else 0)]
+            worst, warned, caught = _sb3_sparse(rate, seed + 100, len(learn) + 300)
+            assert worst < 0.75, (top, seed, worst)
+            if within is not None:
+                assert warned is not None and warned <= within, (top, seed, warned)
+                assert caught is not None and caught <= DISCRETE_PAGE // 4 + within, (top, seed)
 
 
 def test_a_proxy_rising_far_over_a_flat_objective_is_hacking() -> None:
@@ -704,8 +754,8 @@ def test_single_episodes_show_a_lost_reward_before_their_100_episode_mean_moves(
     episodes' own returns (``observe_episodes``, series ``episodes``) read the stretch of zeros
     critical within 30 episodes, and their fall back to the run's start level while they
     last as long as before (``Falls``) critical within 20 (issue 24.8: whatever the window
-    length). A 0/1 success whose policy broke reads its drop there too. Healthy seeds read
-    neither."""
+    length). A 0/1 success whose policy broke reads its drop there too (a warning within 40
+    episodes, critical once it lasted ``DISCRETE_PAGE``). Healthy seeds read neither."""
     for seed in range(3):
         for broken in (False, True):
             rng = random.Random(seed)
@@ -728,9 +778,12 @@ def test_single_episodes_show_a_lost_reward_before_their_100_episode_mean_moves(
                     assert frozen == 0 and lost == 0, (seed, ep, frozen, lost)
             assert (caught is not None and caught <= 30) if broken else caught is None
             assert (fell is not None and fell <= 20) if broken else fell is None
+    from rlpulse.detect.signals import DISCRETE_PAGE
+
     for seed in range(3):
         rng = random.Random(seed)
         exp = _exporter()
+        warned = None
         for ep in range(2600):
             p = 0.015 if ep < 600 else min(0.7, 0.015 + (ep - 600) / 1300)
             win = float(rng.random() < (0.015 if ep >= 2000 else p))
@@ -740,8 +793,11 @@ def test_single_episodes_show_a_lost_reward_before_their_100_episode_mean_moves(
                 lost = _signals(exp).get(("reward_gain_lost_ratio", "episodes"), 0.0)
                 if ep < 2000:
                     assert lost == 0, (seed, ep, lost)
-                elif lost >= 0.75:
-                    assert ep - 2000 <= 40, (seed, ep)
+                elif lost > 0.5 and warned is None:
+                    warned = ep - 2000
+                elif lost >= 0.75:  # (a drop pages once it lasted DISCRETE_PAGE episodes)
+                    assert warned is not None and warned <= 40, (seed, warned)
+                    assert ep - 2000 <= DISCRETE_PAGE + 40, (seed, ep)
                     break
         else:
             raise AssertionError(f"seed {seed}: the broken policy was never read")

@@ -894,16 +894,22 @@ def _gain_lost(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pai
     collapse shows within three logged values; back at the start is 1, whatever the level).
     A discrete reward, whose median of 5 readings is no level (three failures in a row after a
     long streak of successes would read as all of the gain lost), is judged by the readings
-    since it dropped below its typical level (``Drops``) alone."""
+    since it dropped below its typical level (``Drops``) alone. So is the episodes' mean return
+    where the episodes themselves are read and discrete (``Detector.discrete_episodes``): 0
+    here."""
     r = t.rows
     level, top = r["level"][rows], r["level_peak"][rows]
     g = _gain_at(t, seqs)  # asked wherever the level exists and the reward is not discrete
     lost = np.divide(top - r["smoothed"][rows], g, out=np.zeros(len(rows)), where=g > 0)
     known = level == level
     discrete = known & t.discrete[rows]
-    t.back = t.lost[2] if discrete[-1] else None
     values, baselines = np.where(known, lost, math.nan), np.where(known, top, math.nan)
-    return np.where(discrete, t.lost[0], values), np.where(discrete, t.lost[1], baselines)
+    values = np.where(discrete, t.lost[0], values)
+    if t is d.episodes_mean():
+        mean_of = known & d.discrete_episodes(seqs)
+        values, discrete = np.where(mean_of, 0.0, values), discrete & ~mean_of
+    t.back = t.lost[2] if discrete[-1] else None
+    return values, np.where(discrete, t.lost[1], baselines)
 
 
 def _gain_at(reward: Track, seqs: np.ndarray) -> np.ndarray:
@@ -2140,6 +2146,24 @@ class Detector:
             else:
                 rows = np.full(len(seqs), len(t.rows["n"]) - 1)
             yield t, np.where(mine, rows, -1)
+
+    def discrete_episodes(self, seqs: np.ndarray) -> np.ndarray:
+        """Whether the single episodes read before each value ``seqs`` of a read are discrete
+        (a 0/1 success): their mean return is then a running mean of a discrete reward, whose
+        readings share all but a few episodes with the one before. Its noise shows only over
+        a whole window, which a sparse success's first hundreds of readings do not span: a
+        lucky success or two read as a gain, and their leaving the window as a collapse. The
+        episodes' own ``Drops`` judges them reading by reading (a policy that broke reads
+        critical there within 40 episodes)."""
+        e = self._tracks.get((REWARDS[1], (EPISODES,)))
+        if e is None:
+            return np.zeros(len(seqs), bool)
+        if e.batch == self._batch:  # read now: its row after its latest value before each
+            j = np.searchsorted(e.seqs, seqs) - 1
+            at = np.where(j >= 0, e.ev_rows[np.maximum(j, 0)], 0)
+        else:
+            at = np.full(len(seqs), len(e.discrete) - 1)
+        return (seqs > e.born) & e.discrete[at]
 
     # -- output
     def interval(self) -> float:

@@ -123,7 +123,15 @@ few readings on). Episodes recorded with
 `observe_episodes` (the SB3 callback, the Gymnasium wrapper) are also judged one by one, as series
 `episodes`: a reward wrapper that answers 0 takes SB3's 100-episode mean down one episode in a
 hundred, which a short run never shows, while the episodes' own returns read the stretch of zeros
-critical within 30 episodes; a 0/1 success recorded that way gets the CUSUM above. A **continuous
+critical within 30 episodes; a 0/1 success recorded that way gets the CUSUM above, and its
+100-episode mean is then not judged as a level (it reads 0): each of its readings shares all but a
+few episodes with the one before, so its noise shows only over a whole window, which a still-rare
+success's first hundreds of rows do not span, and one or two lucky successes read as a gain and
+their leaving the window as all of it lost. SB3 DQN on slippery FrozenLake at default settings
+paged critical on a healthy seed so, and synthetic successes that only ever rise (0.015 to
+0.1-0.7) on 17 of 48 seeds (none now); a policy that breaks (reward zeroed, or back to chance)
+reads critical on its episodes as fast as the mean did (2-18 rows of 4 episodes at 0.7-0.3
+success). A **continuous
 return falling back to where the run started** (a broken reward, a sensor or actuator fault) is
 read there too, whatever the window length (`Falls`): each episode at or below the start level (the
 mean of the first 20) is one with the current policy's own frequency (of its last 50 episodes, one

@@ -2153,8 +2153,8 @@ class Detector:
         readings share all but a few episodes with the one before. Its noise shows only over
         a whole window, which a sparse success's first hundreds of readings do not span: a
         lucky success or two read as a gain, and their leaving the window as a collapse. The
-        episodes' own ``Drops`` judges them reading by reading (a policy that broke reads
-        critical there within 40 episodes)."""
+        episodes' own ``Drops`` judges them reading by reading (a policy that broke warns
+        there within 40 episodes, and pages once the drop lasted ``DISCRETE_PAGE``)."""
         e = self._tracks.get((REWARDS[1], (EPISODES,)))
         if e is None:
             return np.zeros(len(seqs), bool)

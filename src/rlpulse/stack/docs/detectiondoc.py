@@ -130,8 +130,8 @@ success's first hundreds of rows do not span, and one or two lucky successes rea
 their leaving the window as all of it lost. SB3 DQN on slippery FrozenLake at default settings
 paged critical on a healthy seed so, and synthetic successes that only ever rise (0.015 to
 0.1-0.7) on 17 of 48 seeds (none now); a policy that breaks (reward zeroed, or back to chance)
-reads critical on its episodes as fast as the mean did (2-18 rows of 4 episodes at 0.7-0.3
-success). A **continuous
+warns on its episodes as fast as the mean paged (2-18 rows of 4 episodes at 0.7-0.3 success), and
+pages once the drop lasted 200 episodes. A **continuous
 return falling back to where the run started** (a broken reward, a sensor or actuator fault) is
 read there too, whatever the window length (`Falls`): each episode at or below the start level (the
 mean of the first 20) is one with the current policy's own frequency (of its last 50 episodes, one

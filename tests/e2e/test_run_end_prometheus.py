@@ -13,6 +13,7 @@ from pathlib import Path
 
 from harness.runstack import alerts_once_settled, last, watching
 from harness.stackutil import api, free_port, results, wait_for
+from rlpulse.stack.alerts.liveness import SERVED
 
 TRAINER = """
 import sys, time, rlpulse
@@ -80,9 +81,14 @@ def _firing(prom: str) -> list[tuple[str, str]]:
 
 
 def _killed(prom: str, run_id: str, port: int) -> None:
-    """A trainer on ``port``, scraped, then killed with SIGKILL."""
+    """A trainer on ``port``, scraped and seen served by the rules, then killed with SIGKILL.
+
+    Waiting for the latch matters on a loaded machine: a run killed before any rule evaluation
+    read its first scrape was never served as far as the rules know (a real run is scraped for
+    longer than one evaluation)."""
     proc = _serving(run_id, port)
     _scraped(prom, run_id)
+    wait_for(lambda: results(prom, f'{SERVED}{{run_id="{run_id}"}}'), 60, f"{run_id} served")
     proc.send_signal(signal.SIGKILL)
     proc.wait(30)
 

@@ -52,7 +52,6 @@ def test_a_crash_pages_run_crashed_not_target_down(tmp_path: Path) -> None:
         assert "MemoryError" in crash["annotations"]["description"]
 
 
-WAIT = "print('up', flush=True); time.sleep(600)"
 # a healthy run: a step every 0.2 s, for the 10 minutes a test may last
 TRAIN_ON = """print('up', flush=True)
 for step in range(4, 3000):
@@ -60,9 +59,9 @@ for step in range(4, 3000):
     time.sleep(0.2)"""
 
 
-def _serving(run_id: str, port: int, ending: str = WAIT) -> subprocess.Popen[bytes]:
-    """A trainer on ``port`` that logged 3 steps, then waits (to be killed) or trains on."""
-    script = TRAINER.format(run_id=run_id, ending=ending)
+def _serving(run_id: str, port: int) -> subprocess.Popen[bytes]:
+    """A trainer on ``port`` that logged 3 steps and trains on (a step every 0.2 s)."""
+    script = TRAINER.format(run_id=run_id, ending=TRAIN_ON)
     env = {**os.environ, "RLPULSE_PORT": str(port), "RLPULSE_TARGETS_DIR": "off"}
     proc = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent(script)], env=env, stdout=subprocess.PIPE
@@ -81,11 +80,11 @@ def _firing(prom: str) -> list[tuple[str, str]]:
 
 
 def _killed(prom: str, run_id: str, port: int) -> None:
-    """A trainer on ``port``, scraped and seen served by the rules, then killed with SIGKILL.
-
-    Waiting for the latch matters on a loaded machine: a run killed before any rule evaluation
-    read its first scrape was never served as far as the rules know (a real run is scraped for
-    longer than one evaluation)."""
+    """A training trainer on ``port``, scraped and seen served by the rules, then killed with
+    SIGKILL. Both matter on a loaded machine: a run killed before any rule evaluation read its
+    first scrape was never served as far as the rules know, and one that waited without a step
+    for the fast preset's 5 s stalled before it died (RLTrainingStalled then rightly keeps
+    firing beside RLTargetDown)."""
     proc = _serving(run_id, port)
     _scraped(prom, run_id)
     wait_for(lambda: results(prom, f'{SERVED}{{run_id="{run_id}"}}'), 60, f"{run_id} served")
@@ -111,7 +110,7 @@ def test_a_killed_run_whose_port_another_run_takes_still_pages(tmp_path: Path) -
     port = free_port()
     with watching(tmp_path, port) as prom:
         _killed(prom, "kill-2", port)
-        taker = _serving("kill-3", port, TRAIN_ON)
+        taker = _serving("kill-3", port)
         try:
             _scraped(prom, "kill-3")
             wait_for(lambda: _firing(prom) or None, 60, "an alert")

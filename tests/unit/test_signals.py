@@ -52,9 +52,9 @@ def _fed(rows: list[dict[str, float]]) -> dict[tuple[str, str], float]:
     return _signals(exp)
 
 
-def _clocked(seconds_per_step: float) -> Exporter:
+def _clocked(seconds_per_step: float, **options: Any) -> Exporter:
     """An exporter whose run clock advances ``seconds_per_step`` per logged step."""
-    exp = _exporter()
+    exp = _exporter(**options)
     calls = iter(range(10**9))
     exp.clock = lambda: next(calls) * seconds_per_step
     return exp
@@ -337,6 +337,54 @@ def test_a_return_back_at_its_start_pages_whatever_its_level() -> None:
     exp = _exporter(metadata={"framework": "sb3"})
     trace = _trace(exp, rows, ("reward_gain_lost_ratio", "episode_return"))
     assert trace[-1] > 0.75
+
+
+A2C_RUNS = Path(__file__).resolve().parents[1] / "data" / "sb3-a2c-cartpole"
+
+
+def test_a_classic_policy_that_collapses_and_relearns_warns_and_does_not_page() -> None:
+    """Healthy SB3 A2C on CartPole, default settings (real runs, tests/data): the return falls
+    from 148-338 to 10-15 within a few rows, or to half, and is relearnt 17-39 rows later. Each
+    paged RLRewardCollapse critical; a fall now warns as fast and pages only once it holds."""
+    import csv
+
+    from rlpulse.detect.signals import UNCONFIRMED
+
+    for path in sorted(A2C_RUNS.glob("seed*.csv")):
+        with path.open() as f:
+            rows = [
+                {"rollout/ep_rew_mean": float(r["rollout/ep_rew_mean"])}
+                for r in csv.DictReader(f)
+                if r["rollout/ep_rew_mean"]
+            ]
+        exp = _exporter(metadata={"framework": "sb3"})
+        trace = _trace(exp, rows, ("reward_gain_lost_ratio", "episode_return"))
+        assert 0.5 <= max(trace) <= UNCONFIRMED, (path.name, max(trace))
+
+
+def test_a_classic_return_that_falls_and_stays_pages_once_the_fall_holds() -> None:
+    """A return that collapses and stays (random CartPole episodes after a learned policy's,
+    as SB3's 100-episode mean logged every 4 episodes) warns within a few rows of the mean's
+    fall and pages once the fall held ``HELD_FALL`` readings, with the failure's first rows as
+    the onset; so does one that relearns too little to count (2 % of its gain over 40 rows)."""
+    from rlpulse.detect.signals import HELD_FALL, UNCONFIRMED
+
+    for seed in range(3):
+        for relearnt in (0.0, 10.0):  # over the 40 rows (160 episodes) a fall must hold
+            rng = random.Random(seed)
+            learn = [rng.gauss(min(20 + 480 * e / 600, 500), 15) for e in range(1000)]
+            broken = [rng.gauss(21 + relearnt * e / 160, 11) for e in range(600)]
+            rows = [{"rollout/ep_rew_mean": v} for v in _running_mean(learn + broken, 100, 4)]
+            exp = _clocked(60.0, metadata={"framework": "sb3"})  # (a value held 3 rows)
+            key = ("reward_gain_lost_ratio", "episode_return")
+            trace = _trace(exp, rows, key, read_from=250)
+            warned = next(i for i, v in enumerate(trace) if v >= 0.5)
+            paged = next(i for i, v in enumerate(trace) if v >= 0.75)
+            assert warned <= 20 and max(trace[:paged]) <= UNCONFIRMED, (seed, relearnt, warned)
+            assert HELD_FALL - 3 <= paged - warned <= HELD_FALL + 5, (seed, relearnt, paged, warned)
+            assert min(trace[paged:]) >= 0.75, (seed, relearnt)
+            onset = exp.detector.onset(*key, lambda v: v >= 0.75)
+            assert onset is not None and 250 <= onset[1] <= 262, (seed, relearnt, onset)
 
 
 def test_entropy_falling_while_the_return_holds_its_best_is_convergence() -> None:

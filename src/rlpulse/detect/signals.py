@@ -142,6 +142,7 @@ class Track:
         self.stretches: Stretches | None = None  # a reward's runs of one value (``_frozen``)
         self.drops: Drops | None = None  # a discrete reward's drop (``_gain_lost``)
         self.falls: Falls | None = None  # single continuous episodes' fall (``_episode_lost``)
+        self.relapse = Relapse()  # a classic return's fall, paged once it holds (``_gain_lost``)
         self.discrete = np.zeros(1, bool)  # per row of the read: a discrete reward (``Drops``)
         self.back: int | None = None  # the lag of the value a signal just computed, if not
         # its own (``lag``): set by the signal, taken by the detector
@@ -793,6 +794,64 @@ class Drops:
         return lost, since
 
 
+HELD_FALL = 40  # readings a classic return's fall lasts before it reads past UNCONFIRMED
+RELEARN = 0.05  # the share of the gain a fall regained over those readings: still relearning
+RELEARN_NOISE = 2.0  # and at least this many times the noise the gain was judged by
+FALL_FROM = 0.5  # a fall begins where it lost this share of the gain (RLRewardCollapse warns)
+FALL_ONSET = 0.25  # its onset: where it last lost less than this share
+
+
+class Relapse:
+    """A classic return's fall, paged once it holds: a healthy policy can collapse and relearn
+    (A2C on CartPole, default settings: 3 of 4 seeds fell from 127-338 to 10-15 within a few
+    logged rows and were back 17-39 rows later). The gain lost reads at most ``UNCONFIRMED``
+    (RLRewardCollapse warns, as fast as before) until the fall (from where it lost
+    ``FALL_FROM`` of the gain) lasted ``HELD_FALL`` readings, and again while it regained
+    ``RELEARN`` of the gain (and ``RELEARN_NOISE`` times the gain's noise) over its last
+    ``HELD_FALL`` readings: a run stuck at its low pages, one still relearning warns. A fall
+    that read in full once reads so until it ends (a page does not flap as the run mends), and
+    names where the level began to fall (``back``)."""
+
+    __slots__ = ("begun", "held", "last", "recent", "since")
+
+    def __init__(self) -> None:
+        self.recent: deque[float] = deque(maxlen=HELD_FALL)  # the fall's last lost shares
+        self.since = 0  # readings since the fall began (0: none)
+        self.begun = 0  # readings since it last lost less than ``FALL_ONSET``
+        self.held = False  # the fall read in full
+        self.last = 0.0  # the last reading's answer (a repeated row's)
+
+    def read(self, lost: np.ndarray, rows: np.ndarray, relearn: np.ndarray) -> np.ndarray:
+        """``lost`` as it reads at ``rows`` of the read (a repeated row is no new reading;
+        row 0 is the one before the read); ``relearn``: per row, the share of the gain that
+        counts as relearning."""
+        if not self.since and not (lost >= FALL_ONSET).any():
+            if len(lost):
+                self.last, self.begun = float(lost[-1]), 0
+            return lost
+        out = np.empty(len(lost))
+        prev, recent = 0, self.recent
+        each = zip(lost.tolist(), rows.tolist(), relearn.tolist(), strict=True)
+        for i, (v, row, least) in enumerate(each):
+            if row != prev and v == v:
+                self.begun = self.begun + 1 if v >= FALL_ONSET else 0
+                if v < FALL_FROM:
+                    self.since, self.held = 0, False
+                    recent.clear()
+                else:
+                    self.since += 1
+                    recent.append(v)
+                    self.held |= self.since >= HELD_FALL and max(recent) - v < least
+                    v = v if self.held else min(v, UNCONFIRMED)
+                self.last = v
+            out[i], prev = (self.last if row == prev else v), row
+        return out
+
+    def back(self, lag: int) -> int | None:
+        """The lag of a fall that reads in full (``lag``: the level's own), None otherwise."""
+        return self.begun - 1 + lag if self.held else None
+
+
 def _fallen_mean(c: _Cusum, recent: deque[float]) -> float:
     """The mean of the readings a CUSUM counts, or of the ``recent`` ones while it counts fewer
     than ``DISCRETE_START``: a short stretch is picked for its failures, and its own mean would
@@ -908,7 +967,15 @@ def _gain_lost(d: Detector, t: Track, rows: np.ndarray, seqs: np.ndarray) -> Pai
     if t is d.episodes_mean():
         mean_of = known & d.discrete_episodes(seqs)
         values, discrete = np.where(mean_of, 0.0, values), discrete & ~mean_of
-    t.back = t.lost[2] if discrete[-1] else None
+    classic = t is d.returns()
+    if classic:
+        noise = t.gain_noise()
+        noise = RELEARN_NOISE * noise if noise == noise else 0.0
+        least = np.maximum(RELEARN, np.divide(noise, g, out=np.zeros(len(g)), where=g > 0))
+        continuous = known & ~discrete
+        held = t.relapse.read(np.where(continuous, values, math.nan), rows, least)
+        values = np.where(continuous, held, values)
+    t.back = t.lost[2] if discrete[-1] else t.relapse.back(d.w.smooth // 2) if classic else None
     return values, np.where(discrete, t.lost[1], baselines)
 
 

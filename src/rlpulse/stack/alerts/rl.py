@@ -205,7 +205,10 @@ REWARD_COLLAPSE = StepAlert(
         "the reward stays down. A discrete reward (a 0/1 episode success) is judged by the "
         "readings since it fell below its typical level (the mean of its last 200 readings, "
         "the baseline then) once they are far likelier a collapse than luck; series "
-        "episodes is single episodes recorded with observe_episodes.",
+        "episodes is single episodes recorded with observe_episodes. A classic RL episode "
+        "return warns as soon as it lost half its gain and pages once the fall held 40 logged "
+        "readings without relearning (a healthy A2C or DQN policy can collapse and relearn "
+        "within that); a 0/1 success pages once its drop lasted 200 readings.",
         panels.see(
             panels.TRAINING,
             panels.REWARD,

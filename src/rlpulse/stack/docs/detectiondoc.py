@@ -131,7 +131,17 @@ their leaving the window as all of it lost. SB3 DQN on slippery FrozenLake at de
 paged critical on a healthy seed so, and synthetic successes that only ever rise (0.015 to
 0.1-0.7) on 17 of 48 seeds (none now); a policy that breaks (reward zeroed, or back to chance)
 warns on its episodes as fast as the mean paged (2-18 rows of 4 episodes at 0.7-0.3 success), and
-pages once the drop lasted 200 episodes. A **continuous
+pages once the drop lasted 200 episodes. A classic RL **episode return** (the continuous kind,
+as a level) reads the same way: a fall warns as soon as it lost half the gain and reads in full
+(pages) once it held 40 readings from there, and not while it regained 5 % of the gain (and twice
+the gain's noise) over its last 40 readings: a policy that is relearning warns, one stuck at its
+low pages, and a fall that read in full keeps reading so until it is back above half the gain,
+with the reading where it last lost less than a quarter as the onset (`Relapse`). Healthy SB3 A2C
+on CartPole at default settings falls from 148-338 to 10-15 within a few rows, or to half, and
+relearns 17-39 rows later: it paged critical on 3 of 4 seeds (0 of 8 now, 2026-12-06,
+`scripts/healthy_dips.py`); a return that collapses to random CartPole episodes and stays warns 14
+rows after the fall began and pages 39 rows later (`tests/unit/test_signals.py`). An LLM reward
+pages as soon as it lost three quarters of its gain. A **continuous
 return falling back to where the run started** (a broken reward, a sensor or actuator fault) is
 read there too, whatever the window length (`Falls`): each episode at or below the start level (the
 mean of the first 20) is one with the current policy's own frequency (of its last 50 episodes, one

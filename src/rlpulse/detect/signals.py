@@ -812,19 +812,21 @@ class Relapse:
     that read in full once reads so until it ends (a page does not flap as the run mends), and
     names where the level began to fall (``back``)."""
 
-    __slots__ = ("begun", "held", "last", "recent", "since")
+    __slots__ = ("begun", "held", "last", "least", "recent", "since")
 
     def __init__(self) -> None:
         self.recent: deque[float] = deque(maxlen=HELD_FALL)  # the fall's last lost shares
         self.since = 0  # readings since the fall began (0: none)
         self.begun = 0  # readings since it last lost less than ``FALL_ONSET``
         self.held = False  # the fall read in full
+        self.least = RELEARN  # what counts as relearning in this fall: as at its first reading
         self.last = 0.0  # the last reading's answer (a repeated row's)
 
     def read(self, lost: np.ndarray, rows: np.ndarray, relearn: np.ndarray) -> np.ndarray:
         """``lost`` as it reads at ``rows`` of the read (a repeated row is no new reading;
         row 0 is the one before the read); ``relearn``: per row, the share of the gain that
-        counts as relearning."""
+        counts as relearning (a fall keeps its first reading's: the noise and gain a fall's own
+        steps re-measure would move it)."""
         if not self.since and not (lost >= FALL_ONSET).any():
             if len(lost):
                 self.last, self.begun = float(lost[-1]), 0
@@ -840,8 +842,10 @@ class Relapse:
                     recent.clear()
                 else:
                     self.since += 1
+                    if self.since == 1:
+                        self.least = least
                     recent.append(v)
-                    self.held |= self.since >= HELD_FALL and max(recent) - v < least
+                    self.held |= self.since >= HELD_FALL and max(recent) - v < self.least
                     v = v if self.held else min(v, UNCONFIRMED)
                 self.last = v
             out[i], prev = (self.last if row == prev else v), row

@@ -138,7 +138,7 @@ the gain's noise) over its last 40 readings: a policy that is relearning warns, 
 low pages, and a fall that read in full keeps reading so until it is back above half the gain,
 with the reading where it last lost less than a quarter as the onset (`Relapse`). Healthy SB3 A2C
 on CartPole at default settings falls from 148-338 to 10-15 within a few rows, or to half, and
-relearns 17-39 rows later: it paged critical on 3 of 4 seeds (0 of 8 now, 2026-12-06,
+relearns 17-39 rows later: it paged critical on 3 of 4 seeds (0 of 8 now, 7 warn, 2026-12-06,
 `scripts/healthy_dips.py`); a return that collapses to random CartPole episodes and stays warns 14
 rows after the fall began and pages 39 rows later (`tests/unit/test_signals.py`). An LLM reward
 pages as soon as it lost three quarters of its gain. A **continuous

@@ -34,12 +34,14 @@ SETUPS: dict[str, tuple[str, str, dict[str, Any], int]] = {
     "a2c-cartpole": ("a2c", "CartPole-v1", {}, 120_000),
     "ppo-cartpole": ("ppo", "CartPole-v1", {}, 100_000),
     "ppo-frozenlake": ("ppo", "FrozenLake-v1", {"is_slippery": True}, 100_000),
+    "dqn-cartpole": ("dqn", "CartPole-v1", {}, 100_000),
 }
 DEFAULT = (
     *(f"dqn-frozenlake:{s}" for s in range(4)),
-    *(f"a2c-cartpole:{s}" for s in range(6)),
+    *(f"a2c-cartpole:{s}" for s in range(8)),
     *(f"ppo-cartpole:{s}" for s in range(3)),
     "ppo-frozenlake:0",
+    *(f"dqn-cartpole:{s}" for s in range(3)),
 )
 
 

@@ -803,10 +803,10 @@ FALL_ONSET = 0.25  # its onset: where it last lost less than this share
 
 class Relapse:
     """A classic return's fall, paged once it holds: a healthy policy can collapse and relearn
-    (A2C on CartPole, default settings: 3 of 4 seeds fell from 127-338 to 10-15 within a few
-    logged rows and were back 17-39 rows later). The gain lost reads at most ``UNCONFIRMED``
-    (RLRewardCollapse warns, as fast as before) until the fall (from where it lost
-    ``FALL_FROM`` of the gain) lasted ``HELD_FALL`` readings, and again while it regained
+    (A2C on CartPole, default settings: 3 of 4 seeds fell from 148-338 to 10-15, or to half,
+    within a few logged rows and were back 17-39 rows later). The gain lost reads at most
+    ``UNCONFIRMED`` (RLRewardCollapse warns, as fast as before) until the fall (from where it
+    lost ``FALL_FROM`` of the gain) lasted ``HELD_FALL`` readings, and again while it regained
     ``RELEARN`` of the gain (and ``RELEARN_NOISE`` times the gain's noise) over its last
     ``HELD_FALL`` readings: a run stuck at its low pages, one still relearning warns. A fall
     that read in full once reads so until it ends (a page does not flap as the run mends), and
